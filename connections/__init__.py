@@ -1,0 +1,1 @@
+"""Implementations of the live contract: Gemini, local models, and the transport double."""

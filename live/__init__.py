@@ -1,0 +1,47 @@
+"""Live, bidirectional audio sessions with an AI agent.
+
+The contract (`BaseLlm`, `BaseLlmConnection`, `LlmRequest`, `LlmResponse`), the
+model registry, and the errors a caller can act on.
+"""
+
+from live.errors import (
+    AmbiguousModelError,
+    ConfigurationError,
+    ConnectionClosedError,
+    InvalidArgumentError,
+    LiveError,
+    QuotaExhaustedError,
+    RecoverableConnectionError,
+    UnknownModelError,
+)
+from live.llm import (
+    AUDIO_STREAM_END,
+    AudioStreamEnd,
+    BaseLlm,
+    BaseLlmConnection,
+    LlmRequest,
+    LlmResponse,
+    RealtimeInput,
+)
+from live.registry import LlmFactory, LlmRegistry, default_registry
+
+__all__ = [
+    "AUDIO_STREAM_END",
+    "AmbiguousModelError",
+    "AudioStreamEnd",
+    "BaseLlm",
+    "BaseLlmConnection",
+    "ConfigurationError",
+    "ConnectionClosedError",
+    "InvalidArgumentError",
+    "LiveError",
+    "LlmFactory",
+    "LlmRegistry",
+    "LlmRequest",
+    "LlmResponse",
+    "QuotaExhaustedError",
+    "RealtimeInput",
+    "RecoverableConnectionError",
+    "UnknownModelError",
+    "default_registry",
+]

@@ -1,0 +1,84 @@
+"""Errors a caller can act on.
+
+A live connection ends in one of a few ways, and each asks for a different
+reaction. The classes say which, so callers branch on type, never on message text:
+
+- normal end (close code 1000, also after go-away): not an error at all;
+- `RecoverableConnectionError` (1006, 1011, a stall): reconnect, ideally with a
+  session-resumption handle;
+- `InvalidArgumentError` (1007): the request or context was rejected; replaying
+  the same context fails again;
+- `ConfigurationError` (1008): model, API version, key or policy; retrying is
+  pointless until the configuration changes. `hint` names the likely cause;
+- `QuotaExhaustedError` (1011 RESOURCE_EXHAUSTED, 429): too many sessions or
+  tokens; retry later, not now.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmbiguousModelError",
+    "ConfigurationError",
+    "ConnectionClosedError",
+    "InvalidArgumentError",
+    "LiveError",
+    "QuotaExhaustedError",
+    "RecoverableConnectionError",
+    "UnknownModelError",
+]
+
+
+class LiveError(Exception):
+    """Base of every error raised by a live connection.
+
+    `close_code` is the WebSocket close code when one caused the error,
+    `recoverable` says whether reconnecting (with a resumption handle) may help,
+    and `hint` is a sentence a person can act on, or None.
+    """
+
+    recoverable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        close_code: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.close_code = close_code
+        self.hint = hint
+        text = message if close_code is None else f"[{close_code}] {message}"
+        if hint:
+            text = f"{text} (hint: {hint})"
+        super().__init__(text)
+
+
+class RecoverableConnectionError(LiveError):
+    """The connection dropped (1006, 1011) or stalled; reconnecting may help."""
+
+    recoverable = True
+
+
+class InvalidArgumentError(LiveError):
+    """The server rejected the request or context (1007); do not replay it as is."""
+
+
+class ConfigurationError(LiveError):
+    """Wrong model, API version, key or a policy violation (1008); fix, then retry."""
+
+
+class QuotaExhaustedError(LiveError):
+    """Quota or concurrent-session limit reached (1011 RESOURCE_EXHAUSTED, 429)."""
+
+
+class ConnectionClosedError(LiveError):
+    """A send or receive on a connection that has already ended."""
+
+
+class UnknownModelError(LookupError):
+    """No registered pattern matches the model name."""
+
+
+class AmbiguousModelError(LookupError):
+    """More than one registered pattern matches the model name."""

@@ -1,0 +1,213 @@
+"""The live contract: a model opens a connection; a connection carries one conversation.
+
+`BaseLlm.connect(request)` is the Python shape of ADK's `BaseLlm.connect`: an async
+context manager yielding a `BaseLlmConnection`. Leaving the context closes the
+connection, whatever happened inside it.
+
+Concurrency guarantees every implementation gives (and the server relies on):
+
+- **One receiver.** `receive()` is iterated by exactly one task for the whole life
+  of the connection. It yields responses in the order the model produced them and
+  does not stop at a turn boundary: it ends only when the connection ends. A normal
+  end (the model closed with 1000, or `close()` was called) ends the iteration
+  quietly; every other end raises a `live.errors.LiveError` subclass.
+- **Many senders.** `send_*` may be called from several tasks at once. Each call
+  sends one whole message; messages from one task keep their order. A send after
+  the connection ended raises `live.errors.ConnectionClosedError`.
+- **No per-session state on the model.** One `BaseLlm` instance serves every
+  concurrent session in the process; all per-session state lives in the connection.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Final, TypeAlias
+
+from google.genai import types
+
+__all__ = [
+    "AUDIO_STREAM_END",
+    "AudioStreamEnd",
+    "BaseLlm",
+    "BaseLlmConnection",
+    "LlmRequest",
+    "LlmResponse",
+    "RealtimeInput",
+]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AudioStreamEnd:
+    """The microphone was muted or closed: flush any audio held for voice detection.
+
+    google-genai models this as a bare boolean on the wire; a value of its own keeps
+    `send_realtime` to one argument with an unambiguous type.
+    """
+
+
+AUDIO_STREAM_END: Final = AudioStreamEnd()
+
+RealtimeInput: TypeAlias = (
+    types.Blob | types.ActivityStart | types.ActivityEnd | AudioStreamEnd
+)
+"""What `send_realtime` accepts: an audio chunk or image (`Blob`, routed by its
+mime type), a manual activity start or end, or the end of the audio stream."""
+
+
+@dataclasses.dataclass(slots=True)
+class LlmRequest:
+    """Everything a live session is opened with.
+
+    `model` overrides the model's own name when set. `contents` is the history the
+    caller will seed with `send_history`; it is carried here for implementations
+    that need to know about it at connect time (none of the built-in ones do).
+    `tools` maps a function name to the Python callable that runs it; their
+    declarations travel in `live_connect_config.tools`.
+    """
+
+    model: str | None = None
+    contents: list[types.Content] = dataclasses.field(default_factory=list)
+    live_connect_config: types.LiveConnectConfig = dataclasses.field(
+        default_factory=types.LiveConnectConfig
+    )
+    tools: Mapping[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(slots=True)
+class LlmResponse:
+    """One thing the model said or signalled.
+
+    A single server message may carry several of these fields at once (Gemini 3.x
+    bundles audio, a transcript fragment and turn-complete in one message); a
+    consumer must look at every field, never stop at the first one it recognises.
+
+    - `content`: model output (audio as `inline_data`, text, function calls).
+    - `partial`: `content` or a transcription is a fragment of something longer.
+    - `turn_complete`: the model finished its turn and waits for the user.
+      Arrives after Gemini believes playback ended; it never means interrupted.
+    - `interrupted`: the user barged in; audio of the current generation still
+      queued anywhere should be discarded.
+    - `generation_complete`: the model's output for this turn is complete.
+    - `input_transcription` / `output_transcription`: `types.Transcription` with
+      `text` and `finished`. Fragments come with `finished=False` and
+      `partial=True`; one final transcript per turn comes with `finished=True`.
+    - `usage_metadata`: token counts, for cost accounting.
+    - `turn_complete_reason`, `waiting_for_input`: why the turn ended.
+    - `go_away_time_left`: seconds until the server closes this connection.
+    - `session_resumption_update`: a new resumption handle (`resumable` says
+      whether it may be used).
+    - `cancelled_tool_call_ids`: tool calls the model no longer wants answered.
+    - `error_code` / `error_message`: an in-band error that did not end the
+      connection.
+    """
+
+    content: types.Content | None = None
+    partial: bool = False
+    turn_complete: bool = False
+    interrupted: bool = False
+    generation_complete: bool = False
+    input_transcription: types.Transcription | None = None
+    output_transcription: types.Transcription | None = None
+    usage_metadata: types.UsageMetadata | None = None
+    turn_complete_reason: types.TurnCompleteReason | None = None
+    waiting_for_input: bool = False
+    grounding_metadata: types.GroundingMetadata | None = None
+    go_away_time_left: float | None = None
+    session_resumption_update: types.LiveServerSessionResumptionUpdate | None = None
+    cancelled_tool_call_ids: tuple[str, ...] = ()
+    voice_activity: types.VoiceActivity | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+    @property
+    def function_calls(self) -> list[types.FunctionCall]:
+        """The function calls in `content`, in order (empty when there are none)."""
+        if self.content is None or not self.content.parts:
+            return []
+        return [p.function_call for p in self.content.parts if p.function_call]
+
+    @property
+    def audio_chunks(self) -> list[bytes]:
+        """The audio bytes in `content`, in order (empty when there are none)."""
+        if self.content is None or not self.content.parts:
+            return []
+        return [
+            p.inline_data.data
+            for p in self.content.parts
+            if p.inline_data is not None
+            and p.inline_data.data
+            and (p.inline_data.mime_type or "").startswith("audio/")
+        ]
+
+    @property
+    def text(self) -> str | None:
+        """The concatenated non-thought text in `content`, or None."""
+        if self.content is None or not self.content.parts:
+            return None
+        texts = [p.text for p in self.content.parts if p.text and not p.thought]
+        return "".join(texts) if texts else None
+
+
+class BaseLlmConnection(abc.ABC):
+    """A live, bidirectional connection to a model, for one conversation.
+
+    See the module docstring for the ordering and concurrency guarantees.
+    """
+
+    @abc.abstractmethod
+    async def send_history(self, history: Sequence[types.Content]) -> None:
+        """Seed the conversation once, right after connecting.
+
+        The model answers only if the last turn is the user's. Audio parts are
+        dropped (the model cannot take recorded audio as history).
+        """
+
+    @abc.abstractmethod
+    async def send_content(self, content: types.Content) -> None:
+        """Send a user turn, or a content made only of function responses.
+
+        A content whose parts are all `function_response` answers tool calls;
+        mixing function responses with other parts is a `ValueError`.
+        """
+
+    @abc.abstractmethod
+    async def send_realtime(self, input: RealtimeInput) -> None:
+        """Stream realtime input; the model decides when to answer (voice activity)."""
+
+    @abc.abstractmethod
+    def receive(self) -> AsyncIterator[LlmResponse]:
+        """Every response of the connection's life, in order (one receiver only)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Close the connection. Idempotent; ends `receive()` quietly."""
+
+
+class BaseLlm(abc.ABC):
+    """A model that can open live connections.
+
+    Holds no per-session state: one instance serves every concurrent session.
+    """
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+
+    @property
+    def model(self) -> str:
+        """The model name this instance was created for, e.g. `gemini-2.5-flash`."""
+        return self._model
+
+    @abc.abstractmethod
+    def connect(
+        self, request: LlmRequest
+    ) -> AbstractAsyncContextManager[BaseLlmConnection]:
+        """Open a live session; the connection is closed when the context exits.
+
+        Raises a `live.errors.LiveError` subclass when the session cannot be opened.
+        """
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self._model!r})"

@@ -1,0 +1,114 @@
+"""Model names to model instances, through regular-expression patterns.
+
+Unlike ADK's registry, where two matching patterns make the winner unspecified,
+a name matching two patterns is an `AmbiguousModelError`, and a name matching
+none is an `UnknownModelError` listing what is registered. `resolve_all` checks
+every configured name at start-up, so a typo fails at boot rather than on the
+first call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import threading
+from collections.abc import Callable, Iterable
+
+from live.errors import AmbiguousModelError, UnknownModelError
+from live.llm import BaseLlm
+
+__all__ = ["LlmFactory", "LlmRegistry", "default_registry"]
+
+LlmFactory = Callable[[str], BaseLlm]
+
+
+def _lazy(target: str) -> LlmFactory:
+    """A factory for `module:Class`, imported on first use.
+
+    Keeps `live` free of import-time dependencies on `connections`.
+    """
+
+    def factory(model: str) -> BaseLlm:
+        module_name, _, attr = target.partition(":")
+        cls = getattr(importlib.import_module(module_name), attr)
+        return cls(model)
+
+    factory.__qualname__ = f"lazy({target})"
+    return factory
+
+
+class LlmRegistry:
+    """Patterns (matched against the whole name) to factories; one instance per name.
+
+    Thread-safe; instances are created once and shared by every caller.
+    """
+
+    def __init__(self) -> None:
+        self._factories: dict[str, tuple[re.Pattern[str], LlmFactory]] = {}
+        self._instances: dict[str, BaseLlm] = {}
+        self._lock = threading.Lock()
+
+    def register(
+        self, pattern: str, factory: LlmFactory, *, replace: bool = False
+    ) -> None:
+        """Serve names matching `pattern` (a full match) with `factory(name)`.
+
+        Registering a pattern that is already registered raises `ValueError`
+        unless `replace=True`, which also forgets instances it had created.
+        """
+        compiled = re.compile(pattern)
+        with self._lock:
+            if pattern in self._factories and not replace:
+                raise ValueError(
+                    f"pattern {pattern!r} is already registered; "
+                    "pass replace=True to replace it"
+                )
+            self._factories[pattern] = (compiled, factory)
+            for name in [n for n in self._instances if compiled.fullmatch(n)]:
+                del self._instances[name]
+
+    @property
+    def patterns(self) -> list[str]:
+        """The registered patterns, in registration order."""
+        with self._lock:
+            return list(self._factories)
+
+    def _factory_for(self, model: str) -> LlmFactory:
+        matches = [
+            (pattern, factory)
+            for pattern, (compiled, factory) in self._factories.items()
+            if compiled.fullmatch(model)
+        ]
+        if not matches:
+            registered = ", ".join(repr(p) for p in self._factories) or "nothing"
+            raise UnknownModelError(
+                f"no model registered for {model!r}; registered patterns: {registered}"
+            )
+        if len(matches) > 1:
+            names = ", ".join(repr(p) for p, _ in matches)
+            raise AmbiguousModelError(
+                f"model {model!r} matches more than one registered pattern: {names}; "
+                "make the patterns disjoint"
+            )
+        return matches[0][1]
+
+    def resolve(self, model: str) -> BaseLlm:
+        """The shared instance for `model`, created on first use."""
+        with self._lock:
+            instance = self._instances.get(model)
+            if instance is None:
+                instance = self._factory_for(model)(model)
+                self._instances[model] = instance
+            return instance
+
+    def resolve_all(self, models: Iterable[str]) -> dict[str, BaseLlm]:
+        """Resolve every name now; raises on the first name that cannot be served."""
+        return {model: self.resolve(model) for model in models}
+
+
+def default_registry() -> LlmRegistry:
+    """A registry serving `gemini-.*` through Gemini and `local/echo` locally."""
+    registry = LlmRegistry()
+    registry.register(r"gemini-.*", _lazy("connections.gemini:Gemini"))
+    registry.register(r"local/echo", _lazy("connections.local_echo:LocalEcho"))
+    return registry
