@@ -1,0 +1,160 @@
+"""Agents: a model, an instruction, tools as plain Python functions, and live settings.
+
+An `Agent` is data. It knows how to describe itself to a live model (an
+`LlmRequest` with a `types.LiveConnectConfig`) and how to run one of its tools;
+the session server does the rest. Tools are ordinary functions, sync or async,
+declared to the model from their signature and docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from google.genai import types
+
+from live.llm import LlmRequest
+
+__all__ = ["Agent", "run_tool"]
+
+ToolFunction = Callable[..., Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """A conversational agent served by `live serve --agent module:attr`.
+
+    - `tools`: functions the server runs when the model calls them. Their names,
+      parameters (type hints) and docstrings become `types.FunctionDeclaration`s.
+    - `client_tools`: declarations of tools the *client* runs; calls to them are
+      sent to the client as `tool.call` and wait for its `tool.result`.
+    - `voice`: a prebuilt voice name (e.g. "Puck"); None keeps the model's default.
+    - `transcription`: transcripts of both sides (on by default).
+    - `config`: a `types.LiveConnectConfig` whose set fields override the rest.
+    """
+
+    name: str
+    model: str
+    instruction: str | None = None
+    tools: Sequence[ToolFunction] = ()
+    client_tools: Sequence[types.FunctionDeclaration] = ()
+    voice: str | None = None
+    response_modalities: Sequence[types.Modality] = (types.Modality.AUDIO,)
+    transcription: bool = True
+    tool_timeout: float = 10.0
+    client_tool_timeout: float = 30.0
+    config: types.LiveConnectConfig | None = None
+
+    def __post_init__(self) -> None:
+        names = [t.__name__ for t in self.tools] + [d.name or "" for d in self.client_tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"agent {self.name!r}: tool names must be unique: {duplicates}")
+        for tool in self.tools:
+            if not callable(tool):
+                raise TypeError(f"agent {self.name!r}: tool {tool!r} is not callable")
+        if not (self.tool_timeout > 0 and self.client_tool_timeout > 0):
+            raise ValueError(f"agent {self.name!r}: tool timeouts must be positive")
+
+    @property
+    def tools_by_name(self) -> Mapping[str, ToolFunction]:
+        return {tool.__name__: tool for tool in self.tools}
+
+    def declarations(self) -> list[types.FunctionDeclaration]:
+        """What the model is told about every tool, server and client side."""
+        declared = [
+            types.FunctionDeclaration.from_callable_with_api_option(
+                callable=tool, api_option="GEMINI_API"
+            )
+            for tool in self.tools
+        ]
+        return declared + list(self.client_tools)
+
+    def live_connect_config(self) -> types.LiveConnectConfig:
+        config = types.LiveConnectConfig(response_modalities=list(self.response_modalities))
+        if self.instruction:
+            config.system_instruction = types.Content(
+                role="system", parts=[types.Part(text=self.instruction)]
+            )
+        declarations = self.declarations()
+        if declarations:
+            config.tools = [types.Tool(function_declarations=declarations)]
+        if self.voice:
+            config.speech_config = types.SpeechConfig(
+                voice_config=types.VoiceConfig(
+                    prebuilt_voice_config=types.PrebuiltVoiceConfig(voice_name=self.voice)
+                )
+            )
+        if self.transcription:
+            config.input_audio_transcription = types.AudioTranscriptionConfig()
+            config.output_audio_transcription = types.AudioTranscriptionConfig()
+        if self.config is not None:
+            overrides = {
+                name: getattr(self.config, name)
+                for name in self.config.model_fields_set
+                if getattr(self.config, name) is not None
+            }
+            config = config.model_copy(update=overrides)
+        return config
+
+    def request(self, history: Sequence[types.Content] = ()) -> LlmRequest:
+        return LlmRequest(
+            model=self.model,
+            contents=list(history),
+            live_connect_config=self.live_connect_config(),
+            tools=dict(self.tools_by_name),
+        )
+
+    def with_model(self, model: str) -> Agent:
+        return dataclasses.replace(self, model=model)
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return _jsonable(dump(mode="json"))
+    return str(value)
+
+
+async def run_tool(tool: ToolFunction, args: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+    """Run one tool call and always produce a response for the model.
+
+    Sync functions run in a worker thread so they never block the session. A
+    result that is not a dict is wrapped as `{"result": ...}`. A tool that raises
+    or takes longer than `timeout` seconds yields `{"error": "..."}`: the model
+    must get an answer for every call, or it waits forever.
+    """
+    name = getattr(tool, "__name__", "tool")
+    try:
+        inspect.signature(tool).bind(**args)
+    except TypeError as exc:
+        return {"error": f"{name} was called with arguments it does not take: {exc}"}
+    try:
+        with anyio.fail_after(timeout):
+            if inspect.iscoroutinefunction(tool):
+                result = await tool(**args)
+            else:
+                result = await anyio.to_thread.run_sync(
+                    lambda: tool(**args), abandon_on_cancel=True
+                )
+    except TimeoutError:
+        return {"error": f"{name} did not finish within {timeout:g} s"}
+    except Exception as exc:  # a tool's failure is the model's information, not ours
+        return {"error": f"{name} failed: {type(exc).__name__}: {exc}"}
+    result = _jsonable(result)
+    return result if isinstance(result, dict) else {"result": result}

@@ -1,0 +1,522 @@
+"""The client protocol as data: messages a client sends, events the server sends.
+
+Pure functions and frozen dataclasses, no I/O, shared by the server and the Python
+client so the two cannot drift apart. Text frames carry one JSON object with a
+`type`; binary frames carry raw PCM16 little-endian mono audio (see
+docs/protocol.md). Anything a client sends that does not fit raises
+`ProtocolError` with a code and a message a person can act on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeAlias
+
+import pydantic
+from google.genai import types
+
+__all__ = [
+    "DEFAULT_INPUT_RATE",
+    "OUTPUT_RATE",
+    "ActivityEnd",
+    "ActivityStart",
+    "AudioEnd",
+    "ClientMessage",
+    "ErrorEvent",
+    "GenerationComplete",
+    "ProtocolError",
+    "ServerEvent",
+    "SessionClose",
+    "SessionClosed",
+    "SessionGoAway",
+    "SessionReconnecting",
+    "SessionResumed",
+    "SessionStart",
+    "SessionStarted",
+    "Text",
+    "TextEvent",
+    "ToolCallEvent",
+    "ToolCancelled",
+    "ToolResult",
+    "ToolResultEvent",
+    "TranscriptInput",
+    "TranscriptOutput",
+    "TurnComplete",
+    "TurnInterrupted",
+    "Usage",
+    "encode",
+    "parse_client_message",
+    "parse_server_event",
+]
+
+DEFAULT_INPUT_RATE = 16_000
+OUTPUT_RATE = 24_000
+MIN_INPUT_RATE = 8_000
+MAX_INPUT_RATE = 48_000
+MAX_TEXT_CHARS = 32_768
+
+
+class ProtocolError(Exception):
+    """A client frame that cannot be acted on.
+
+    `code` is stable and machine-readable; `message` says what was wrong and what
+    to send instead; `fatal` is true when the session cannot go on.
+    """
+
+    def __init__(self, code: str, message: str, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+
+
+# ---------------------------------------------------------------- client -> server
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionStart:
+    """Must come first. `history` seeds the conversation once."""
+
+    type: ClassVar[str] = "session.start"
+    token: str | None = None
+    history: tuple[types.Content, ...] = ()
+    input_rate: int = DEFAULT_INPUT_RATE
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        if self.token is not None:
+            out["token"] = self.token
+        if self.history:
+            out["history"] = [
+                c.model_dump(mode="json", exclude_none=True) for c in self.history
+            ]
+        out["input_audio"] = {"rate": self.input_rate}
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Text:
+    """A typed user turn."""
+
+    type: ClassVar[str] = "text"
+    text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActivityStart:
+    """The user started speaking (manual turn-taking)."""
+
+    type: ClassVar[str] = "activity.start"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActivityEnd:
+    """The user stopped speaking (manual turn-taking)."""
+
+    type: ClassVar[str] = "activity.end"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AudioEnd:
+    """The microphone was muted: the model should not wait for more audio."""
+
+    type: ClassVar[str] = "audio.end"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The answer to a `tool.call` the client runs."""
+
+    type: ClassVar[str] = "tool.result"
+    id: str
+    name: str
+    response: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionClose:
+    """The client is done; the server closes the session and the socket."""
+
+    type: ClassVar[str] = "session.close"
+
+
+ClientMessage: TypeAlias = (
+    SessionStart | Text | ActivityStart | ActivityEnd | AudioEnd | ToolResult | SessionClose
+)
+
+
+def _require_str(obj: Mapping[str, Any], key: str, kind: str, *, empty: bool = False) -> str:
+    if key not in obj:
+        raise ProtocolError("missing_field", f"{kind} needs a {key!r} field (a string)")
+    value = obj[key]
+    if not isinstance(value, str):
+        raise ProtocolError(
+            "invalid_field", f"{kind}: {key!r} must be a string, not {type(value).__name__}"
+        )
+    if not empty and not value:
+        raise ProtocolError("invalid_field", f"{kind}: {key!r} must not be empty")
+    return value
+
+
+def _parse_history(value: Any) -> tuple[types.Content, ...]:
+    if not isinstance(value, list):
+        raise ProtocolError(
+            "invalid_field", "session.start: 'history' must be a list of Content objects"
+        )
+    contents = []
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ProtocolError(
+                "invalid_field",
+                f"session.start: history[{index}] must be an object like "
+                '{"role": "user", "parts": [{"text": "..."}]}',
+            )
+        try:
+            content = types.Content.model_validate(item)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ProtocolError(
+                "invalid_field",
+                f"session.start: history[{index}] is not a valid Content "
+                f"({where}: {first['msg']})",
+            ) from None
+        if content.role not in ("user", "model"):
+            raise ProtocolError(
+                "invalid_field",
+                f"session.start: history[{index}].role must be 'user' or 'model'",
+            )
+        contents.append(content)
+    return tuple(contents)
+
+
+def _parse_input_rate(value: Any) -> int:
+    if not isinstance(value, dict):
+        raise ProtocolError(
+            "invalid_field", "session.start: 'input_audio' must be an object like {\"rate\": 16000}"
+        )
+    rate = value.get("rate", DEFAULT_INPUT_RATE)
+    if isinstance(rate, bool) or not isinstance(rate, int):
+        raise ProtocolError("invalid_field", "session.start: input_audio.rate must be an integer")
+    if not MIN_INPUT_RATE <= rate <= MAX_INPUT_RATE:
+        raise ProtocolError(
+            "invalid_field",
+            f"session.start: input_audio.rate must be between {MIN_INPUT_RATE} and "
+            f"{MAX_INPUT_RATE} Hz, not {rate}",
+        )
+    return rate
+
+
+def _parse_session_start(obj: Mapping[str, Any]) -> SessionStart:
+    token = obj.get("token")
+    if token is not None and not isinstance(token, str):
+        raise ProtocolError("invalid_field", "session.start: 'token' must be a string")
+    history = _parse_history(obj["history"]) if obj.get("history") is not None else ()
+    rate = (
+        _parse_input_rate(obj["input_audio"])
+        if obj.get("input_audio") is not None
+        else DEFAULT_INPUT_RATE
+    )
+    return SessionStart(token=token, history=history, input_rate=rate)
+
+
+def _parse_text(obj: Mapping[str, Any]) -> Text:
+    text = _require_str(obj, "text", "text")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ProtocolError(
+            "invalid_field", f"text: at most {MAX_TEXT_CHARS} characters, got {len(text)}"
+        )
+    return Text(text=text)
+
+
+def _parse_tool_result(obj: Mapping[str, Any]) -> ToolResult:
+    call_id = _require_str(obj, "id", "tool.result")
+    name = _require_str(obj, "name", "tool.result")
+    if "response" not in obj:
+        raise ProtocolError(
+            "missing_field", "tool.result needs a 'response' field (a JSON object)"
+        )
+    response = obj["response"]
+    if not isinstance(response, dict):
+        raise ProtocolError(
+            "invalid_field",
+            "tool.result: 'response' must be a JSON object, e.g. {\"result\": ...}",
+        )
+    return ToolResult(id=call_id, name=name, response=response)
+
+
+_CLIENT_PARSERS = {
+    "session.start": _parse_session_start,
+    "text": _parse_text,
+    "activity.start": lambda obj: ActivityStart(),
+    "activity.end": lambda obj: ActivityEnd(),
+    "audio.end": lambda obj: AudioEnd(),
+    "tool.result": _parse_tool_result,
+    "session.close": lambda obj: SessionClose(),
+}
+
+
+def parse_client_message(raw: str | bytes) -> ClientMessage:
+    """Parse one client text frame; raises `ProtocolError` on anything unusable."""
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(
+            "invalid_json", f"text frames must be JSON objects; this one is not JSON ({exc})"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(
+            "invalid_json", f"text frames must be JSON objects, not {type(obj).__name__}"
+        )
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError("missing_field", "every message needs a 'type' field (a string)")
+    parser = _CLIENT_PARSERS.get(kind)
+    if parser is None:
+        known = ", ".join(_CLIENT_PARSERS)
+        raise ProtocolError("unknown_type", f"unknown message type {kind!r}; known types: {known}")
+    return parser(obj)
+
+
+# ---------------------------------------------------------------- server -> client
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionStarted:
+    type: ClassVar[str] = "session.started"
+    session_id: str
+    model: str
+    input_rate: int
+    output_rate: int = OUTPUT_RATE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "session_id": self.session_id,
+            "model": self.model,
+            "input_audio": {"rate": self.input_rate, "encoding": "pcm16le"},
+            "output_audio": {"rate": self.output_rate, "encoding": "pcm16le"},
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> SessionStarted:
+        return cls(
+            session_id=obj["session_id"],
+            model=obj["model"],
+            input_rate=obj["input_audio"]["rate"],
+            output_rate=obj["output_audio"]["rate"],
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TranscriptInput:
+    """What the user said, as the model heard it. `final` closes the turn's text."""
+
+    type: ClassVar[str] = "transcript.input"
+    text: str
+    final: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TranscriptOutput:
+    """What the model said. `final` closes the turn's text."""
+
+    type: ClassVar[str] = "transcript.output"
+    text: str
+    final: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TextEvent:
+    """A text reply (models asked for text instead of, or besides, audio)."""
+
+    type: ClassVar[str] = "text"
+    text: str
+    partial: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolCallEvent:
+    """The model called a tool; `runs_on` says who answers it: "server" or "client"."""
+
+    type: ClassVar[str] = "tool.call"
+    id: str
+    name: str
+    args: dict[str, Any]
+    runs_on: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolResultEvent:
+    """The response sent to the model for a call (shown to the client for display)."""
+
+    type: ClassVar[str] = "tool.result"
+    id: str
+    name: str
+    response: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolCancelled:
+    """The model no longer wants these calls answered."""
+
+    type: ClassVar[str] = "tool.cancelled"
+    ids: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnInterrupted:
+    """The user barged in: flush playback now; no more audio of that reply follows."""
+
+    type: ClassVar[str] = "turn.interrupted"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GenerationComplete:
+    """All of the model's audio for this turn has been sent."""
+
+    type: ClassVar[str] = "generation.complete"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnComplete:
+    """The model's turn is over; it listens."""
+
+    type: ClassVar[str] = "turn.complete"
+    reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts reported by the model, for cost accounting."""
+
+    type: ClassVar[str] = "usage"
+    prompt_tokens: int | None = None
+    response_tokens: int | None = None
+    total_tokens: int | None = None
+    cached_tokens: int | None = None
+    thoughts_tokens: int | None = None
+    tool_use_prompt_tokens: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionGoAway:
+    """The upstream connection will close in `time_left` seconds."""
+
+    type: ClassVar[str] = "session.go_away"
+    time_left: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionReconnecting:
+    """The upstream connection is being replaced; audio sent meanwhile is held."""
+
+    type: ClassVar[str] = "session.reconnecting"
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionResumed:
+    """The conversation goes on over a new upstream connection."""
+
+    type: ClassVar[str] = "session.resumed"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """Something went wrong; `fatal` says whether the session ends because of it."""
+
+    type: ClassVar[str] = "error"
+    code: str
+    message: str
+    fatal: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionClosed:
+    """The last event of a session."""
+
+    type: ClassVar[str] = "session.closed"
+    reason: str
+
+
+ServerEvent: TypeAlias = (
+    SessionStarted
+    | TranscriptInput
+    | TranscriptOutput
+    | TextEvent
+    | ToolCallEvent
+    | ToolResultEvent
+    | ToolCancelled
+    | TurnInterrupted
+    | GenerationComplete
+    | TurnComplete
+    | Usage
+    | SessionGoAway
+    | SessionReconnecting
+    | SessionResumed
+    | ErrorEvent
+    | SessionClosed
+)
+
+_SERVER_EVENTS: dict[str, type[Any]] = {
+    cls.type: cls
+    for cls in (
+        SessionStarted,
+        TranscriptInput,
+        TranscriptOutput,
+        TextEvent,
+        ToolCallEvent,
+        ToolResultEvent,
+        ToolCancelled,
+        TurnInterrupted,
+        GenerationComplete,
+        TurnComplete,
+        Usage,
+        SessionGoAway,
+        SessionReconnecting,
+        SessionResumed,
+        ErrorEvent,
+        SessionClosed,
+    )
+}
+
+_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def _to_json(message: Any) -> dict[str, Any]:
+    custom = getattr(message, "to_json", None)
+    if custom is not None:
+        return custom()
+    out: dict[str, Any] = {"type": message.type}
+    for field in dataclasses.fields(message):
+        value = getattr(message, field.name)
+        if value is None:
+            continue
+        out[field.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def encode(message: ClientMessage | ServerEvent) -> str:
+    """One text frame for a client message or a server event."""
+    return _DUMPS(_to_json(message))
+
+
+def parse_server_event(raw: str | bytes) -> ServerEvent:
+    """Parse one server text frame (for clients); unknown types raise `ProtocolError`."""
+    obj = json.loads(raw)
+    kind = obj.get("type")
+    cls = _SERVER_EVENTS.get(kind)
+    if cls is None:
+        raise ProtocolError("unknown_type", f"unknown server event type {kind!r}")
+    from_json = getattr(cls, "from_json", None)
+    if from_json is not None:
+        return from_json(obj)
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        if field.name in obj:
+            value = obj[field.name]
+            kwargs[field.name] = tuple(value) if isinstance(value, list) and field.name == "ids" else value
+    return cls(**kwargs)

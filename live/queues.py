@@ -1,0 +1,193 @@
+"""The two bounded queues of a session, and the pacing of audio to the client.
+
+`UpstreamQueue` carries what the client sends toward the model, in order.
+`ClientOutbox` carries events and audio toward the client. Each bound says what
+happens when it is reached, and both are event-driven (no polling).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Generic, TypeVar
+
+import anyio
+
+__all__ = ["AudioPacer", "ClientOutbox", "OutboxOverflow", "UpstreamQueue"]
+
+T = TypeVar("T")
+BYTES_PER_SECOND_OUT = 24_000 * 2  # PCM16 mono at 24 kHz
+
+
+class UpstreamQueue(Generic[T]):
+    """Client input on its way to the model: audio and control, one order.
+
+    At most `max_audio` audio items wait (50 frames of 20 ms is one second). When
+    one more arrives, the *oldest* waiting audio item is dropped and counted: a
+    live conversation is better served by the newest audio than by a growing
+    delay. Control items (text, activity, tool results) are never dropped; at most
+    `max_control` wait, and `put_control` then waits, which stops reading from the
+    client until the model side catches up.
+    """
+
+    def __init__(self, *, max_audio: int = 50, max_control: int = 64) -> None:
+        self._items: collections.deque[tuple[bool, T]] = collections.deque()
+        self._audio = 0
+        self._control = 0
+        self._max_audio = max_audio
+        self._max_control = max_control
+        self._ready = anyio.Event()
+        self._space = anyio.Event()
+        self.dropped_audio = 0
+
+    def put_audio(self, item: T) -> bool:
+        """Queue audio; returns True when an older audio item was dropped for it."""
+        dropped = False
+        if self._audio >= self._max_audio:
+            for index, (is_audio, _) in enumerate(self._items):
+                if is_audio:
+                    del self._items[index]
+                    self._audio -= 1
+                    self.dropped_audio += 1
+                    dropped = True
+                    break
+        self._items.append((True, item))
+        self._audio += 1
+        self._ready.set()
+        return dropped
+
+    async def put_control(self, item: T) -> None:
+        while self._control >= self._max_control:
+            if self._space.is_set():
+                self._space = anyio.Event()  # several producers may share one wait
+            await self._space.wait()
+        self._items.append((False, item))
+        self._control += 1
+        self._ready.set()
+
+    async def get(self) -> T:
+        while not self._items:
+            self._ready = anyio.Event()
+            await self._ready.wait()
+        is_audio, item = self._items.popleft()
+        if is_audio:
+            self._audio -= 1
+        else:
+            self._control -= 1
+            self._space.set()
+        return item
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class AudioPacer:
+    """Keeps the client at most `lead` seconds of audio ahead of its playback.
+
+    Audio that stays on the server can still be dropped when the user barges in;
+    audio already sent sits in the client's playback buffer. A short lead keeps
+    playback smooth and makes an interruption discard little. `lead=None`
+    disables pacing (send as fast as the socket takes it).
+    """
+
+    def __init__(self, lead: float | None, bytes_per_second: int = BYTES_PER_SECOND_OUT) -> None:
+        self.lead = lead
+        self._bytes_per_second = bytes_per_second
+        self._played_until = 0.0  # when the client will have played all it was sent
+
+    def wait_time(self, now: float) -> float:
+        """Seconds to wait before the next chunk may be sent (0 means now)."""
+        if self.lead is None:
+            return 0.0
+        return max(0.0, self._played_until - self.lead - now)
+
+    def sent(self, nbytes: int, now: float) -> None:
+        self._played_until = max(self._played_until, now) + nbytes / self._bytes_per_second
+
+    def reset(self, now: float) -> None:
+        """The client flushed its playback (interruption)."""
+        self._played_until = now
+
+
+class OutboxOverflow(Exception):
+    """The client stopped reading: its event queue is full."""
+
+
+class ClientOutbox:
+    """Frames waiting for one client socket: JSON events ahead of paced audio.
+
+    Events (small, rare) go before any queued audio, so `turn.interrupted` reaches
+    the client at once. At most `max_events` wait; beyond that the client is not
+    reading and `put_event` raises `OutboxOverflow` (the session ends). Audio waits
+    up to `max_audio_seconds`; `put_audio` then waits, which stops reading from
+    the model until the client catches up (memory stays bounded per session).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_events: int = 1024,
+        max_audio_seconds: float = 10.0,
+        lead: float | None = 0.5,
+        clock=time.monotonic,
+    ) -> None:
+        self._events: collections.deque[str] = collections.deque()
+        self._audio: collections.deque[bytes] = collections.deque()
+        self._audio_bytes = 0
+        self._max_events = max_events
+        self._max_audio_bytes = int(max_audio_seconds * BYTES_PER_SECOND_OUT)
+        self._pacer = AudioPacer(lead)
+        self._clock = clock
+        self._wake = anyio.Event()
+        self._space = anyio.Event()
+        self.flushed_bytes = 0
+
+    def put_event(self, frame: str) -> None:
+        if len(self._events) >= self._max_events:
+            raise OutboxOverflow(f"{self._max_events} events waiting for a client that is not reading")
+        self._events.append(frame)
+        self._wake.set()
+
+    async def put_audio(self, data: bytes) -> None:
+        while self._audio_bytes >= self._max_audio_bytes:
+            if self._space.is_set():
+                self._space = anyio.Event()
+            await self._space.wait()
+        self._audio.append(data)
+        self._audio_bytes += len(data)
+        self._wake.set()
+
+    def flush_audio(self) -> int:
+        """Drop all queued audio (the user barged in); returns the bytes dropped."""
+        dropped = self._audio_bytes
+        self._audio.clear()
+        self._audio_bytes = 0
+        self.flushed_bytes += dropped
+        self._pacer.reset(self._clock())
+        self._space.set()
+        return dropped
+
+    @property
+    def queued_audio_seconds(self) -> float:
+        return self._audio_bytes / BYTES_PER_SECOND_OUT
+
+    async def get(self) -> str | bytes:
+        """The next frame to send; waits for one, and for the pacer before audio."""
+        while True:
+            if self._events:
+                return self._events.popleft()
+            if self._audio:
+                now = self._clock()
+                delay = self._pacer.wait_time(now)
+                if delay <= 0:
+                    data = self._audio.popleft()
+                    self._audio_bytes -= len(data)
+                    self._pacer.sent(len(data), now)
+                    self._space.set()
+                    return data
+                self._wake = anyio.Event()
+                with anyio.move_on_after(delay):
+                    await self._wake.wait()
+                continue
+            self._wake = anyio.Event()
+            await self._wake.wait()

@@ -1,0 +1,425 @@
+"""The state of one client conversation, as a plain state machine (no I/O).
+
+`SessionCore` is fed what happens — a client frame, a model response, a tool that
+finished — and returns the actions that follow: events and audio for the client,
+input for the model, tool tasks to start or cancel, the end of the session. The
+I/O layer (`live.server`) carries the actions out. Every rule about turns, tools
+and interruptions lives here, where a test can drive it without sockets.
+
+Turn state: `LISTENING -> RESPONDING -> (INTERRUPTED | LISTENING)`. After the model
+reports `interrupted`, audio of the interrupted generation is dropped — both what
+is still queued for the client (`FlushAudio`) and what arrives late — until the
+interrupted turn is closed by `turn_complete`, the client starts a new turn of its
+own (text, activity end, tool result), or `late_audio_window` seconds pass (some
+servers never close an interrupted turn).
+
+Tool calls: `PENDING -> (ANSWERED | CANCELLED | TIMED_OUT)`. Every call the model
+makes gets exactly one response, unless the model cancels it first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from typing import Any, TypeAlias
+
+from google.genai import types
+
+from live.llm import AUDIO_STREAM_END, LlmResponse, RealtimeInput
+from live.protocol import (
+    ActivityEnd,
+    ActivityStart,
+    AudioEnd,
+    ClientMessage,
+    ErrorEvent,
+    GenerationComplete,
+    ProtocolError,
+    ServerEvent,
+    SessionClose,
+    SessionGoAway,
+    SessionStart,
+    Text,
+    TextEvent,
+    ToolCallEvent,
+    ToolCancelled,
+    ToolResult,
+    ToolResultEvent,
+    TranscriptInput,
+    TranscriptOutput,
+    TurnComplete,
+    TurnInterrupted,
+    Usage,
+    parse_client_message,
+)
+
+__all__ = [
+    "AwaitClientTool",
+    "CancelTool",
+    "CloseSession",
+    "FlushAudio",
+    "RunTool",
+    "SendAudio",
+    "SendEvent",
+    "SessionCore",
+    "ToUpstream",
+    "ToolState",
+    "TurnState",
+]
+
+
+class TurnState(enum.Enum):
+    LISTENING = "listening"
+    RESPONDING = "responding"
+    INTERRUPTED = "interrupted"
+
+
+class ToolState(enum.Enum):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+# ------------------------------------------------------------------ actions
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendEvent:
+    """Send a JSON event to the client, ahead of any queued audio."""
+
+    event: ServerEvent
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendAudio:
+    """Queue model audio (PCM16 at 24 kHz) for the client, in order."""
+
+    data: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlushAudio:
+    """Discard every audio chunk still queued for the client."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToUpstream:
+    """Send to the model: a `Content` (user turn or function responses) or realtime input."""
+
+    item: types.Content | RealtimeInput
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunTool:
+    """Start the server-side tool for this call, as a task keyed by the call id."""
+
+    call: types.FunctionCall
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AwaitClientTool:
+    """Wait `timeout` seconds for the client's `tool.result`, then answer with an error."""
+
+    call: types.FunctionCall
+    timeout: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelTool:
+    """Cancel the task (server tool or client deadline) of this call."""
+
+    call_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CloseSession:
+    """End the session: `reason` goes into `session.closed` and the log."""
+
+    reason: str
+
+
+Action: TypeAlias = (
+    SendEvent | SendAudio | FlushAudio | ToUpstream | RunTool | AwaitClientTool | CancelTool | CloseSession
+)
+
+
+@dataclasses.dataclass(slots=True)
+class _ToolCall:
+    name: str
+    runs_on: str
+    state: ToolState = ToolState.PENDING
+
+
+def function_response_content(call_id: str, name: str, response: dict[str, Any]) -> types.Content:
+    """A user content made of one function response: how tool results go to the model."""
+    return types.Content(
+        role="user",
+        parts=[
+            types.Part(
+                function_response=types.FunctionResponse(id=call_id, name=name, response=response)
+            )
+        ],
+    )
+
+
+def _usage_event(usage: types.UsageMetadata) -> Usage:
+    return Usage(
+        prompt_tokens=usage.prompt_token_count,
+        response_tokens=usage.response_token_count,
+        total_tokens=usage.total_token_count,
+        cached_tokens=usage.cached_content_token_count,
+        thoughts_tokens=usage.thoughts_token_count,
+        tool_use_prompt_tokens=usage.tool_use_prompt_token_count,
+    )
+
+
+class SessionCore:
+    """Turn, tool and interruption bookkeeping for one started session.
+
+    `server_tools` names the tools the server runs; calls for any other name go to
+    the client. `client_tool_timeout` bounds how long a client-run call may take.
+    """
+
+    def __init__(
+        self,
+        *,
+        input_rate: int,
+        server_tools: frozenset[str] = frozenset(),
+        client_tool_timeout: float = 30.0,
+        late_audio_window: float = 1.5,
+    ) -> None:
+        self.input_mime = f"audio/pcm;rate={input_rate}"
+        self.server_tools = server_tools
+        self.client_tool_timeout = client_tool_timeout
+        self.late_audio_window = late_audio_window
+        self.turn = TurnState.LISTENING
+        self.tools: dict[str, _ToolCall] = {}
+        self.resumption_handle: str | None = None
+        self.late_audio_dropped = 0
+        self._interrupted_at = 0.0
+
+    # -------------------------------------------------------------- client side
+
+    def client_audio(self, data: bytes) -> types.Blob:
+        """Validate one binary frame of PCM16 audio; the hot path, kept minimal.
+
+        Raises `ProtocolError` (not fatal) for an odd number of bytes.
+        """
+        if len(data) & 1:
+            raise ProtocolError(
+                "invalid_audio",
+                f"audio frames are PCM16: an even number of bytes, got {len(data)}; "
+                "the frame was dropped",
+            )
+        return types.Blob.model_construct(data=data, mime_type=self.input_mime)
+
+    def client_text(self, raw: str, now: float) -> list[Action]:
+        """Handle one client text frame; bad input becomes an `error` event."""
+        try:
+            message = parse_client_message(raw)
+        except ProtocolError as exc:
+            return [SendEvent(ErrorEvent(exc.code, exc.message, exc.fatal))]
+        return self.client_message(message, now)
+
+    def client_message(self, message: ClientMessage, now: float) -> list[Action]:
+        if isinstance(message, SessionStart):
+            return [
+                SendEvent(
+                    ErrorEvent(
+                        "already_started",
+                        "session.start was already received; this one was ignored",
+                    )
+                )
+            ]
+        if isinstance(message, SessionClose):
+            return [CloseSession("client closed the session")]
+        if isinstance(message, AudioEnd):
+            return [ToUpstream(AUDIO_STREAM_END)]
+        if isinstance(message, ActivityStart):
+            return [ToUpstream(types.ActivityStart())]
+        # What follows starts a new user turn of the client's own: late audio of an
+        # interrupted reply can no longer be on its way.
+        self._end_interruption()
+        if isinstance(message, ActivityEnd):
+            return [ToUpstream(types.ActivityEnd())]
+        if isinstance(message, Text):
+            content = types.Content(role="user", parts=[types.Part(text=message.text)])
+            return [ToUpstream(content)]
+        assert isinstance(message, ToolResult)
+        return self._client_tool_result(message)
+
+    def _client_tool_result(self, message: ToolResult) -> list[Action]:
+        call = self.tools.get(message.id)
+        if call is None or call.runs_on != "client":
+            return [
+                SendEvent(
+                    ErrorEvent(
+                        "unknown_tool_call",
+                        f"tool.result for {message.id!r}: no call with that id is waiting "
+                        "for the client",
+                    )
+                )
+            ]
+        if call.state is not ToolState.PENDING:
+            return [
+                SendEvent(
+                    ErrorEvent(
+                        "tool_call_closed",
+                        f"tool.result for {message.id!r} came too late: the call was "
+                        f"already {call.state.value}",
+                    )
+                )
+            ]
+        if message.name != call.name:
+            return [
+                SendEvent(
+                    ErrorEvent(
+                        "invalid_field",
+                        f"tool.result for {message.id!r} names {message.name!r}, but the "
+                        f"call was to {call.name!r}",
+                    )
+                )
+            ]
+        call.state = ToolState.ANSWERED
+        return [
+            CancelTool(message.id),
+            ToUpstream(function_response_content(message.id, call.name, message.response)),
+        ]
+
+    # -------------------------------------------------------------- model side
+
+    def model_response(self, response: LlmResponse, now: float) -> list[Action]:
+        """Map one model response to actions, looking at every field."""
+        actions: list[Action] = []
+        if response.interrupted:
+            # First: audio bundled with the interruption belongs to the old reply.
+            self.turn = TurnState.INTERRUPTED
+            self._interrupted_at = now
+            actions.append(FlushAudio())
+            actions.append(SendEvent(TurnInterrupted()))
+        elif (
+            self.turn is TurnState.INTERRUPTED
+            and now - self._interrupted_at > self.late_audio_window
+        ):
+            self._end_interruption()
+
+        content = response.content
+        if content is not None and content.parts:
+            for part in content.parts:
+                self._map_part(part, response.partial, actions)
+
+        if response.input_transcription is not None:
+            t = response.input_transcription
+            if t.text or t.finished:
+                actions.append(SendEvent(TranscriptInput(t.text or "", bool(t.finished))))
+        if response.output_transcription is not None:
+            t = response.output_transcription
+            if t.text or t.finished:
+                actions.append(SendEvent(TranscriptOutput(t.text or "", bool(t.finished))))
+        if response.cancelled_tool_call_ids:
+            actions.extend(self._cancel_tools(response.cancelled_tool_call_ids))
+        if response.generation_complete:
+            actions.append(SendEvent(GenerationComplete()))
+        if response.turn_complete:
+            self.turn = TurnState.LISTENING
+            reason = response.turn_complete_reason
+            actions.append(SendEvent(TurnComplete(reason.value if reason else None)))
+        if response.usage_metadata is not None:
+            actions.append(SendEvent(_usage_event(response.usage_metadata)))
+        if response.go_away_time_left is not None:
+            actions.append(SendEvent(SessionGoAway(response.go_away_time_left)))
+        update = response.session_resumption_update
+        if update is not None and update.resumable and update.new_handle:
+            self.resumption_handle = update.new_handle
+        if response.error_code or response.error_message:
+            actions.append(
+                SendEvent(
+                    ErrorEvent(
+                        "model_error",
+                        f"{response.error_code or 'error'}: {response.error_message or ''}".strip(),
+                    )
+                )
+            )
+        return actions
+
+    def _map_part(self, part: types.Part, partial: bool, actions: list[Action]) -> None:
+        blob = part.inline_data
+        if blob is not None and blob.data:
+            if (blob.mime_type or "audio/").startswith("audio/"):
+                if self.turn is TurnState.INTERRUPTED:
+                    self.late_audio_dropped += 1
+                    return
+                self.turn = TurnState.RESPONDING
+                actions.append(SendAudio(blob.data))
+            return
+        if part.function_call is not None:
+            actions.extend(self._tool_call(part.function_call))
+            return
+        if part.text and not part.thought:
+            actions.append(SendEvent(TextEvent(part.text, partial)))
+
+    def _tool_call(self, call: types.FunctionCall) -> list[Action]:
+        # A new call means a new generation: nothing late can follow the interrupted one.
+        self._end_interruption()
+        call_id = call.id or f"live-{uuid.uuid4().hex[:12]}"
+        if call.id != call_id:
+            call = call.model_copy(update={"id": call_id})
+        name = call.name or ""
+        runs_on = "server" if name in self.server_tools else "client"
+        self.tools[call_id] = _ToolCall(name=name, runs_on=runs_on)
+        event = SendEvent(ToolCallEvent(call_id, name, dict(call.args or {}), runs_on))
+        if runs_on == "server":
+            return [event, RunTool(call)]
+        return [event, AwaitClientTool(call, self.client_tool_timeout)]
+
+    def _cancel_tools(self, ids: tuple[str, ...]) -> list[Action]:
+        actions: list[Action] = []
+        cancelled = []
+        for call_id in ids:
+            call = self.tools.get(call_id)
+            if call is None or call.state is not ToolState.PENDING:
+                continue
+            call.state = ToolState.CANCELLED
+            cancelled.append(call_id)
+            actions.append(CancelTool(call_id))
+        if cancelled:
+            actions.append(SendEvent(ToolCancelled(tuple(cancelled))))
+        return actions
+
+    # -------------------------------------------------------------- tool side
+
+    def tool_finished(self, call_id: str, response: dict[str, Any]) -> list[Action]:
+        """A server tool returned (or failed: `response` then holds an `error`)."""
+        call = self.tools.get(call_id)
+        if call is None or call.state is not ToolState.PENDING:
+            return []
+        call.state = ToolState.ANSWERED
+        return [
+            ToUpstream(function_response_content(call_id, call.name, response)),
+            SendEvent(ToolResultEvent(call_id, call.name, response)),
+        ]
+
+    def client_tool_expired(self, call_id: str) -> list[Action]:
+        """The client did not answer a call in time: the model still gets an answer."""
+        call = self.tools.get(call_id)
+        if call is None or call.state is not ToolState.PENDING:
+            return []
+        call.state = ToolState.TIMED_OUT
+        message = (
+            f"the client did not return a result for {call.name!r} within "
+            f"{self.client_tool_timeout:g} s"
+        )
+        response = {"error": message}
+        return [
+            ToUpstream(function_response_content(call_id, call.name, response)),
+            SendEvent(ErrorEvent("tool_timeout", f"tool call {call_id!r}: {message}")),
+        ]
+
+    @property
+    def pending_tool_calls(self) -> list[str]:
+        return [i for i, c in self.tools.items() if c.state is ToolState.PENDING]
+
+    def _end_interruption(self) -> None:
+        if self.turn is TurnState.INTERRUPTED:
+            self.turn = TurnState.LISTENING

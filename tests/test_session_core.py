@@ -1,0 +1,185 @@
+"""Session rules without sockets: turns, barge-in, tools, bad input."""
+
+from __future__ import annotations
+
+import pytest
+from google.genai import types
+
+from live import LlmResponse
+from live import protocol as p
+from live.session import (
+    AwaitClientTool,
+    CancelTool,
+    CloseSession,
+    FlushAudio,
+    RunTool,
+    SendAudio,
+    SendEvent,
+    SessionCore,
+    ToUpstream,
+    TurnState,
+)
+
+
+def audio(data: bytes = b"\x01\x00" * 480) -> LlmResponse:
+    return LlmResponse(
+        content=types.Content(
+            role="model",
+            parts=[types.Part(inline_data=types.Blob(data=data, mime_type="audio/pcm;rate=24000"))],
+        )
+    )
+
+
+def call(name: str, call_id: str | None = "c1", **args) -> LlmResponse:
+    return LlmResponse(
+        content=types.Content(
+            role="model",
+            parts=[types.Part(function_call=types.FunctionCall(id=call_id, name=name, args=args))],
+        )
+    )
+
+
+def events(actions):
+    return [a.event for a in actions if isinstance(a, SendEvent)]
+
+
+def core(**kw) -> SessionCore:
+    return SessionCore(input_rate=16_000, server_tools=frozenset({"get_weather"}), **kw)
+
+
+def test_audio_frames_become_blobs_at_the_session_rate():
+    blob = SessionCore(input_rate=48_000).client_audio(b"\x00\x01" * 960)
+    assert blob.mime_type == "audio/pcm;rate=48000"
+    assert blob.data == b"\x00\x01" * 960
+
+
+def test_odd_length_audio_is_refused_not_fatal():
+    with pytest.raises(p.ProtocolError) as info:
+        core().client_audio(b"\x00\x01\x02")
+    assert info.value.code == "invalid_audio" and not info.value.fatal
+
+
+def test_bad_text_frame_becomes_an_error_event_and_nothing_else():
+    actions = core().client_text("{oops", now=0.0)
+    [event] = events(actions)
+    assert len(actions) == 1
+    assert event.code == "invalid_json" and not event.fatal
+
+
+def test_one_bundled_message_yields_audio_transcript_and_turn_end_in_order():
+    s = core()
+    response = audio()
+    response.output_transcription = types.Transcription(text="Hi", finished=False)
+    response.generation_complete = True
+    response.turn_complete = True
+    response.usage_metadata = types.UsageMetadata(prompt_token_count=7, response_token_count=3, total_token_count=10)
+    actions = s.model_response(response, now=0.0)
+    kinds = [type(a.event).__name__ if isinstance(a, SendEvent) else type(a).__name__ for a in actions]
+    assert kinds == ["SendAudio", "TranscriptOutput", "GenerationComplete", "TurnComplete", "Usage"]
+    assert events(actions)[-1].total_tokens == 10
+    assert s.turn is TurnState.LISTENING
+
+
+def test_interruption_flushes_and_drops_late_audio_until_the_turn_closes():
+    s = core()
+    assert isinstance(s.model_response(audio(), now=0.0)[0], SendAudio)
+    interrupted = audio()  # audio bundled with the interruption is stale too
+    interrupted.interrupted = True
+    actions = s.model_response(interrupted, now=1.0)
+    assert isinstance(actions[0], FlushAudio)
+    assert [type(e) for e in events(actions)] == [p.TurnInterrupted]
+    assert not any(isinstance(a, SendAudio) for a in actions)
+    # Late audio of the interrupted generation never reaches the client...
+    assert s.model_response(audio(), now=1.1) == []
+    assert s.late_audio_dropped == 2
+    # ...until the interrupted turn is closed; then the next reply plays.
+    s.model_response(LlmResponse(turn_complete=True), now=1.2)
+    assert isinstance(s.model_response(audio(), now=2.0)[0], SendAudio)
+
+
+def test_late_audio_window_bounds_the_drop_when_no_turn_end_comes():
+    s = core(late_audio_window=0.5)
+    s.model_response(LlmResponse(interrupted=True), now=0.0)
+    assert s.model_response(audio(), now=0.3) == []
+    assert isinstance(s.model_response(audio(), now=0.6)[0], SendAudio)
+
+
+def test_a_client_turn_ends_the_drop_early():
+    s = core()
+    s.model_response(LlmResponse(interrupted=True), now=0.0)
+    s.client_text('{"type": "text", "text": "what about Rome?"}', now=0.1)
+    assert isinstance(s.model_response(audio(), now=0.2)[0], SendAudio)
+
+
+def test_server_tool_call_starts_a_task_and_its_result_goes_upstream_once():
+    s = core()
+    actions = s.model_response(call("get_weather", city="Paris"), now=0.0)
+    [event] = events(actions)
+    assert event == p.ToolCallEvent("c1", "get_weather", {"city": "Paris"}, "server")
+    assert any(isinstance(a, RunTool) and a.call.id == "c1" for a in actions)
+    done = s.tool_finished("c1", {"temp_c": 18})
+    [up] = [a for a in done if isinstance(a, ToUpstream)]
+    fr = up.item.parts[0].function_response
+    assert (fr.id, fr.name, fr.response) == ("c1", "get_weather", {"temp_c": 18})
+    assert s.tool_finished("c1", {"temp_c": 19}) == []  # exactly one response per call
+
+
+def test_unknown_tool_goes_to_the_client_with_a_deadline_and_expires_with_an_error():
+    s = core(client_tool_timeout=5.0)
+    actions = s.model_response(call("open_door", call_id="d1"), now=0.0)
+    assert events(actions)[0].runs_on == "client"
+    [wait] = [a for a in actions if isinstance(a, AwaitClientTool)]
+    assert wait.timeout == 5.0
+    expired = s.client_tool_expired("d1")
+    [up] = [a for a in expired if isinstance(a, ToUpstream)]
+    assert "did not return a result" in up.item.parts[0].function_response.response["error"]
+    assert events(expired)[0].code == "tool_timeout"
+    late = s.client_text('{"type":"tool.result","id":"d1","name":"open_door","response":{}}', now=9)
+    assert events(late)[0].code == "tool_call_closed"
+
+
+def test_client_tool_result_is_checked_then_forwarded_with_the_exact_id():
+    s = core()
+    s.model_response(call("open_door", call_id="fn_7f2"), now=0.0)
+    wrong = s.client_text('{"type":"tool.result","id":"nope","name":"open_door","response":{}}', now=1)
+    assert events(wrong)[0].code == "unknown_tool_call"
+    ok = s.client_text('{"type":"tool.result","id":"fn_7f2","name":"open_door","response":{"ok":true}}', now=1)
+    assert any(isinstance(a, CancelTool) and a.call_id == "fn_7f2" for a in ok)
+    [up] = [a for a in ok if isinstance(a, ToUpstream)]
+    assert up.item.parts[0].function_response.id == "fn_7f2"
+
+
+def test_missing_call_id_gets_one_of_ours():
+    s = core()
+    actions = s.model_response(call("get_weather", call_id=None), now=0.0)
+    assert events(actions)[0].id.startswith("live-")
+
+
+def test_model_cancellation_cancels_pending_calls_only():
+    s = core()
+    s.model_response(call("get_weather", call_id="a"), now=0)
+    s.model_response(call("get_weather", call_id="b"), now=0)
+    s.tool_finished("b", {"ok": True})
+    actions = s.model_response(LlmResponse(cancelled_tool_call_ids=("a", "b")), now=1)
+    assert [a.call_id for a in actions if isinstance(a, CancelTool)] == ["a"]
+    assert events(actions) == [p.ToolCancelled(("a",))]
+    assert s.tool_finished("a", {"ok": True}) == []
+
+
+def test_resumption_handle_kept_only_when_resumable():
+    s = core()
+    s.model_response(
+        LlmResponse(session_resumption_update=types.LiveServerSessionResumptionUpdate(new_handle="h1", resumable=True)),
+        now=0,
+    )
+    s.model_response(
+        LlmResponse(session_resumption_update=types.LiveServerSessionResumptionUpdate(new_handle="h2", resumable=False)),
+        now=0,
+    )
+    assert s.resumption_handle == "h1"
+
+
+def test_session_close_and_second_start():
+    s = core()
+    assert s.client_text('{"type": "session.close"}', now=0) == [CloseSession("client closed the session")]
+    assert events(s.client_text('{"type": "session.start"}', now=0))[0].code == "already_started"
