@@ -1,0 +1,149 @@
+"""`live serve`: run the session server for a model or an agent.
+
+Every configured name is resolved before the port opens, so a typo in a model
+name, a missing API key or a broken agent module fails at start, not on the
+first call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+
+import anyio
+import anyio.abc
+
+from live.agent import Agent
+from live.errors import AmbiguousModelError, LiveError, UnknownModelError
+from live.registry import LlmRegistry, default_registry
+from live.server import LiveServer, ServerConfig
+
+DEFAULT_MODEL = "local/echo"
+DEFAULT_INSTRUCTION = "You are a friendly voice assistant. Keep your answers short and clear."
+
+
+class UsageError(Exception):
+    """A start-up problem the user can fix; printed as one line."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="live serve",
+        description=(
+            "Serve live audio sessions: WebSocket /live, browser client /, health /healthz. "
+            "With no --model and no --agent it runs the built-in local/echo model, which "
+            "needs no API key. For Gemini: export GOOGLE_API_KEY and pass --model "
+            "gemini-... or an --agent whose model is a Gemini model."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    who = parser.add_argument_group("what to serve")
+    who.add_argument("--model", help=f"model name, e.g. gemini-2.5-flash-native-audio-preview-09-2025 or {DEFAULT_MODEL} (the default)")
+    who.add_argument("--agent", metavar="MODULE:ATTR", help="an agent, e.g. samples.weather:agent (--model then overrides its model)")
+    limits = parser.add_argument_group("limits and checks")
+    limits.add_argument("--max-sessions", type=int, default=100, help="concurrent sessions (default 100)")
+    limits.add_argument("--max-frame-bytes", type=int, default=1 << 20, help="largest client frame (default 1 MiB)")
+    limits.add_argument("--idle-timeout", type=float, default=300.0, help="seconds without client input before a session ends (default 300)")
+    limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser Origin allowed besides same-origin and localhost pages (repeatable; * allows any)")
+    limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="shared token required in session.start (default: $LIVE_TOKEN; none if unset)")
+    limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def load_agent(spec: str) -> Agent:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"--agent takes MODULE:ATTR, e.g. samples.weather:agent, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: agents next to you import
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"--agent {spec}: cannot import {module_name!r} ({exc})") from None
+    try:
+        agent = getattr(module, attr)
+    except AttributeError:
+        raise UsageError(f"--agent {spec}: module {module_name!r} has no {attr!r}") from None
+    if callable(agent) and not isinstance(agent, Agent):
+        agent = agent()
+    if not isinstance(agent, Agent):
+        raise UsageError(f"--agent {spec}: {attr!r} is a {type(agent).__name__}, not a live.Agent")
+    return agent
+
+
+def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
+    if args.agent:
+        agent = load_agent(args.agent)
+        if args.model:
+            agent = agent.with_model(args.model)
+    else:
+        agent = Agent(name="assistant", model=args.model or DEFAULT_MODEL, instruction=DEFAULT_INSTRUCTION)
+    try:
+        llm = registry.resolve(agent.model)
+    except (UnknownModelError, AmbiguousModelError, LiveError) as exc:
+        raise UsageError(str(exc)) from None
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        max_sessions=args.max_sessions,
+        max_frame_bytes=args.max_frame_bytes,
+        idle_timeout=args.idle_timeout,
+        allowed_origins=tuple(args.allow_origin),
+        token=args.token or None,
+        audio_lead=args.audio_lead if args.audio_lead > 0 else None,
+    )
+    return LiveServer(agent, llm, config)
+
+
+async def _serve(server: LiveServer) -> None:
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    logging.getLogger("live.server").info("stopping: closing every session")
+                    server.stop()
+                    return
+
+        async def serve(*, task_status: anyio.abc.TaskStatus[int]) -> None:
+            await server.serve(task_status=task_status)
+            tg.cancel_scope.cancel()  # stopped: the signal watcher is no longer needed
+
+        tg.start_soon(stop_on_signal)
+        port = await tg.start(serve)
+        host = server.config.host
+        shown = f"[{host}]" if ":" in host else host
+        print(
+            f"live: serving agent {server.agent.name!r} (model {server.agent.model}) on "
+            f"http://{shown}:{port}/  (WebSocket ws://{shown}:{port}/live)",
+            flush=True,
+        )
+        if server.agent.model == DEFAULT_MODEL and (
+            os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
+        ):
+            print("live: an API key is set; pass --model gemini-... to talk to Gemini", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        server = resolve(args, default_registry())
+    except UsageError as exc:
+        print(f"live serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        anyio.run(_serve, server)
+    except OSError as exc:
+        print(f"live serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,631 @@
+"""The session server: HTTP routes, checks and limits, and the pumps of each session.
+
+One client socket drives one live connection. The rules of a conversation live in
+`live.session.SessionCore`; this module moves bytes between the socket, the core
+and the model, and owns every task it starts: each session runs in one anyio task
+group, and nothing it started outlives it.
+
+Routes on one port: `/live` (the session WebSocket), `/healthz`, `/` (the browser
+client) and `/client/*` (its ES modules).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hmac
+import http
+import json
+import logging
+import mimetypes
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import websockets
+from anyio.abc import TaskStatus
+from google.genai import types
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from live.agent import Agent, run_tool
+from live.errors import (
+    ConfigurationError,
+    InvalidArgumentError,
+    LiveError,
+    QuotaExhaustedError,
+    RecoverableConnectionError,
+)
+from live.llm import BaseLlm, BaseLlmConnection
+from live.protocol import (
+    ErrorEvent,
+    ProtocolError,
+    ServerEvent,
+    SessionClose,
+    SessionClosed,
+    SessionStart,
+    SessionStarted,
+    encode,
+    parse_client_message,
+)
+from live.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
+from live.session import (
+    AwaitClientTool,
+    CancelTool,
+    CloseSession,
+    FlushAudio,
+    RunTool,
+    SendAudio,
+    SendEvent,
+    SessionCore,
+    ToUpstream,
+)
+
+__all__ = ["LiveServer", "ServerConfig"]
+
+log = logging.getLogger("live.server")
+
+WEB_ROOT = Path(__file__).resolve().parent.parent / "clients" / "web"
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+# Close codes this server uses (RFC 6455 and IANA registry).
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_POLICY = 1008
+CLOSE_TOO_BIG = 1009
+CLOSE_INTERNAL = 1011
+CLOSE_TRY_LATER = 1013
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """Limits and checks; every bound says what happens when it is reached.
+
+    - `max_sessions`: sessions beyond it get a `capacity` error and close 1013.
+    - `max_frame_bytes`: a larger client frame gets a `frame_too_large` error and
+      closes the socket with 1009.
+    - `idle_timeout`: a session whose client sends nothing for this long ends.
+    - `allowed_origins`: browser Origins allowed besides the same origin and
+      localhost; `("*",)` allows any.
+    - `token`: when set, `session.start` must carry it.
+    - `audio_queue_frames`: client audio frames waiting for the model; beyond it
+      the oldest is dropped and counted.
+    - `outbound_audio_seconds`: model audio waiting for the client; beyond it the
+      server stops reading from the model until the client catches up.
+    - `audio_lead`: how far ahead of real time audio is sent to the client
+      (None: as fast as the socket takes it).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_sessions: int = 100
+    max_frame_bytes: int = 1 << 20
+    idle_timeout: float = 300.0
+    allowed_origins: tuple[str, ...] = ()
+    token: str | None = None
+    audio_queue_frames: int = 50
+    outbound_audio_seconds: float = 10.0
+    audio_lead: float | None = 0.5
+    late_audio_window: float = 1.5
+    connect_timeout: float = 15.0
+    shutdown_grace: float = 2.0
+
+
+def _error_code(exc: LiveError) -> str:
+    if isinstance(exc, ConfigurationError):
+        return "model_config_error"
+    if isinstance(exc, QuotaExhaustedError):
+        return "quota_exhausted"
+    if isinstance(exc, InvalidArgumentError):
+        return "model_invalid_argument"
+    if isinstance(exc, RecoverableConnectionError):
+        return "model_connection_lost"
+    return "model_error"
+
+
+class ClientSession:
+    """One client socket and the live connection it drives."""
+
+    def __init__(self, server: LiveServer, ws: ServerConnection) -> None:
+        self.server = server
+        self.ws = ws
+        self.config = server.config
+        self.id = uuid.uuid4().hex[:12]
+        self.model = server.agent.model
+        self.outbox = ClientOutbox(
+            max_audio_seconds=self.config.outbound_audio_seconds, lead=self.config.audio_lead
+        )
+        self.upstream: UpstreamQueue[types.Content | Any] = UpstreamQueue(
+            max_audio=self.config.audio_queue_frames
+        )
+        self.core: SessionCore | None = None
+        self.end_reason: str | None = None
+        self.close_code = CLOSE_NORMAL
+        self.audio_frames_in = 0
+        self._last_client_frame = time.monotonic()
+        self._tool_scopes: dict[str, anyio.CancelScope] = {}
+        self._scope: anyio.CancelScope | None = None
+        self._final_error: ErrorEvent | None = None
+        self._reported_drops = 0
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _send_now(self, event: ServerEvent) -> None:
+        """Send outside the outbox (before the pumps run, or after they stopped)."""
+        try:
+            await self.ws.send(encode(event))
+        except ConnectionClosed:
+            pass
+
+    def finish(
+        self, reason: str, close_code: int = CLOSE_NORMAL, error: ErrorEvent | None = None
+    ) -> None:
+        """End the session (the first reason wins) by cancelling what runs now.
+
+        `error`, when given, is the last event before `session.closed`.
+        """
+        if self.end_reason is None:
+            self.end_reason = reason
+            self.close_code = close_code
+            self._final_error = error
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def shutdown(self) -> None:
+        self.finish(
+            "server shutting down",
+            CLOSE_GOING_AWAY,
+            ErrorEvent("server_shutdown", "the server is shutting down", True),
+        )
+
+    def _frame_too_large(self, size: int) -> None:
+        message = f"frame of {size} bytes exceeds the {self.config.max_frame_bytes}-byte limit"
+        self.finish(message, CLOSE_TOO_BIG, ErrorEvent("frame_too_large", message, True))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        started = time.monotonic()
+        log_started = False
+        start: SessionStart | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                if self.end_reason is not None:
+                    scope.cancel()
+                start = await self._await_start()
+            if self.end_reason is not None or start is None:
+                return
+            # The connection's context is entered and left outside any cancelled
+            # scope, so closing upstream always runs to the end.
+            async with contextlib.AsyncExitStack() as stack:
+                with anyio.fail_after(self.config.connect_timeout):
+                    conn = await stack.enter_async_context(
+                        self.server.llm.connect(self.server.agent.request())
+                    )
+                with anyio.CancelScope() as scope:
+                    self._scope = scope
+                    if self.end_reason is not None:
+                        scope.cancel()
+                    if start.history:
+                        await conn.send_history(list(start.history))
+                    await self._send_now(SessionStarted(self.id, self.model, start.input_rate))
+                    log.info(
+                        "session %s started model=%s input_rate=%d",
+                        self.id,
+                        self.model,
+                        start.input_rate,
+                    )
+                    log_started = True
+                    self.core = SessionCore(
+                        input_rate=start.input_rate,
+                        server_tools=frozenset(self.server.agent.tools_by_name),
+                        client_tool_timeout=self.server.agent.client_tool_timeout,
+                        late_audio_window=self.config.late_audio_window,
+                    )
+                    await self._pump(conn)
+        except LiveError as exc:
+            self._model_failed(exc)
+        except TimeoutError:
+            message = f"the model did not accept the connection within {self.config.connect_timeout:g} s"
+            self.finish(message, CLOSE_INTERNAL, ErrorEvent("model_timeout", message, True))
+        except Exception:
+            log.exception("session %s failed", self.id)
+            self.finish(
+                "internal error",
+                CLOSE_INTERNAL,
+                ErrorEvent("internal_error", "the server failed; see its log", True),
+            )
+        finally:
+            reason = self.end_reason or "client disconnected"
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.shutdown_grace):
+                if self._final_error is not None:
+                    await self._send_now(self._final_error)
+                await self._send_now(SessionClosed(reason))
+                await self.ws.close(self.close_code, reason[:120])
+            if log_started:
+                log.info(
+                    "session %s ended model=%s duration=%.1fs reason=%s audio_in=%d "
+                    "audio_dropped=%d late_audio_dropped=%d",
+                    self.id,
+                    self.model,
+                    time.monotonic() - started,
+                    reason,
+                    self.audio_frames_in,
+                    self.upstream.dropped_audio,
+                    self.core.late_audio_dropped if self.core else 0,
+                )
+
+    def _model_failed(self, exc: LiveError) -> None:
+        self.finish(f"model: {exc}", CLOSE_INTERNAL, ErrorEvent(_error_code(exc), str(exc), True))
+
+    async def _await_start(self) -> SessionStart | None:
+        """Read frames until a valid `session.start`; everything else gets an error."""
+        with anyio.move_on_after(self.config.idle_timeout):
+            while True:
+                try:
+                    frame = await self.ws.recv()
+                except ConnectionClosed:
+                    self.finish("client disconnected before session.start")
+                    return None
+                self._last_client_frame = time.monotonic()
+                if len(frame) > self.config.max_frame_bytes:
+                    self._frame_too_large(len(frame))
+                    return None
+                if isinstance(frame, bytes):
+                    await self._send_now(
+                        ErrorEvent(
+                            "not_started",
+                            "audio before session.start was dropped; send "
+                            '{"type": "session.start"} first',
+                        )
+                    )
+                    continue
+                try:
+                    message = parse_client_message(frame)
+                except ProtocolError as exc:
+                    await self._send_now(ErrorEvent(exc.code, exc.message))
+                    continue
+                if isinstance(message, SessionClose):
+                    self.finish("client closed the session")
+                    return None
+                if not isinstance(message, SessionStart):
+                    await self._send_now(
+                        ErrorEvent(
+                            "not_started",
+                            f"{message.type} before session.start was ignored; send "
+                            '{"type": "session.start"} first',
+                        )
+                    )
+                    continue
+                if not self._token_ok(message.token):
+                    message_text = "session.start needs the server's token (missing or wrong)"
+                    self.finish(
+                        message_text, CLOSE_POLICY, ErrorEvent("unauthorized", message_text, True)
+                    )
+                    return None
+                return message
+        if self.end_reason is None:
+            message_text = f"no session.start within {self.config.idle_timeout:g} s"
+            self.finish(message_text, error=ErrorEvent("idle_timeout", message_text, True))
+        return None
+
+    def _token_ok(self, token: str | None) -> bool:
+        expected = self.config.token
+        if expected is None:
+            return True
+        return token is not None and hmac.compare_digest(token.encode(), expected.encode())
+
+    async def _pump(self, conn: BaseLlmConnection) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._read_client)
+            tg.start_soon(self._write_client)
+            tg.start_soon(self._send_upstream, conn)
+            tg.start_soon(self._receive_upstream, conn)
+            tg.start_soon(self._watch_idle)
+
+    # ------------------------------------------------------------------ the pumps
+
+    async def _read_client(self) -> None:
+        core = self.core
+        assert core is not None
+        max_frame = self.config.max_frame_bytes
+        try:
+            async for frame in self.ws:
+                self._last_client_frame = time.monotonic()
+                if len(frame) > max_frame:
+                    self._frame_too_large(len(frame))
+                    return
+                if isinstance(frame, bytes):
+                    if not frame:
+                        continue
+                    try:
+                        blob = core.client_audio(frame)
+                    except ProtocolError as exc:
+                        self._event(ErrorEvent(exc.code, exc.message))
+                        continue
+                    self.audio_frames_in += 1
+                    if self.upstream.put_audio(blob):
+                        self._report_drops()
+                else:
+                    await self._apply(core.client_text(frame, time.monotonic()))
+        except ConnectionClosed:
+            pass
+        self.finish(self.end_reason or "client disconnected")
+
+    def _report_drops(self) -> None:
+        dropped = self.upstream.dropped_audio
+        # The first drop, then every 50th: the client learns without being flooded.
+        if dropped == 1 or dropped - self._reported_drops >= 50:
+            self._reported_drops = dropped
+            self._event(
+                ErrorEvent(
+                    "audio_overflow",
+                    f"the model is not keeping up: {dropped} audio frame(s) dropped so far "
+                    "(the oldest waiting audio is dropped first)",
+                )
+            )
+
+    async def _write_client(self) -> None:
+        outbox = self.outbox
+        send = self.ws.send
+        try:
+            while True:
+                await send(await outbox.get())
+        except ConnectionClosed:
+            self.finish(self.end_reason or "client disconnected")
+
+    async def _send_upstream(self, conn: BaseLlmConnection) -> None:
+        get = self.upstream.get
+        send_realtime = conn.send_realtime
+        try:
+            while True:
+                item = await get()
+                if isinstance(item, types.Content):
+                    await conn.send_content(item)
+                else:
+                    await send_realtime(item)
+        except LiveError as exc:
+            self._model_failed(exc)
+
+    async def _receive_upstream(self, conn: BaseLlmConnection) -> None:
+        core = self.core
+        assert core is not None
+        try:
+            async for response in conn.receive():
+                await self._apply(core.model_response(response, time.monotonic()))
+        except LiveError as exc:
+            self._model_failed(exc)
+            return
+        self.finish("the model ended the session")
+
+    async def _watch_idle(self) -> None:
+        idle = self.config.idle_timeout
+        while True:
+            remaining = self._last_client_frame + idle - time.monotonic()
+            if remaining <= 0:
+                self._event(
+                    ErrorEvent(
+                        "idle_timeout", f"no input from the client for {idle:g} s", True
+                    )
+                )
+                self.finish("idle timeout")
+                return
+            await anyio.sleep(min(remaining, 1.0))
+
+    # ------------------------------------------------------------------ actions
+
+    def _event(self, event: ServerEvent) -> None:
+        try:
+            self.outbox.put_event(encode(event))
+        except OutboxOverflow as exc:
+            self.finish(f"client too slow: {exc}", CLOSE_POLICY)
+
+    async def _apply(self, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, SendAudio):
+                await self.outbox.put_audio(action.data)
+            elif isinstance(action, SendEvent):
+                self._event(action.event)
+            elif isinstance(action, ToUpstream):
+                await self.upstream.put_control(action.item)
+            elif isinstance(action, FlushAudio):
+                self.outbox.flush_audio()
+            elif isinstance(action, RunTool):
+                self._start_tool_task(action.call.id or "", self._run_server_tool, action.call)
+            elif isinstance(action, AwaitClientTool):
+                self._start_tool_task(
+                    action.call.id or "", self._await_client_tool, action.call.id, action.timeout
+                )
+            elif isinstance(action, CancelTool):
+                scope = self._tool_scopes.pop(action.call_id, None)
+                if scope is not None:
+                    scope.cancel()
+            elif isinstance(action, CloseSession):
+                self.finish(action.reason)
+
+    def _start_tool_task(self, call_id: str, fn: Callable[..., Any], *args: Any) -> None:
+        # The scope exists before the task starts, so a cancellation that arrives
+        # first still cancels it.
+        scope = anyio.CancelScope()
+        self._tool_scopes[call_id] = scope
+        self._tg.start_soon(self._in_scope, call_id, scope, fn, *args)
+
+    async def _in_scope(
+        self, call_id: str, scope: anyio.CancelScope, fn: Callable[..., Any], *args: Any
+    ) -> None:
+        with scope:
+            await fn(*args)
+        if self._tool_scopes.get(call_id) is scope:
+            del self._tool_scopes[call_id]
+
+    async def _run_server_tool(self, call: types.FunctionCall) -> None:
+        agent = self.server.agent
+        tool = agent.tools_by_name[call.name or ""]
+        response = await run_tool(tool, dict(call.args or {}), agent.tool_timeout)
+        assert self.core is not None
+        await self._apply(self.core.tool_finished(call.id or "", response))
+
+    async def _await_client_tool(self, call_id: str, timeout: float) -> None:
+        await anyio.sleep(timeout)
+        assert self.core is not None
+        await self._apply(self.core.client_tool_expired(call_id))
+
+
+class LiveServer:
+    """Serves one agent to many clients on one port."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        llm: BaseLlm,
+        config: ServerConfig | None = None,
+    ) -> None:
+        self.agent = agent
+        self.llm = llm
+        self.config = config or ServerConfig()
+        self.sessions: set[ClientSession] = set()
+        self.port: int | None = None
+        self._stop = anyio.Event()
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _origin_allowed(self, request: Request) -> bool:
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True  # not a browser: Origin is how browsers identify pages
+        allowed = self.config.allowed_origins
+        if "*" in allowed or origin in allowed:
+            return True
+        parts = urlsplit(origin)
+        if parts.hostname in LOCAL_HOSTS:
+            return True
+        return parts.netloc.lower() == (request.headers.get("Host") or "").lower()
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = urlsplit(request.path).path
+        if path == "/live":
+            if not self._origin_allowed(request):
+                return _response(
+                    http.HTTPStatus.FORBIDDEN,
+                    b"Origin not allowed: start the server with --allow-origin for this page\n",
+                )
+            return None
+        if path == "/healthz":
+            body = {
+                "status": "ok",
+                "sessions": len(self.sessions),
+                "max_sessions": self.config.max_sessions,
+                "model": self.agent.model,
+                "agent": self.agent.name,
+            }
+            return _response(http.HTTPStatus.OK, json.dumps(body).encode(), "application/json")
+        if path in ("/", "/index.html"):
+            page = WEB_ROOT / "index.html"
+            if page.is_file():
+                return _response(http.HTTPStatus.OK, page.read_bytes(), "text/html; charset=utf-8")
+            return _response(http.HTTPStatus.OK, _PLAIN_PAGE.encode(), "text/html; charset=utf-8")
+        if path.startswith("/client/"):
+            return self._static(path.removeprefix("/client/"))
+        return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
+
+    def _static(self, name: str) -> Response:
+        root = WEB_ROOT.resolve()
+        target = (root / name).resolve()
+        if root not in target.parents or not target.is_file():
+            return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
+        kind = "text/javascript" if target.suffix in (".js", ".mjs") else (
+            mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+        )
+        return _response(http.HTTPStatus.OK, target.read_bytes(), kind)
+
+    # ------------------------------------------------------------------ sockets
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        session = ClientSession(self, ws)
+        if len(self.sessions) >= self.config.max_sessions:
+            await session._send_now(
+                ErrorEvent(
+                    "capacity",
+                    f"the server is at its limit of {self.config.max_sessions} sessions; "
+                    "try again later",
+                    True,
+                )
+            )
+            await ws.close(CLOSE_TRY_LATER, "at capacity")
+            return
+        self.sessions.add(session)
+        try:
+            if self._stop.is_set():
+                session.shutdown()
+            await session.run()
+        finally:
+            self.sessions.discard(session)
+
+    async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until `stop()`; then tell and close every session, and return."""
+        config = self.config
+        async with serve(
+            self._handle,
+            config.host,
+            config.port,
+            process_request=self._process_request,
+            # Frames up to 4x the limit are read and refused with a clear error;
+            # larger ones are cut off by websockets itself (also 1009).
+            max_size=config.max_frame_bytes * 4,
+            server_header="live",
+            ping_interval=20,
+            ping_timeout=20,
+        ) as server:
+            self.port = _bound_port(server)
+            task_status.started(self.port)
+            await self._stop.wait()
+            for session in list(self.sessions):
+                session.shutdown()
+            with anyio.move_on_after(config.shutdown_grace + 1):
+                while self.sessions:
+                    await anyio.sleep(0.02)
+            server.close(close_connections=True)
+            await server.wait_closed()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _bound_port(server: Server) -> int:
+    for sock in server.sockets:
+        return int(sock.getsockname()[1])
+    raise RuntimeError("the server is not listening")
+
+
+def _response(status: http.HTTPStatus, body: bytes, content_type: str = "text/plain; charset=utf-8") -> Response:
+    headers = Headers(
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+    )
+    return Response(status.value, status.phrase, headers, body)
+
+
+_PLAIN_PAGE = """<!doctype html>
+<meta charset="utf-8">
+<title>live</title>
+<h1>live session server</h1>
+<p>Connect a WebSocket to <code>/live</code> and send
+<code>{"type": "session.start"}</code>, then PCM16 audio as binary frames.
+See docs/protocol.md, or run <code>live mic</code> from a terminal.</p>
+"""
+
+# websockets' own logger repeats every handshake failure; ours says what matters.
+logging.getLogger("websockets.server").setLevel(logging.WARNING)
+_ = websockets  # the package is a dependency of this module's API
