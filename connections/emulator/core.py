@@ -1,0 +1,1005 @@
+"""The protocol state machine of one emulated Live connection, without I/O.
+
+`EmulatorSession` is fed the handshake, each client frame and the current time,
+and answers with actions (`SendMessage`, `CloseConnection`, `DropConnection`).
+`next_deadline()` says when it next wants `poll(now)`; between deadlines it does
+nothing, so a test can step it with a fake clock and a transport can drive it
+with a single wait.
+
+Behaviour follows the Gemini API (not Vertex) BidiGenerateContent service as
+observed through google-genai: camelCase output, mixed-case input accepted,
+standard or URL-safe base64 accepted, closes with the real codes and reasons.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import copy
+import dataclasses
+import heapq
+import itertools
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
+from urllib.parse import parse_qs, urlsplit
+
+from connections.emulator import synth
+from connections.emulator.script import Fault, ReplyContext, Script, ToolCall
+
+__all__ = [
+    "Action",
+    "CloseConnection",
+    "DropConnection",
+    "EmulatorSession",
+    "Handshake",
+    "Route",
+    "SendMessage",
+    "SessionRecord",
+    "Settings",
+    "Shared",
+    "route",
+]
+
+
+# --- actions ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendMessage:
+    """Send `payload` as one JSON text frame."""
+
+    payload: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CloseConnection:
+    """Close the WebSocket with `code` and `reason`; the session is over."""
+
+    code: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DropConnection:
+    """Drop the TCP connection without a close frame (the client sees 1006)."""
+
+
+Action: TypeAlias = SendMessage | CloseConnection | DropConnection
+
+
+# --- routing and settings ----------------------------------------------------
+
+_PATH = re.compile(
+    r"^/+ws/google\.ai\.generativelanguage\.(?P<version>v1(?:alpha|beta)?)"
+    r"\.GenerativeService\.(?P<method>BidiGenerateContent(?:Constrained)?)$"
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Route:
+    """Which API version and method a request path asked for."""
+
+    api_version: str
+    method: str
+
+    @property
+    def constrained(self) -> bool:
+        return self.method == "BidiGenerateContentConstrained"
+
+
+def route(path: str) -> Route | None:
+    """The route of a request path (query ignored), or None for a 404."""
+    match = _PATH.match(urlsplit(path).path)
+    if match is None:
+        return None
+    return Route(match["version"], match["method"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Handshake:
+    """The parts of the HTTP upgrade request the service looks at."""
+
+    path: str
+    headers: Mapping[str, str]
+
+    def header(self, name: str) -> str | None:
+        lowered = name.lower()
+        for key, value in self.headers.items():
+            if key.lower() == lowered:
+                return value
+        return None
+
+    def query(self, name: str) -> str | None:
+        values = parse_qs(urlsplit(self.path).query).get(name)
+        return values[0] if values else None
+
+
+@dataclasses.dataclass(slots=True)
+class Settings:
+    """Server-wide policy.
+
+    `api_key`: the only key accepted (None: any non-empty key). `tokens`: the
+    ephemeral tokens accepted on the Constrained method (None: any
+    `auth_tokens/...`). `api_versions`: versions that serve Live.
+    `live_model`: decides which model names are Live models.
+    """
+
+    api_key: str | None = None
+    tokens: frozenset[str] | None = None
+    api_versions: frozenset[str] = frozenset({"v1alpha", "v1beta", "v1"})
+    live_model: Callable[[str], bool] = dataclasses.field(
+        default_factory=lambda: _is_live_model
+    )
+
+
+def _is_live_model(name: str) -> bool:
+    return "live" in name or "native-audio" in name
+
+
+def _is_3x(model: str) -> bool:
+    return re.search(r"gemini-3", model) is not None
+
+
+class HandleStore:
+    """Resumption handles -> conversation snapshots, shared by all sessions (bounded)."""
+
+    def __init__(self, limit: int = 1000) -> None:
+        self._limit = limit
+        self._snapshots: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+
+    def put(self, handle: str, snapshot: dict[str, Any]) -> None:
+        self._snapshots[handle] = snapshot
+        self._snapshots.move_to_end(handle)
+        while len(self._snapshots) > self._limit:
+            self._snapshots.popitem(last=False)
+
+    def get(self, handle: str) -> dict[str, Any] | None:
+        snap = self._snapshots.get(handle)
+        return copy.deepcopy(snap) if snap is not None else None
+
+    def __contains__(self, handle: object) -> bool:
+        return handle in self._snapshots
+
+
+@dataclasses.dataclass(slots=True)
+class Shared:
+    """State every session of one emulator shares: handles, fault counters, load."""
+
+    store: HandleStore = dataclasses.field(default_factory=HandleStore)
+    fault_fired: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
+    active: int = 0
+
+
+# --- what a session saw ------------------------------------------------------
+
+_MAX_FRAMES = 5000
+_MAX_AUDIO = 16 * 1024 * 1024
+
+
+@dataclasses.dataclass(slots=True)
+class SessionRecord:
+    """What one connection received and how it went, for assertions.
+
+    `frames` are the client frames as parsed JSON (first `_MAX_FRAMES`), `audio`
+    the decoded input PCM (first 16 MiB), `user_turns`/`model_turns` the text of
+    each turn, `sent` every message sent, `close` the (code, reason) the server
+    closed with (1006 for a drop), or the client's close as `client_close`.
+    """
+
+    index: int
+    path: str
+    route: Route | None
+    headers: dict[str, str]
+    setup: dict[str, Any] | None = None
+    frames: list[Any] = dataclasses.field(default_factory=list)
+    audio: bytearray = dataclasses.field(default_factory=bytearray)
+    audio_chunks: int = 0
+    user_turns: list[str] = dataclasses.field(default_factory=list)
+    model_turns: list[str] = dataclasses.field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    tool_responses: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    sent: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    handles: list[str] = dataclasses.field(default_factory=list)
+    resumed_from: str | None = None
+    close: tuple[int, str] | None = None
+    client_close: tuple[int, str] | None = None
+    stalled: bool = False
+
+    @property
+    def model(self) -> str | None:
+        return None if self.setup is None else _field(self.setup, "model")
+
+    def sent_of(self, key: str) -> list[dict[str, Any]]:
+        """The sent messages that carry top-level `key` (e.g. `toolCall`)."""
+        return [m for m in self.sent if key in m]
+
+
+# --- helpers -----------------------------------------------------------------
+
+_SNAKE = re.compile(r"([A-Z])")
+
+
+def _field(obj: Any, camel: str, default: Any = None) -> Any:
+    """`obj[camel]` or `obj[snake_case(camel)]`: the service accepts both."""
+    if not isinstance(obj, Mapping):
+        return default
+    if camel in obj:
+        return obj[camel]
+    snake = _SNAKE.sub(lambda m: "_" + m.group(1).lower(), camel)
+    return obj.get(snake, default)
+
+
+def _b64decode(text: str) -> bytes:
+    """Standard or URL-safe base64, padding optional (as the service accepts)."""
+    if not isinstance(text, str):
+        raise ValueError("not a string")
+    cleaned = text.strip().translate(str.maketrans("-_", "+/"))
+    cleaned += "=" * (-len(cleaned) % 4)
+    try:
+        return base64.b64decode(cleaned, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _rate_of(mime: str) -> int:
+    match = re.search(r"rate\s*=\s*(\d+)", mime or "")
+    return int(match.group(1)) if match else 16_000
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:g}s"
+
+
+def _text_of(content: Any) -> str:
+    parts = _field(content, "parts") or []
+    return "".join(str(_field(p, "text") or "") for p in parts if isinstance(p, Mapping))
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4) if text else 0
+
+
+_AUDIO_TOKENS_PER_S = 25
+
+_INVALID = "Request contains an invalid argument."
+_UNREGISTERED = (
+    "Method doesn't allow unregistered callers (callers without established identity)."
+    " Please use API Key or other form of API consumer identity to call this API."
+)
+_BAD_KEY = "API key not valid. Please pass a valid API key."
+_BAD_TOKEN = "The ephemeral auth token is invalid or has expired."
+_TOP_LEVEL = {
+    "setup": "setup",
+    "clientContent": "clientContent",
+    "client_content": "clientContent",
+    "realtimeInput": "realtimeInput",
+    "realtime_input": "realtimeInput",
+    "toolResponse": "toolResponse",
+    "tool_response": "toolResponse",
+    "contextUpdate": "contextUpdate",
+    "context_update": "contextUpdate",
+}
+_DEFAULT_REASONS = {
+    1000: "",
+    1007: _INVALID,
+    1008: "Request violates a policy.",
+    1011: "Internal error encountered.",
+}
+
+
+def _not_found(model: str, version: str) -> str:
+    return (
+        f"{model} is not found for API version {version}, or is not supported for"
+        " bidiGenerateContent. Call ListModels to see the list of available models"
+        " and their supported methods."
+    )
+
+
+@dataclasses.dataclass(slots=True)
+class _Generation:
+    group: int
+    text: str
+    turn: int
+    spoken: list[str] = dataclasses.field(default_factory=list)
+    chunks_sent: int = 0
+    audio_seconds: float = 0.0
+
+
+@dataclasses.dataclass(slots=True)
+class _PendingTools:
+    group: int
+    ids: list[str]
+    names: dict[str, str]
+    sent: bool = False
+    results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+# --- the session ---------------------------------------------------------------
+
+
+class EmulatorSession:
+    """One connection's protocol state: frames and time in, actions out."""
+
+    def __init__(
+        self,
+        handshake: Handshake,
+        *,
+        script: Script,
+        settings: Settings | None = None,
+        shared: Shared | None = None,
+        index: int = 0,
+        now: float = 0.0,
+    ) -> None:
+        self.script = script
+        self.settings = settings or Settings()
+        self.shared = shared or Shared()
+        self.index = index
+        self.handshake = handshake
+        self.route = route(handshake.path)
+        self.record = SessionRecord(
+            index=index,
+            path=handshake.path,
+            route=self.route,
+            headers={k.lower(): v for k, v in handshake.headers.items()},
+        )
+        self._now = now
+        self._phase = "setup"  # setup | open | stalled | closed
+        self._out: list[Action] = []
+        self._timeline: list[tuple[float, int, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._groups = itertools.count(1)
+        self._live_groups: set[int] = {0}
+        self._counted = False
+        # configuration from setup
+        self.model = ""
+        self._modality = "AUDIO"
+        self._declared: list[str] = []
+        self._input_transcription = False
+        self._output_transcription = False
+        self._resumption = False
+        self._vad_disabled = False
+        self._interrupts = True
+        self._threshold = 1000.0
+        self._prefix_ms = 20.0
+        self._silence_ms_needed = 500.0
+        self._bundle = False
+        self._history_in_client_content = False
+        # conversation state (restored on resume)
+        self._history: list[dict[str, Any]] = []
+        self._turn = 0
+        self._spoken_turns = 0
+        self._model_turns = 0
+        self._ctx_tokens: dict[str, int] = {}
+        self._started = False
+        # live state
+        self._gen: _Generation | None = None
+        self._tools: _PendingTools | None = None
+        self._speaking = False
+        self._voiced_ms = 0.0
+        self._silence_ms = 0.0
+        self._turn_audio_ms = 0.0
+        self._manual_active = False
+        self._waiting: collections.deque[tuple[str, bool, bool]] = collections.deque()
+        self._call_ids = itertools.count(1)
+        self._handle_seq = itertools.count(1)
+
+    # -- public interface -----------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._phase == "closed"
+
+    @property
+    def stalled(self) -> bool:
+        return self._phase == "stalled"
+
+    def next_deadline(self) -> float | None:
+        """When `poll` has something to do next, or None when only input matters."""
+        self._prune()
+        return self._timeline[0][0] if self._timeline else None
+
+    def poll(self, now: float) -> list[Action]:
+        """Run everything due by `now`."""
+        self._now = now
+        while self._phase == "open":
+            self._prune()
+            if not self._timeline or self._timeline[0][0] > now:
+                break
+            _, _, _, fn = heapq.heappop(self._timeline)
+            fn()
+        return self._take()
+
+    def receive(self, data: str | bytes, now: float) -> list[Action]:
+        """Handle one client frame."""
+        self._now = now
+        if self._phase in ("closed",):
+            return []
+        try:
+            text = data.decode("utf-8") if isinstance(data, bytes) else data
+            message = json.loads(text)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            self._keep_frame(data if isinstance(data, str) else repr(data[:200]))
+            if self._phase != "stalled":
+                self._close(1007, "Invalid JSON payload received. Unexpected token.")
+            return self._take()
+        self._keep_frame(message)
+        if self._phase == "stalled":
+            return []
+        if not isinstance(message, dict) or len(message) != 1:
+            self._close(1007, _INVALID)
+            return self._take()
+        (raw_key, body), = message.items()
+        key = _TOP_LEVEL.get(raw_key)
+        if key is None:
+            self._close(1007, f'Invalid JSON payload received. Unknown name "{raw_key}": Cannot find field.')
+            return self._take()
+        if self._phase == "setup":
+            if key != "setup":
+                self._close(1007, _INVALID)
+            else:
+                self._on_setup(body)
+        elif key == "setup":
+            self._close(1007, _INVALID)
+        elif key == "realtimeInput":
+            self._on_realtime(body)
+        elif key == "clientContent":
+            self._on_client_content(body)
+        elif key == "toolResponse":
+            self._on_tool_response(body)
+        elif key == "contextUpdate":
+            self._on_context_update(body)
+        return self._take()
+
+    def connection_lost(self, code: int | None = None, reason: str = "") -> None:
+        """The transport ended (client close or server stop): release the session."""
+        if self._phase != "closed" and code is not None:
+            self.record.client_close = (code, reason)
+        self._phase = "closed"
+        self._timeline.clear()
+        self._release()
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _take(self) -> list[Action]:
+        out, self._out = self._out, []
+        return out
+
+    def _keep_frame(self, frame: Any) -> None:
+        if len(self.record.frames) < _MAX_FRAMES:
+            self.record.frames.append(frame)
+
+    def _send(self, payload: dict[str, Any]) -> None:
+        if self._phase != "open":
+            return
+        self._out.append(SendMessage(payload))
+        if len(self.record.sent) < _MAX_FRAMES:
+            self.record.sent.append(payload)
+
+    def _close(self, code: int, reason: str | None = None) -> None:
+        if self._phase == "closed":
+            return
+        if reason is None:
+            reason = _DEFAULT_REASONS.get(code, "")
+        self._out.append(DropConnection() if code == 1006 else CloseConnection(code, reason))
+        self.record.close = (code, reason if code != 1006 else "")
+        self._phase = "closed"
+        self._timeline.clear()
+        self._release()
+
+    def _release(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.shared.active -= 1
+
+    def _at(self, due: float, fn: Callable[[], None], group: int = 0) -> None:
+        heapq.heappush(self._timeline, (due, next(self._seq), group, fn))
+
+    def _prune(self) -> None:
+        while self._timeline and self._timeline[0][2] not in self._live_groups:
+            heapq.heappop(self._timeline)
+
+    def _new_group(self) -> int:
+        group = next(self._groups)
+        self._live_groups.add(group)
+        return group
+
+    def _cancel(self, group: int) -> None:
+        self._live_groups.discard(group)
+
+    def _fault(self, when: str, count: int = 0) -> bool:
+        """Fire the first matching scripted fault; True when the session ended or stalled."""
+        for i, fault in enumerate(self.script.faults):
+            if fault.when != when:
+                continue
+            if when in ("after_audio_chunks", "mid_generation", "after_turn") and count != fault.n:
+                continue
+            if fault.connection is not None and fault.connection != self.index:
+                continue
+            if fault.times is not None and self.shared.fault_fired[i] >= fault.times:
+                continue
+            self.shared.fault_fired[i] += 1
+            self._apply(fault)
+            return True
+        return False
+
+    def _apply(self, fault: Fault) -> None:
+        if fault.action == "stall":
+            self._phase = "stalled"
+            self.record.stalled = True
+            self._timeline.clear()
+        else:
+            self._close(fault.code, fault.reason)
+
+    # -- setup --------------------------------------------------------------------
+
+    def _credential_error(self) -> str | None:
+        hs = self.handshake
+        key = hs.header("x-goog-api-key") or hs.query("key")
+        auth = hs.header("authorization") or ""
+        token = auth[6:].strip() if auth[:6].lower() == "token " else hs.query("access_token")
+        assert self.route is not None
+        if self.route.constrained:
+            if not token:
+                return _UNREGISTERED
+            tokens = self.settings.tokens
+            if not token.startswith("auth_tokens/") or (tokens is not None and token not in tokens):
+                return _BAD_TOKEN
+            return None
+        if not key:
+            return _UNREGISTERED
+        if self.settings.api_key is not None and key.strip() != self.settings.api_key:
+            return _BAD_KEY
+        return None
+
+    def _on_setup(self, setup: Any) -> None:
+        if self.route is None:  # the transport answers 404 first; kept for direct use
+            self._close(1008, "Not found.")
+            return
+        error = self._credential_error()
+        if error:
+            self._close(1008, error)
+            return
+        if not isinstance(setup, dict):
+            self._close(1007, _INVALID)
+            return
+        self.record.setup = setup
+        model = _field(setup, "model")
+        version = self.route.api_version
+        if not isinstance(model, str) or not model.startswith("models/"):
+            self._close(1008, _not_found(str(model or "models/"), version))
+            return
+        if version not in self.settings.api_versions or not self.settings.live_model(model):
+            self._close(1008, _not_found(model, version))
+            return
+        self.model = model
+        self._configure(setup)
+        resumption = _field(setup, "sessionResumption")
+        if isinstance(resumption, Mapping):
+            if _field(resumption, "transparent"):
+                self._close(1007, "transparent parameter is not supported in Gemini API.")
+                return
+            self._resumption = True
+            handle = _field(resumption, "handle")
+            if handle:
+                snapshot = self.shared.store.get(str(handle))
+                if snapshot is None:
+                    self._close(1007, "Invalid session resumption handle.")
+                    return
+                self._restore(snapshot)
+                self.record.resumed_from = str(handle)
+        limit = self.script.max_sessions
+        if limit is not None and self.shared.active >= limit:
+            self._phase = "open"
+            self._close(1011, "RESOURCE_EXHAUSTED: Too many concurrent sessions for this API key.")
+            return
+        self.shared.active += 1
+        self._counted = True
+        self._phase = "open"
+        self._send({"setupComplete": {}})
+        self._resumption_update(resumable=True)
+        if self.script.go_away_after is not None:
+            self._at(self._now + self.script.scaled(self.script.go_away_after), self._go_away)
+        self._fault("after_setup")
+
+    def _configure(self, setup: Mapping[str, Any]) -> None:
+        gen = _field(setup, "generationConfig") or {}
+        modalities = _field(gen, "responseModalities") or ["AUDIO"]
+        self._modality = "TEXT" if "TEXT" in [str(m).upper() for m in modalities] else "AUDIO"
+        self._set_tools(_field(setup, "tools"))
+        self._input_transcription = _field(setup, "inputAudioTranscription") is not None
+        self._output_transcription = _field(setup, "outputAudioTranscription") is not None
+        ric = _field(setup, "realtimeInputConfig") or {}
+        aad = _field(ric, "automaticActivityDetection") or {}
+        self._vad_disabled = bool(_field(aad, "disabled", False))
+        self._interrupts = _field(ric, "activityHandling") != "NO_INTERRUPTION"
+        start = _field(aad, "startOfSpeechSensitivity")
+        self._threshold = {"START_SENSITIVITY_HIGH": 500.0, "START_SENSITIVITY_LOW": 2000.0}.get(
+            str(start), 1000.0
+        )
+        self._prefix_ms = float(_field(aad, "prefixPaddingMs") or 20)
+        self._silence_ms_needed = float(_field(aad, "silenceDurationMs") or 500)
+        history = _field(setup, "historyConfig") or {}
+        self._history_in_client_content = bool(_field(history, "initialHistoryInClientContent"))
+        self._bundle = self.script.bundle if self.script.bundle is not None else _is_3x(self.model)
+
+    def _set_tools(self, tools: Any) -> None:
+        names: list[str] = []
+        for tool in tools or []:
+            for decl in _field(tool, "functionDeclarations") or []:
+                name = _field(decl, "name")
+                if isinstance(name, str):
+                    names.append(name)
+        self._declared = names
+
+    # -- resumption -----------------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "history": copy.deepcopy(self._history),
+            "turn": self._turn,
+            "spoken_turns": self._spoken_turns,
+            "model_turns": self._model_turns,
+            "ctx_tokens": dict(self._ctx_tokens),
+            "started": self._started,
+        }
+
+    def _restore(self, snap: Mapping[str, Any]) -> None:
+        self._history = list(snap["history"])
+        self._turn = snap["turn"]
+        self._spoken_turns = snap["spoken_turns"]
+        self._model_turns = snap["model_turns"]
+        self._ctx_tokens = dict(snap["ctx_tokens"])
+        self._started = snap["started"]
+
+    def _resumption_update(self, *, resumable: bool) -> None:
+        """A new handle; only handles sent with resumable=true can be resumed."""
+        if not self._resumption:
+            return
+        handle = f"emulator-handle-{self.index}-{next(self._handle_seq)}"
+        if resumable:
+            self.shared.store.put(handle, self._snapshot())
+            self.record.handles.append(handle)
+        self._send({"sessionResumptionUpdate": {"newHandle": handle, "resumable": resumable}})
+
+    def _go_away(self) -> None:
+        left = self.script.go_away_time_left
+        self._send({"goAway": {"timeLeft": _duration(left)}})
+        self._at(self._now + self.script.scaled(left), lambda: self._close(1000, ""))
+
+    # -- input ------------------------------------------------------------------------
+
+    def _on_realtime(self, body: Any) -> None:
+        if not isinstance(body, Mapping):
+            self._close(1007, _INVALID)
+            return
+        for key, value in body.items():
+            name = _SNAKE_TO_CAMEL.get(key, key)
+            if self._phase != "open":
+                return
+            if name == "audio":
+                self._on_blob(value, "realtime_input.audio")
+            elif name == "mediaChunks":
+                for blob in value or []:
+                    self._on_blob(blob, "realtime_input.media_chunks")
+            elif name == "video":
+                self._on_blob(value, "realtime_input.video")
+            elif name == "text":
+                self._barge_in()
+                self._user_turn(str(value), spoken=False)
+            elif name in ("activityStart", "activityEnd"):
+                if not self._vad_disabled:
+                    self._close(
+                        1007,
+                        "Explicit activity control is not supported when automatic"
+                        " activity detection is enabled.",
+                    )
+                    return
+                if name == "activityStart":
+                    self._manual_active = True
+                    self._turn_audio_ms = 0.0
+                    self._barge_in()
+                elif self._manual_active:
+                    self._manual_active = False
+                    self._end_spoken_turn()
+            elif name == "audioStreamEnd":
+                if value and not self._vad_disabled and self._speaking:
+                    self._speaking = False
+                    self._end_spoken_turn()
+            else:
+                self._close(1007, f'Invalid JSON payload received. Unknown name "{key}" at \'realtime_input\': Cannot find field.')
+
+    def _on_blob(self, blob: Any, where: str) -> None:
+        data_text = _field(blob, "data")
+        mime = str(_field(blob, "mimeType") or "")
+        try:
+            data = _b64decode(data_text)
+        except ValueError:
+            self._close(
+                1007,
+                f"Invalid value at '{where}.data' (TYPE_BYTES), Base64 decoding failed.",
+            )
+            return
+        self._started = True
+        if not mime.startswith("audio/"):
+            return
+        self.record.audio_chunks += 1
+        room = _MAX_AUDIO - len(self.record.audio)
+        if room > 0:
+            self.record.audio.extend(data[:room])
+        rate = _rate_of(mime)
+        if self._vad_disabled:
+            if self._manual_active:
+                self._turn_audio_ms += len(data) / 2 / rate * 1000
+        else:
+            self._detect(data, rate)
+        if self._phase == "open":
+            self._fault("after_audio_chunks", self.record.audio_chunks)
+
+    def _detect(self, pcm: bytes, rate: int) -> None:
+        """Energy-based activity detection, measured in audio time (deterministic)."""
+        for rms, ms in synth.frame_rms(pcm, rate):
+            loud = rms >= self._threshold
+            if not self._speaking:
+                if loud:
+                    self._voiced_ms += ms
+                    if self._voiced_ms >= self._prefix_ms:
+                        self._speaking = True
+                        self._silence_ms = 0.0
+                        self._turn_audio_ms = self._voiced_ms
+                        self._barge_in()
+                else:
+                    self._voiced_ms = 0.0
+                continue
+            self._turn_audio_ms += ms
+            self._silence_ms = 0.0 if loud else self._silence_ms + ms
+            if self._silence_ms >= self._silence_ms_needed:
+                self._speaking = False
+                self._voiced_ms = 0.0
+                self._end_spoken_turn()
+                if self._phase != "open":
+                    return
+
+    def _end_spoken_turn(self) -> None:
+        text = self.script.transcript_for(self._turn + 1, self._spoken_turns)
+        self._spoken_turns += 1
+        if self._input_transcription:
+            for piece in synth.fragments(text, size=64):
+                self._send({"serverContent": {"inputTranscription": {"text": piece}}})
+        seconds = self._turn_audio_ms / 1000
+        self._ctx_tokens["AUDIO"] = self._ctx_tokens.get("AUDIO", 0) + max(
+            1, round(seconds * _AUDIO_TOKENS_PER_S)
+        )
+        self._user_turn(text, spoken=True)
+
+    def _on_client_content(self, body: Any) -> None:
+        if not isinstance(body, Mapping):
+            self._close(1007, _INVALID)
+            return
+        if _is_3x(self.model) and (not self._history_in_client_content or self._started):
+            self._close(1007, _INVALID)
+            return
+        turns = _field(body, "turns") or []
+        if not isinstance(turns, list):
+            self._close(1007, _INVALID)
+            return
+        for turn in turns:
+            if not isinstance(turn, Mapping):
+                self._close(1007, _INVALID)
+                return
+            role = _field(turn, "role") or "user"
+            self._history.append({"role": role, "parts": list(_field(turn, "parts") or [])})
+            self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + _tokens(_text_of(turn))
+        if _field(body, "turnComplete"):
+            self._barge_in()
+            last_user = next(
+                (t for t in reversed(turns) if (_field(t, "role") or "user") == "user"), None
+            )
+            self._user_turn(_text_of(last_user) if last_user else "", spoken=False, add_history=False)
+
+    def _on_tool_response(self, body: Any) -> None:
+        responses = _field(body, "functionResponses") or []
+        if not isinstance(responses, list):
+            self._close(1007, _INVALID)
+            return
+        if not all(isinstance(r, Mapping) for r in responses):
+            self._close(1007, _INVALID)
+            return
+        self.record.tool_responses.extend(dict(r) for r in responses)
+        if self._fault("after_tool_response"):
+            return
+        pending = self._tools
+        for response in responses:
+            call_id = _field(response, "id")
+            if pending is None or call_id not in pending.ids:
+                continue
+            pending.ids.remove(call_id)
+            name = _field(response, "name") or pending.names.get(call_id, "")
+            result = {"id": call_id, "name": name, "response": _field(response, "response")}
+            pending.results.append(result)
+            self._history.append({"role": "user", "parts": [{"functionResponse": result}]})
+            self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + _tokens(json.dumps(result))
+        if pending is not None and not pending.ids:
+            self._tools = None
+            self._cancel(pending.group)
+            self._start_reply(user_text="", tool_results=tuple(pending.results))
+
+    def _on_context_update(self, body: Any) -> None:
+        tools = _field(body, "tools")
+        if isinstance(tools, Mapping):
+            self._set_tools(_field(tools, "tools"))
+
+    # -- turns ------------------------------------------------------------------------
+
+    def _barge_in(self) -> None:
+        """The user started talking: cut the current generation and pending tool calls."""
+        if not self._interrupts or (self._gen is None and self._tools is None):
+            return
+        if self._gen is not None:
+            gen, self._gen = self._gen, None
+            self._cancel(gen.group)
+            partial = "".join(gen.spoken)
+            self._history.append({"role": "model", "parts": [{"text": partial}]})
+            self.record.model_turns.append(partial)
+        self._send({"serverContent": {"interrupted": True}})
+        if self._tools is not None:
+            tools, self._tools = self._tools, None
+            self._cancel(tools.group)
+            if tools.sent and tools.ids:
+                self._send({"toolCallCancellation": {"ids": list(tools.ids)}})
+        self._resumption_update(resumable=True)
+
+    def _user_turn(self, text: str, *, spoken: bool, add_history: bool = True) -> None:
+        if self._gen is not None or self._tools is not None:
+            # Not interrupting (activityHandling NO_INTERRUPTION): answer after this turn.
+            self._waiting.append((text, spoken, add_history))
+            return
+        self._turn += 1
+        self._started = True
+        self.record.user_turns.append(text)
+        if add_history:
+            self._history.append({"role": "user", "parts": [{"text": text}]})
+            if not spoken:
+                self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + _tokens(text)
+        calls = list(self.script.tool_calls.get(self._turn, ()))
+        if not calls and self.script.call_named_functions:
+            lowered = text.lower()
+            for name in self._declared:
+                if name.lower() in lowered or name.lower().replace("_", " ") in lowered:
+                    calls.append(ToolCall(name, self.script.tool_args.get(name, {})))
+        if calls:
+            self._call_tools(calls)
+        else:
+            self._start_reply(user_text=text, tool_results=())
+
+    def _call_tools(self, calls: list[ToolCall]) -> None:
+        group = self._new_group()
+        ids = [f"function-call-{self.index}-{next(self._call_ids)}" for _ in calls]
+        pending = _PendingTools(group, list(ids), {i: c.name for i, c in zip(ids, calls)})
+        self._tools = pending
+        self._resumption_update(resumable=False)
+        function_calls = [
+            {"id": i, "name": c.name, "args": dict(c.args)} for i, c in zip(ids, calls)
+        ]
+
+        def send() -> None:
+            pending.sent = True
+            self.record.tool_calls.extend(function_calls)
+            self._history.append(
+                {"role": "model", "parts": [{"functionCall": fc} for fc in function_calls]}
+            )
+            self._send({"toolCall": {"functionCalls": function_calls}})
+            self._fault("after_tool_call")
+
+        self._at(self._now + self.script.scaled(self.script.first_response_delay), send, group)
+
+    def _start_reply(self, *, user_text: str, tool_results: tuple[Mapping[str, Any], ...]) -> None:
+        ctx = ReplyContext(
+            turn=self._turn,
+            user_text=user_text,
+            tool_results=tool_results,
+            history=tuple(copy.deepcopy(self._history)),
+            connection=self.index,
+        )
+        text = self.script.reply_for(ctx, self._model_turns)
+        group = self._new_group()
+        gen = _Generation(group=group, text=text, turn=self._turn)
+        self._gen = gen
+        self._resumption_update(resumable=False)
+        script = self.script
+        chars = script.chars_per_second
+        duration = synth.speech_seconds(text, chars)
+        gen.audio_seconds = duration
+        if self._modality == "AUDIO":
+            pcm = synth.speak(text, chars)
+            size = synth.OUTPUT_RATE * script.chunk_ms // 1000 * 2
+            chunks: list[Any] = [pcm[i : i + size] for i in range(0, len(pcm), size)]
+            frags = synth.fragments(text) if self._output_transcription else []
+        else:
+            chunks = synth.fragments(text, size=12)
+            frags = []
+        per_chunk: list[list[str]] = [[] for _ in chunks]
+        for k, frag in enumerate(frags):
+            per_chunk[min(len(chunks) - 1, k * len(chunks) // len(frags))].append(frag)
+        t0 = self._now + script.scaled(script.first_response_delay)
+        burst_s = script.chunk_ms * script.burst_chunks / 1000
+        last_due = t0
+        for i, chunk in enumerate(chunks):
+            due = t0 + script.scaled((i // max(1, script.burst_chunks)) * burst_s)
+            last_due = due
+            self._at(due, self._chunk_sender(gen, chunk, per_chunk[i], i == len(chunks) - 1), group)
+        if not chunks or not self._bundle:
+            self._at(last_due, lambda: self._send({"serverContent": {"generationComplete": True}}), group)
+        self._at(max(last_due, t0 + script.scaled(duration)), lambda: self._finish(gen), group)
+
+    def _chunk_sender(
+        self, gen: _Generation, chunk: Any, frags: list[str], last: bool
+    ) -> Callable[[], None]:
+        def send() -> None:
+            if isinstance(chunk, bytes):
+                part = {
+                    "inlineData": {
+                        "mimeType": f"audio/pcm;rate={synth.OUTPUT_RATE}",
+                        "data": base64.b64encode(chunk).decode("ascii"),
+                    }
+                }
+            else:
+                part = {"text": chunk}
+                gen.spoken.append(chunk)
+            content: dict[str, Any] = {"modelTurn": {"parts": [part]}}
+            gen.spoken.extend(frags)
+            if self._bundle:
+                if frags:
+                    content["outputTranscription"] = {"text": "".join(frags)}
+                if last:
+                    content["generationComplete"] = True
+                self._send({"serverContent": content})
+            else:
+                self._send({"serverContent": content})
+                for frag in frags:
+                    self._send({"serverContent": {"outputTranscription": {"text": frag}}})
+            gen.chunks_sent += 1
+            self._fault("mid_generation", gen.chunks_sent)
+
+        return send
+
+    def _finish(self, gen: _Generation) -> None:
+        if self._gen is not gen:
+            return
+        self._gen = None
+        self._cancel(gen.group)
+        response_tokens = max(1, round(gen.audio_seconds * _AUDIO_TOKENS_PER_S))
+        modality = "AUDIO" if self._modality == "AUDIO" else "TEXT"
+        if modality == "TEXT":
+            response_tokens = _tokens(gen.text)
+        prompt = sum(self._ctx_tokens.values())
+        usage = {
+            "promptTokenCount": prompt,
+            "responseTokenCount": response_tokens,
+            "totalTokenCount": prompt + response_tokens,
+            "promptTokensDetails": [
+                {"modality": m, "tokenCount": c} for m, c in sorted(self._ctx_tokens.items())
+            ],
+            "responseTokensDetails": [{"modality": modality, "tokenCount": response_tokens}],
+        }
+        self._send({"serverContent": {"turnComplete": True}, "usageMetadata": usage})
+        self._ctx_tokens[modality] = self._ctx_tokens.get(modality, 0) + response_tokens
+        self._history.append({"role": "model", "parts": [{"text": gen.text}]})
+        self.record.model_turns.append(gen.text)
+        self._model_turns += 1
+        self._resumption_update(resumable=True)
+        if self._fault("after_turn", self._model_turns):
+            return
+        if self._waiting:
+            text, spoken, add_history = self._waiting.popleft()
+            self._user_turn(text, spoken=spoken, add_history=add_history)
+
+
+_SNAKE_TO_CAMEL = {
+    "media_chunks": "mediaChunks",
+    "activity_start": "activityStart",
+    "activity_end": "activityEnd",
+    "audio_stream_end": "audioStreamEnd",
+}
