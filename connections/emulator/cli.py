@@ -1,0 +1,174 @@
+"""`live emulator`: run a local Gemini Live endpoint over TLS until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+import anyio
+
+from connections.emulator.core import Settings
+from connections.emulator.script import Fault, Script, ToolCall
+from connections.emulator.server import DEV_API_KEY, running_emulator
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="live emulator",
+        description=(
+            "A local Gemini Live (BidiGenerateContent) endpoint for the unmodified"
+            " google-genai SDK. Prints the two lines to export, then serves until"
+            " Ctrl-C. It has no recogniser and no TTS: what the user 'said' comes"
+            " from --say, the reply is a synthetic voice saying --reply (default:"
+            " 'You said: <transcript>.')."
+        ),
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=9876, help="port (default 9876; 0 = a free port)")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help=f"the only key accepted (default: any non-empty key, e.g. {DEV_API_KEY})",
+    )
+    p.add_argument(
+        "--api-versions",
+        default="v1alpha,v1beta,v1",
+        help="comma-separated API versions that serve Live (others close with 1008)",
+    )
+    p.add_argument("--speed", type=float, default=1.0, help="pacing factor (1 = real time)")
+    p.add_argument(
+        "--go-away-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="send goAway this long after setup, then close (e.g. 540 like the service)",
+    )
+    p.add_argument(
+        "--go-away-time-left",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="timeLeft announced in goAway (default 5)",
+    )
+    p.add_argument(
+        "--say",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="what the user said in the next spoken turn (repeatable, in order)",
+    )
+    p.add_argument(
+        "--reply",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="what the model says in its next turn (repeatable, in order)",
+    )
+    p.add_argument(
+        "--tool-args",
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="arguments for a declared function called when the user names it",
+    )
+    p.add_argument(
+        "--call",
+        action="append",
+        default=[],
+        metavar="TURN:NAME[=JSON]",
+        help="on user turn TURN call function NAME (with JSON arguments)",
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="WHEN[:N]=CODE|stall",
+        help=(
+            "break a session: WHEN is after_setup, after_audio_chunks, mid_generation,"
+            " after_tool_call, after_tool_response or after_turn; CODE 1006 (drop),"
+            " 1007, 1008, 1011, or quota (1011 RESOURCE_EXHAUSTED); fires once"
+        ),
+    )
+    p.add_argument("--max-sessions", type=int, default=None, help="concurrent sessions allowed")
+    return p
+
+
+def _fault(spec: str) -> Fault:
+    when_part, _, action = spec.partition("=")
+    when, _, n = when_part.partition(":")
+    count = int(n) if n else 1
+    if action == "stall":
+        return Fault.stall(when, n=count)  # type: ignore[arg-type]
+    if action == "quota":
+        return Fault.quota(when, n=count)  # type: ignore[arg-type]
+    return Fault(when, code=int(action or 1011), n=count)  # type: ignore[arg-type]
+
+
+def build_script(args: argparse.Namespace) -> Script:
+    """The script the command-line options describe."""
+    tool_args = {}
+    for spec in args.tool_args:
+        name, _, payload = spec.partition("=")
+        tool_args[name] = json.loads(payload or "{}")
+    calls: dict[int, list[ToolCall]] = {}
+    for spec in args.call:
+        turn, _, rest = spec.partition(":")
+        name, _, payload = rest.partition("=")
+        calls.setdefault(int(turn), []).append(ToolCall(name, json.loads(payload or "{}")))
+    return Script(
+        user_says=list(args.say),
+        replies=list(args.reply),
+        tool_calls=calls,
+        tool_args=tool_args,
+        faults=[_fault(f) for f in args.fault],
+        go_away_after=args.go_away_after,
+        go_away_time_left=args.go_away_time_left,
+        speed=args.speed,
+        max_sessions=args.max_sessions,
+    )
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    settings = Settings(
+        api_key=args.api_key,
+        api_versions=frozenset(v.strip() for v in args.api_versions.split(",") if v.strip()),
+    )
+    async with running_emulator(
+        build_script(args), host=args.host, port=args.port, settings=settings
+    ) as emulator:
+        print(emulator.exports, flush=True)
+        print(
+            f"# Live emulator on {emulator.base_url}; key: "
+            f"{args.api_key or 'any non-empty key'}; Ctrl-C stops it.",
+            file=sys.stderr,
+            flush=True,
+        )
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+        print("# stopping", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        build_script(args)
+    except (ValueError, TypeError) as exc:
+        print(f"live emulator: {exc}", file=sys.stderr)
+        return 2
+    try:
+        anyio.run(_serve, args)
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        print(f"live emulator: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,268 @@
+"""The emulator's I/O: a TLS WebSocket server driving one `EmulatorSession` per connection.
+
+The SDK always dials `wss://` and verifies the certificate, so the server makes a
+throwaway CA and a certificate for localhost/127.0.0.1/::1 at start and writes the
+CA to a file for `SSL_CERT_FILE` (or `ssl_context()` for in-code use).
+
+Each connection runs a reader task (bounded queue into the session loop) and the
+session loop in one task group; when either ends, both end, so nothing outlives
+the connection. Sends are awaited, so a client that stops reading slows the
+session down instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import http
+import ipaddress
+import json
+import logging
+import os
+import ssl
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import trustme
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from connections.emulator.core import (
+    CloseConnection,
+    DropConnection,
+    EmulatorSession,
+    Handshake,
+    SendMessage,
+    SessionRecord,
+    Settings,
+    Shared,
+    route,
+)
+from connections.emulator.script import Script
+
+__all__ = ["DEV_API_KEY", "Emulator", "running_emulator"]
+
+log = logging.getLogger(__name__)
+
+DEV_API_KEY = "emulator-dev-key"
+"""A key to use with the emulator when any key will do (it accepts any non-empty
+key unless started with a specific one)."""
+
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+_QUEUE = 64
+
+
+@dataclasses.dataclass(slots=True)
+class _Closed:
+    code: int | None
+    reason: str
+
+
+class Emulator:
+    """A running emulator: where it listens, what it trusts, what it heard.
+
+    `script` may be replaced or edited at any time; a connection uses the script
+    that was current when it opened. `sessions` holds one `SessionRecord` per
+    connection, in the order they were accepted.
+    """
+
+    def __init__(
+        self,
+        *,
+        script: Script | None = None,
+        settings: Settings | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.script = script or Script()
+        self.settings = settings or Settings()
+        self.host = host
+        self.port = 0
+        self.sessions: list[SessionRecord] = []
+        self.ca_file = ""
+        self._shared = Shared()
+        self._ca = trustme.CA()
+        self._server: Server | None = None
+
+    # -- addresses and trust --------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """What to give the SDK as base URL (it turns https into wss itself)."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        if host == "::":
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"https://{host}:{self.port}"
+
+    @property
+    def api_key(self) -> str:
+        """A key this emulator accepts."""
+        return self.settings.api_key or DEV_API_KEY
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context that trusts this emulator's certificate."""
+        ctx = ssl.create_default_context()
+        self._ca.configure_trust(ctx)
+        return ctx
+
+    def ws_url(self, api_version: str = "v1beta", *, constrained: bool = False) -> str:
+        """The full WebSocket URL of the Live method (for raw WebSocket clients)."""
+        method = "BidiGenerateContentConstrained" if constrained else "BidiGenerateContent"
+        base = self.base_url.replace("https://", "wss://", 1)
+        return f"{base}/ws/google.ai.generativelanguage.{api_version}.GenerativeService.{method}"
+
+    @property
+    def exports(self) -> str:
+        """Shell lines that point the SDK at this emulator."""
+        return (
+            f"export GOOGLE_GEMINI_BASE_URL={self.base_url}\n"
+            f"export SSL_CERT_FILE={self.ca_file}"
+        )
+
+    def _server_ssl(self) -> ssl.SSLContext:
+        names = ["localhost", "127.0.0.1", "::1"]
+        if self.host not in names and self.host not in ("", "0.0.0.0", "::"):
+            names.append(self.host)
+        cert = self._ca.issue_cert(*names)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        cert.configure_cert(ctx)
+        return ctx
+
+    # -- serving ----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def serving(self, port: int = 0) -> AsyncIterator[Emulator]:
+        """Listen on `port` (0: a free one) until the context exits."""
+        with tempfile.TemporaryDirectory(prefix="live-emulator-") as tmp:
+            self.ca_file = os.path.join(tmp, "ca.pem")
+            self._ca.cert_pem.write_to_path(self.ca_file)
+            async with serve(
+                self._handle,
+                self.host,
+                port,
+                ssl=self._server_ssl(),
+                max_size=MAX_FRAME_BYTES,
+                max_queue=_QUEUE,
+                process_request=self._check_path,
+                ping_interval=None,
+            ) as server:
+                self._server = server
+                self.port = next(iter(server.sockets)).getsockname()[1]
+                try:
+                    yield self
+                finally:
+                    self._server = None
+                    server.close()
+                    await server.wait_closed()
+
+    def _check_path(self, connection: ServerConnection, request: Request) -> Response | None:
+        if route(request.path) is not None:
+            return None
+        body = json.dumps(
+            {"error": {"code": 404, "message": "Not found.", "status": "NOT_FOUND"}}
+        ).encode()
+        headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return Response(http.HTTPStatus.NOT_FOUND, "Not Found", headers, body)
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        request = ws.request
+        assert request is not None
+        index = len(self.sessions)
+        session = EmulatorSession(
+            Handshake(request.path, dict(request.headers.raw_items())),
+            script=self.script,
+            settings=self.settings,
+            shared=self._shared,
+            index=index,
+            now=anyio.current_time(),
+        )
+        self.sessions.append(session.record)
+        send, receive = anyio.create_memory_object_stream[Any](_QUEUE)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_read, ws, send)
+                await _drive(ws, session, receive)
+                tg.cancel_scope.cancel()
+        finally:
+            session.connection_lost(None)
+            receive.close()
+
+
+async def _read(ws: ServerConnection, send: Any) -> None:
+    """Client frames into the bounded queue, then how the connection ended."""
+    async with send:
+        try:
+            async for frame in ws:
+                await send.send(frame)
+            await send.send(_Closed(ws.close_code, ws.close_reason or ""))
+        except ConnectionClosed as exc:
+            rcvd = exc.rcvd
+            await send.send(_Closed(rcvd.code if rcvd else None, rcvd.reason if rcvd else ""))
+
+
+async def _drive(ws: ServerConnection, session: EmulatorSession, receive: Any) -> None:
+    """Feed frames and time into the session and carry out what it asks."""
+    while True:
+        if await _act(ws, session.poll(anyio.current_time())):
+            return
+        deadline = session.next_deadline()
+        timeout = None if deadline is None else max(0.0, deadline - anyio.current_time())
+        item: Any = _NOTHING
+        with anyio.move_on_after(timeout):
+            try:
+                item = await receive.receive()
+            except anyio.EndOfStream:
+                item = _Closed(None, "")
+        if item is _NOTHING:
+            continue
+        if isinstance(item, _Closed):
+            session.connection_lost(item.code, item.reason)
+            return
+        if await _act(ws, session.receive(item, anyio.current_time())):
+            return
+
+
+_NOTHING = object()
+
+
+async def _act(ws: ServerConnection, actions: list[Any]) -> bool:
+    """Carry out actions; True when the connection is over."""
+    for action in actions:
+        if isinstance(action, SendMessage):
+            try:
+                await ws.send(json.dumps(action.payload, separators=(",", ":")))
+            except ConnectionClosed:
+                return True
+        elif isinstance(action, CloseConnection):
+            await ws.close(action.code, action.reason)
+            return True
+        elif isinstance(action, DropConnection):
+            ws.transport.abort()
+            return True
+    return False
+
+
+@contextlib.asynccontextmanager
+async def running_emulator(
+    script: Script | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str | None = None,
+    settings: Settings | None = None,
+) -> AsyncIterator[Emulator]:
+    """Run an emulator in this event loop on `port` (0: a free port).
+
+    `api_key` restricts the accepted key (None: any non-empty key).
+    """
+    settings = settings or Settings()
+    if api_key is not None:
+        settings.api_key = api_key
+    emulator = Emulator(script=script, settings=settings, host=host)
+    async with emulator.serving(port) as running:
+        yield running
