@@ -95,7 +95,10 @@ class LiveClient:
             max_size=None,
             compression=None,  # audio does not compress; spare both sides the CPU
         ) as ws:
-            await ws.send(encode(SessionStart(token=token, history=tuple(history), input_rate=input_rate)))
+            with contextlib.suppress(ConnectionClosed):  # a refusal may come first
+                await ws.send(
+                    encode(SessionStart(token=token, history=tuple(history), input_rate=input_rate))
+                )
             started = await cls._await_started(ws)
             client = cls(ws, started)
             try:
@@ -171,6 +174,11 @@ class LiveClient:
             pass
         if self.closed_reason is None:
             raise ConnectionLost("the connection to the server was lost")
+
+    async def wait_closed(self) -> int | None:
+        """Wait until the socket is closed; returns the close code the server sent."""
+        await self._ws.wait_closed()
+        return self._ws.close_code
 
     async def close(self) -> None:
         """Ask the server to end the session, then close the socket. Idempotent."""

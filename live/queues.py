@@ -114,13 +114,16 @@ class OutboxOverflow(Exception):
 
 
 class ClientOutbox:
-    """Frames waiting for one client socket: JSON events ahead of paced audio.
+    """Frames waiting for one client socket, in the order the model produced them.
 
-    Events (small, rare) go before any queued audio, so `turn.interrupted` reaches
-    the client at once. At most `max_events` wait; beyond that the client is not
-    reading and `put_event` raises `OutboxOverflow` (the session ends). Audio waits
-    up to `max_audio_seconds`; `put_audio` then waits, which stops reading from
-    the model until the client catches up (memory stays bounded per session).
+    Audio is paced (see `AudioPacer`); an event queued behind audio waits for it,
+    so a transcript or `turn.complete` never overtakes the audio it belongs to.
+    The one exception is `put_urgent` (`turn.interrupted`): it drops the queued
+    audio and goes first. At most `max_events` events wait; beyond that the client
+    is not reading and `put_event` raises `OutboxOverflow` (the session ends).
+    Audio waits up to `max_audio_seconds`; `put_audio` then waits, which stops
+    reading from the model until the client catches up, so memory per session
+    stays bounded.
     """
 
     def __init__(
@@ -131,8 +134,8 @@ class ClientOutbox:
         lead: float | None = 0.5,
         clock=time.monotonic,
     ) -> None:
-        self._events: collections.deque[str] = collections.deque()
-        self._audio: collections.deque[bytes] = collections.deque()
+        self._frames: collections.deque[str | bytes] = collections.deque()
+        self._events = 0
         self._audio_bytes = 0
         self._max_events = max_events
         self._max_audio_bytes = int(max_audio_seconds * BYTES_PER_SECOND_OUT)
@@ -143,9 +146,17 @@ class ClientOutbox:
         self.flushed_bytes = 0
 
     def put_event(self, frame: str) -> None:
-        if len(self._events) >= self._max_events:
+        if self._events >= self._max_events:
             raise OutboxOverflow(f"{self._max_events} events waiting for a client that is not reading")
-        self._events.append(frame)
+        self._frames.append(frame)
+        self._events += 1
+        self._wake.set()
+
+    def put_urgent(self, frame: str) -> None:
+        """Drop queued audio and send `frame` before anything else."""
+        self.flush_audio()
+        self._frames.appendleft(frame)
+        self._events += 1
         self._wake.set()
 
     async def put_audio(self, data: bytes) -> None:
@@ -153,18 +164,19 @@ class ClientOutbox:
             if self._space.is_set():
                 self._space = anyio.Event()
             await self._space.wait()
-        self._audio.append(data)
+        self._frames.append(data)
         self._audio_bytes += len(data)
         self._wake.set()
 
     def flush_audio(self) -> int:
         """Drop all queued audio (the user barged in); returns the bytes dropped."""
         dropped = self._audio_bytes
-        self._audio.clear()
-        self._audio_bytes = 0
-        self.flushed_bytes += dropped
+        if dropped:
+            self._frames = collections.deque(f for f in self._frames if isinstance(f, str))
+            self._audio_bytes = 0
+            self.flushed_bytes += dropped
+            self._space.set()
         self._pacer.reset(self._clock())
-        self._space.set()
         return dropped
 
     @property
@@ -174,17 +186,20 @@ class ClientOutbox:
     async def get(self) -> str | bytes:
         """The next frame to send; waits for one, and for the pacer before audio."""
         while True:
-            if self._events:
-                return self._events.popleft()
-            if self._audio:
+            frames = self._frames
+            if frames:
+                head = frames[0]
+                if isinstance(head, str):
+                    self._events -= 1
+                    return frames.popleft()
                 now = self._clock()
                 delay = self._pacer.wait_time(now)
                 if delay <= 0:
-                    data = self._audio.popleft()
-                    self._audio_bytes -= len(data)
-                    self._pacer.sent(len(data), now)
+                    frames.popleft()
+                    self._audio_bytes -= len(head)
+                    self._pacer.sent(len(head), now)
                     self._space.set()
-                    return data
+                    return head
                 self._wake = anyio.Event()
                 with anyio.move_on_after(delay):
                     await self._wake.wait()

@@ -51,6 +51,7 @@ from live.protocol import (
     SessionClosed,
     SessionStart,
     SessionStarted,
+    TurnInterrupted,
     encode,
     parse_client_message,
 )
@@ -433,11 +434,14 @@ class ClientSession:
             if isinstance(action, SendAudio):
                 await self.outbox.put_audio(action.data)
             elif isinstance(action, SendEvent):
-                self._event(action.event)
+                if isinstance(action.event, TurnInterrupted):
+                    self.outbox.put_urgent(encode(action.event))
+                else:
+                    self._event(action.event)
             elif isinstance(action, ToUpstream):
                 await self.upstream.put_control(action.item)
             elif isinstance(action, FlushAudio):
-                self.outbox.flush_audio()
+                self.outbox.flush_audio()  # the client is told by the urgent event that follows
             elif isinstance(action, RunTool):
                 self._start_tool_task(action.call.id or "", self._run_server_tool, action.call)
             elif isinstance(action, AwaitClientTool):

@@ -1,0 +1,53 @@
+"""Helpers for tests that run the session server on a loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+
+from clients.client import AudioFrame, LiveClient
+from live.agent import Agent
+from live.llm import BaseLlm
+from live.server import LiveServer, ServerConfig
+
+
+@contextlib.asynccontextmanager
+async def running(agent: Agent, llm: BaseLlm, **config) -> AsyncIterator[tuple[LiveServer, str]]:
+    """A server on a free port; yields it and its `/live` URL; stops it on exit."""
+    config.setdefault("audio_lead", None)
+    server = LiveServer(agent, llm, ServerConfig(port=0, **config))
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(server.serve)
+        try:
+            yield server, f"ws://127.0.0.1:{port}/live"
+        finally:
+            server.stop()
+
+
+async def collect(
+    client: LiveClient, until: Callable[[object], bool], *, timeout: float = 5.0
+) -> list[object]:
+    """Events up to and including the first for which `until` is true."""
+    seen: list[object] = []
+    with anyio.fail_after(timeout):
+        async for event in client.events():
+            seen.append(event)
+            if until(event):
+                break
+    return seen
+
+
+def audio_bytes(events: list[object]) -> bytes:
+    return b"".join(e.data for e in events if isinstance(e, AudioFrame))
+
+
+def kinds(events: list[object]) -> list[str]:
+    """Event types in order, with runs of audio collapsed to one 'audio'."""
+    out: list[str] = []
+    for e in events:
+        name = "audio" if isinstance(e, AudioFrame) else e.type  # type: ignore[attr-defined]
+        if not (name == "audio" and out and out[-1] == "audio"):
+            out.append(name)
+    return out
