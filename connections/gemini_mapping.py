@@ -1,0 +1,428 @@
+"""Gemini Live messages to and from the live contract, with no I/O at all.
+
+The server direction is a small state machine, `ServerMessageMapper`: it is fed
+one `types.LiveServerMessage` at a time and returns the `LlmResponse`s it means.
+Its only state is the per-turn transcript accumulators, so one mapper belongs
+to one connection. The client direction is a handful of pure functions.
+
+Rules (FIELD-NOTES §3), each with the reason it exists:
+
+- Every field of every message is read, and every part of a model turn is kept:
+  Gemini 3.x bundles audio, transcript fragments and turn-complete in one message.
+- One response per message on the hot path (an audio chunk every 40 ms): the
+  model's `Content` is passed through as is, never copied.
+- Transcripts arrive as sub-word fragments. Each one is surfaced at once with
+  `partial=True` and `Transcription(finished=False)`; the first turn boundary
+  (`generationComplete`, `interrupted` or `turnComplete`) adds one final
+  transcript per direction with the whole text and `finished=True`, then the
+  accumulator starts over. A final the server sends itself is used instead of a
+  synthesized one, never in addition to it.
+- When a message carries both fragments and a boundary, the fragments come
+  first (partial) and the boundary flags travel with the finals in a second
+  response, so `partial` never describes a final transcript.
+- Tool calls are surfaced at once (holding them deadlocks 3.1) as model content
+  of `function_call` parts with their ids kept exactly; a missing id is
+  replaced by one of ours (`live-` + hex) so the answer can be paired.
+
+Not surfaced, because the contract has no field for them: `setupComplete` (the
+SDK consumes it while connecting), `interimInputTranscription` (unstable text
+the server revises; accumulating it would duplicate words), `interactionStatus`
+(always sent alongside `turnComplete`) and `urlContextMetadata`. The legacy
+`voiceActivityDetectionSignal` is surfaced as `voice_activity`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Any, Final
+
+from google.genai import types
+
+from live.llm import AudioStreamEnd, LlmResponse, RealtimeInput
+
+__all__ = [
+    "GENERATED_ID_PREFIX",
+    "ServerMessageMapper",
+    "function_responses_of",
+    "history_turns",
+    "is_gemini3",
+    "parse_duration",
+    "prepare_connect_config",
+    "realtime_kwargs",
+    "text_of",
+]
+
+GENERATED_ID_PREFIX: Final = "live-"
+"""Prefix of tool-call ids we generate when the server sends none."""
+
+_DURATION = re.compile(r"\s*(-?\d+(?:\.\d*)?|-?\.\d+)\s*s?\s*")
+_GEMINI_MAJOR = re.compile(r"(?:models/)?gemini-(\d+)")
+
+_VAD_TO_ACTIVITY: Final = {
+    types.VadSignalType.VAD_SIGNAL_TYPE_SOS: types.VoiceActivityType.ACTIVITY_START,
+    types.VadSignalType.VAD_SIGNAL_TYPE_EOS: types.VoiceActivityType.ACTIVITY_END,
+}
+
+
+def parse_duration(value: str | None) -> float | None:
+    """Seconds in a protobuf JSON duration such as `"9.5s"` or `"1.000000001s"`.
+
+    None for None or text that is not a duration (the caller decides what an
+    unreadable go-away means).
+    """
+    if value is None:
+        return None
+    match = _DURATION.fullmatch(value)
+    return float(match.group(1)) if match else None
+
+
+def new_call_id() -> str:
+    """A tool-call id of our own, recognisable by its prefix."""
+    return GENERATED_ID_PREFIX + uuid.uuid4().hex
+
+
+class _Accumulator:
+    """The transcript of one direction for the current turn."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+
+    def add(self, fragment: types.Transcription) -> types.Transcription | None:
+        """Record a server transcription; returns the server's own final, if it is one.
+
+        A server final may carry either the last fragment or the whole text;
+        when its text already starts with what we accumulated it is the whole
+        text, otherwise it is appended as the last fragment.
+        """
+        text = fragment.text or ""
+        if not fragment.finished:
+            if text:
+                self.pieces.append(text)
+            return None
+        so_far = "".join(self.pieces)
+        full = text if (not so_far or text.startswith(so_far)) else so_far + text
+        self.pieces.clear()
+        if not full:
+            return None
+        return types.Transcription(
+            text=full,
+            finished=True,
+            language_code=fragment.language_code,
+            speaker_label=fragment.speaker_label,
+        )
+
+    def finish(self) -> types.Transcription | None:
+        """The synthesized final for the turn, or None when nothing was said."""
+        if not self.pieces:
+            return None
+        text = "".join(self.pieces)
+        self.pieces.clear()
+        return types.Transcription(text=text, finished=True)
+
+
+class ServerMessageMapper:
+    """Turns server messages into responses; one instance per connection.
+
+    `feed()` returns a list (usually of one response, sometimes two, empty for
+    messages that mean nothing to a caller such as `setupComplete`).
+    """
+
+    __slots__ = ("_input", "_output", "_new_id")
+
+    def __init__(self, *, new_id: Any = new_call_id) -> None:
+        self._input = _Accumulator()
+        self._output = _Accumulator()
+        self._new_id = new_id
+
+    @property
+    def pending_input_transcript(self) -> str:
+        """Input transcript accumulated in the current turn and not yet finalized."""
+        return "".join(self._input.pieces)
+
+    @property
+    def pending_output_transcript(self) -> str:
+        """Output transcript accumulated in the current turn and not yet finalized."""
+        return "".join(self._output.pieces)
+
+    def feed(self, message: types.LiveServerMessage) -> list[LlmResponse]:
+        sc = message.server_content
+        # The hot path: a bare audio (or text) chunk, nothing else in the message.
+        if (
+            sc is not None
+            and sc.model_turn is not None
+            and message.tool_call is None
+            and message.usage_metadata is None
+            and message.go_away is None
+            and message.session_resumption_update is None
+            and message.tool_call_cancellation is None
+            and message.voice_activity is None
+            and message.voice_activity_detection_signal is None
+            and sc.input_transcription is None
+            and sc.output_transcription is None
+            and not sc.turn_complete
+            and not sc.interrupted
+            and not sc.generation_complete
+            and sc.grounding_metadata is None
+            and sc.turn_complete_reason is None
+            and not sc.waiting_for_input
+        ):
+            return [LlmResponse(content=sc.model_turn, partial=True)]
+        return self._feed_general(message, sc)
+
+    def _feed_general(
+        self,
+        message: types.LiveServerMessage,
+        sc: types.LiveServerContent | None,
+    ) -> list[LlmResponse]:
+        body = LlmResponse()
+        has_body = False
+        fragments = False
+
+        if message.tool_call is not None and message.tool_call.function_calls:
+            body.content = types.Content(
+                role="model",
+                parts=[
+                    types.Part(function_call=self._with_id(fc))
+                    for fc in message.tool_call.function_calls
+                ],
+            )
+            has_body = True
+
+        input_final = output_final = None
+        turn_end = False
+        if sc is not None:
+            if sc.model_turn is not None:
+                if body.content is None:
+                    body.content = sc.model_turn
+                    body.partial = True
+                else:
+                    # A tool call and model output in one message: keep both.
+                    body.content.parts = [
+                        *(sc.model_turn.parts or ()),
+                        *(body.content.parts or ()),
+                    ]
+                has_body = True
+            if sc.input_transcription is not None:
+                input_final = self._input.add(sc.input_transcription)
+                if not sc.input_transcription.finished and sc.input_transcription.text:
+                    body.input_transcription = sc.input_transcription
+                    fragments = True
+            if sc.output_transcription is not None:
+                output_final = self._output.add(sc.output_transcription)
+                if not sc.output_transcription.finished and sc.output_transcription.text:
+                    body.output_transcription = sc.output_transcription
+                    fragments = True
+            if sc.grounding_metadata is not None:
+                body.grounding_metadata = sc.grounding_metadata
+                has_body = True
+            turn_end = bool(sc.turn_complete or sc.interrupted or sc.generation_complete)
+            if turn_end:
+                input_final = input_final or self._input.finish()
+                output_final = output_final or self._output.finish()
+
+        if fragments:
+            body.partial = True
+            has_body = True
+        if message.usage_metadata is not None:
+            body.usage_metadata = message.usage_metadata
+            has_body = True
+        if message.go_away is not None:
+            left = parse_duration(message.go_away.time_left)
+            body.go_away_time_left = 0.0 if left is None else left
+            has_body = True
+        if message.session_resumption_update is not None:
+            body.session_resumption_update = message.session_resumption_update
+            has_body = True
+        if message.tool_call_cancellation is not None and message.tool_call_cancellation.ids:
+            body.cancelled_tool_call_ids = tuple(message.tool_call_cancellation.ids)
+            has_body = True
+        if message.voice_activity is not None:
+            body.voice_activity = message.voice_activity
+            has_body = True
+        elif message.voice_activity_detection_signal is not None:
+            kind = _VAD_TO_ACTIVITY.get(message.voice_activity_detection_signal.vad_signal_type)
+            if kind is not None:
+                body.voice_activity = types.VoiceActivity(voice_activity_type=kind)
+                has_body = True
+
+        flags = sc is not None and bool(
+            turn_end
+            or sc.turn_complete_reason is not None
+            or sc.waiting_for_input
+        )
+        finals = input_final is not None or output_final is not None
+        if not flags and not finals:
+            return [body] if has_body else []
+
+        # Boundary flags and finals: on the body when it holds nothing partial,
+        # otherwise in a response of their own right after it.
+        if has_body and (body.partial and finals):
+            tail = LlmResponse()
+            out = [body, tail]
+        else:
+            tail = body
+            out = [body]
+        if sc is not None:
+            tail.turn_complete = bool(sc.turn_complete)
+            tail.interrupted = bool(sc.interrupted)
+            tail.generation_complete = bool(sc.generation_complete)
+            tail.turn_complete_reason = sc.turn_complete_reason
+            tail.waiting_for_input = bool(sc.waiting_for_input)
+        if input_final is not None:
+            tail.input_transcription = input_final
+        if output_final is not None:
+            tail.output_transcription = output_final
+        return out
+
+    def _with_id(self, call: types.FunctionCall) -> types.FunctionCall:
+        """The call itself when it has an id; else a copy carrying a new id.
+
+        Copying (never assigning) keeps a message object shared by several
+        sessions, as a scripted test may do, free of our ids.
+        """
+        if call.id:
+            return call
+        return call.model_copy(update={"id": self._new_id()})
+
+
+# ---------------------------------------------------------------------------
+# Client direction
+# ---------------------------------------------------------------------------
+
+
+def is_gemini3(model: str) -> bool:
+    """Whether `model` is a Gemini 3 (or later) model, with or without `models/`.
+
+    Those models take mid-session text through `realtime_input.text` and need
+    `historyConfig.initialHistoryInClientContent` to accept seeded history.
+    """
+    match = _GEMINI_MAJOR.match(model)
+    return bool(match) and int(match.group(1)) >= 3
+
+
+def prepare_connect_config(
+    config: types.LiveConnectConfig, *, model: str, has_history: bool
+) -> types.LiveConnectConfig:
+    """The config to connect with: the caller's, plus the history flag when needed.
+
+    Rule: `history_config.initial_history_in_client_content=True` is set when
+    the request carries history, and always for Gemini 3 models (which close
+    with 1007 when history arrives without it; a caller may seed history
+    without having announced it in the request). A value the caller set
+    explicitly is left alone. The caller's config is never modified: a
+    shallow copy carries the change.
+    """
+    if not (has_history or is_gemini3(model)):
+        return config
+    current = config.history_config
+    if current is not None and current.initial_history_in_client_content is not None:
+        return config
+    history = (
+        current.model_copy(update={"initial_history_in_client_content": True})
+        if current is not None
+        else types.HistoryConfig(initial_history_in_client_content=True)
+    )
+    return config.model_copy(update={"history_config": history})
+
+
+def function_responses_of(content: types.Content) -> list[types.FunctionResponse] | None:
+    """The function responses when `content` is made only of them, else None.
+
+    Raises ValueError for a content that mixes function responses with other
+    parts: the wire has no message that carries both.
+    """
+    parts = content.parts or []
+    responses = [p.function_response for p in parts if p.function_response is not None]
+    if not responses:
+        return None
+    if len(responses) != len(parts):
+        raise ValueError(
+            "a content with function responses must contain only function responses; "
+            "send the other parts in a content of their own"
+        )
+    return responses
+
+
+def text_of(content: types.Content) -> str | None:
+    """The joined text when every part of `content` is plain text, else None."""
+    parts = content.parts or []
+    if not parts:
+        return None
+    texts: list[str] = []
+    for part in parts:
+        if (
+            part.text is None
+            or part.thought
+            or part.inline_data is not None
+            or part.file_data is not None
+            or part.function_call is not None
+            or part.function_response is not None
+            or part.executable_code is not None
+            or part.code_execution_result is not None
+        ):
+            return None
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def _is_audio(part: types.Part) -> bool:
+    blob = part.inline_data
+    if blob is not None and (blob.mime_type or "").startswith("audio/"):
+        return True
+    ref = part.file_data
+    return ref is not None and (ref.mime_type or "").startswith("audio/")
+
+
+def history_turns(
+    history: Sequence[types.Content],
+) -> tuple[list[types.Content], bool]:
+    """The turns to seed, and whether the seed completes a turn.
+
+    Audio parts are dropped (recorded audio cannot be history), contents left
+    empty are dropped, and the seed completes a turn, so the model answers,
+    only when its last turn is the user's (a missing role counts as the user's).
+    The caller's contents are not modified.
+    """
+    turns: list[types.Content] = []
+    for content in history:
+        parts = content.parts or []
+        kept = [p for p in parts if not _is_audio(p)]
+        if not kept:
+            continue
+        turns.append(
+            content if len(kept) == len(parts) else content.model_copy(update={"parts": kept})
+        )
+    turn_complete = bool(turns) and (turns[-1].role or "user") == "user"
+    return turns, turn_complete
+
+
+def realtime_kwargs(item: RealtimeInput) -> dict[str, Any]:
+    """The one keyword of `send_realtime_input` that carries `item`.
+
+    Audio blobs go as `audio`, images and video frames as `video`; anything
+    else is a TypeError naming what is accepted.
+    """
+    if isinstance(item, types.Blob):
+        mime = item.mime_type or ""
+        if mime.startswith("audio/"):
+            return {"audio": item}
+        if mime.startswith(("image/", "video/")):
+            return {"video": item}
+        raise TypeError(
+            f"send_realtime cannot route a Blob with mime type {mime!r}: "
+            "use audio/* (e.g. 'audio/pcm;rate=16000'), image/* or video/*"
+        )
+    if isinstance(item, types.ActivityStart):
+        return {"activity_start": item}
+    if isinstance(item, types.ActivityEnd):
+        return {"activity_end": item}
+    if isinstance(item, AudioStreamEnd):
+        return {"audio_stream_end": True}
+    raise TypeError(
+        f"send_realtime takes a types.Blob, types.ActivityStart, types.ActivityEnd "
+        f"or live.AUDIO_STREAM_END, not {type(item).__name__}"
+    )
