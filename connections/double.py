@@ -1,0 +1,661 @@
+"""An in-process Gemini Live, for testing agents and relays without a network.
+
+Like httpx's `MockTransport`, the double plugs into an explicit seam: pass a
+`DoubleTransport` as `Gemini(model, transport=...)` and the real connection
+code runs unchanged against scripted sessions::
+
+    from connections import double
+    from connections.gemini import Gemini
+
+    session = double.ScriptedSession(double.output_transcript("Hi"))
+    session.on_tool_response(double.audio(b"\\0\\0" * 960), double.turn_complete())
+    transport = double.DoubleTransport(session)
+    llm = Gemini("gemini-2.5-flash", transport=transport)
+    async with llm.connect(LlmRequest()) as connection:
+        ...
+    assert session.tool_responses[0].function_responses[0].id == "call-1"
+
+A `ScriptedSession` presents google-genai's `AsyncSession` surface:
+
+- **Records** every message sent to it as a typed `types.LiveClientMessage`
+  (`realtime_input`, `client_content` or `tool_response`), in order, in `sent`;
+  the transport records the model and config of every connect in `connects`.
+- **Replays** scripted `types.LiveServerMessage`s (given at construction or
+  `push`ed later), and **reacts** to what the client sends: `on(predicate, ...)`
+  in general, `on_tool_response`, `on_client_content`, `on_text`,
+  `on_activity_end`, `on_audio_stream_end`, `after_audio_chunks(n, ...)`.
+  A reaction's reply is a sequence of events or a function of the message.
+- **Fails** exactly like the SDK: a `Close(code, reason)` event makes
+  `receive()` raise `google.genai.errors.APIError` with that code (1000
+  included) and later sends raise `websockets.ConnectionClosed`;
+  `drop(code)` closes at once, discarding what was queued, and
+  `ScriptedSession(refuse=Close(...))` fails the connect itself.
+- `receive()` stops after the message that completes a turn, as the SDK's does.
+
+Waiting is event-driven (anyio events), never polled. Bounds, stated because a
+benchmark may drive hundreds of sessions through the double: the script queue
+holds what the test pushed (the test bounds it); `sent` grows by one entry per
+client message unless `record_audio=False`, which counts audio chunks instead
+of keeping them; `DoubleTransport.connects` grows by one entry per connect.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any, TypeAlias
+
+import anyio
+import websockets
+from google.genai import errors as genai_errors
+from google.genai import types
+from websockets.frames import Close as _CloseFrame
+
+__all__ = [
+    "Close",
+    "ConnectRecord",
+    "DoubleTransport",
+    "Pause",
+    "Reply",
+    "ScriptedSession",
+    "ServerEvent",
+    "audio",
+    "bundle",
+    "generation_complete",
+    "go_away",
+    "input_transcript",
+    "interrupted",
+    "output_transcript",
+    "resumption_update",
+    "text",
+    "tool_call",
+    "tool_call_cancellation",
+    "tool_calls",
+    "turn_complete",
+    "usage",
+]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Close:
+    """The server closes the socket with `code` (1006 means: without a close frame)."""
+
+    code: int = 1000
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pause:
+    """The server is silent for `seconds` before its next scripted event."""
+
+    seconds: float
+
+
+ServerEvent: TypeAlias = types.LiveServerMessage | Close | Pause
+Reply: TypeAlias = Callable[[types.LiveClientMessage], Iterable[ServerEvent]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConnectRecord:
+    """One connect: the model name and config the connection code passed."""
+
+    model: str
+    config: types.LiveConnectConfig
+
+
+@dataclasses.dataclass(slots=True)
+class _Reaction:
+    when: Callable[[types.LiveClientMessage], bool]
+    reply: Reply
+    times: int | None
+
+
+def _raise_api_error(close: Close) -> None:
+    """What the SDK's receive raises for a close: `APIError.raise_error(code, reason)`."""
+    reason = close.reason
+    if close.code == 1006 and not reason:
+        reason = "Abnormal closure."
+    genai_errors.APIError.raise_error(close.code, reason, None)
+
+
+def _connection_closed(close: Close) -> websockets.ConnectionClosed:
+    """What websockets raises from a send on a socket the server closed."""
+    if close.code == 1006:
+        return websockets.ConnectionClosedError(None, None)
+    frame = _CloseFrame(close.code, close.reason)
+    if close.code == 1000:
+        return websockets.ConnectionClosedOK(frame, frame, True)
+    return websockets.ConnectionClosedError(frame, frame, True)
+
+
+def _ends_turn(message: types.LiveServerMessage) -> bool:
+    """The SDK's rule for where `receive()` stops."""
+    sc = message.server_content
+    if sc is None:
+        return False
+    status = sc.interaction_status
+    if status is not None and status != types.InteractionStatus.INTERACTION_STATUS_UNSPECIFIED:
+        return status == types.InteractionStatus.IDLE
+    return bool(sc.turn_complete)
+
+
+def _as_blob(value: Any) -> Any:
+    return types.Blob(**value) if isinstance(value, dict) else value
+
+
+class ScriptedSession:
+    """One scripted Live session with the SDK's `AsyncSession` surface.
+
+    Build it with the server events to replay from the start; add more with
+    `push`, reactions with `on*`. `model` and `config` are set on connect.
+    """
+
+    def __init__(
+        self,
+        *script: ServerEvent,
+        refuse: Close | None = None,
+        record_audio: bool = True,
+        session_id: str | None = None,
+    ) -> None:
+        self.refuse = refuse
+        self.record_audio = record_audio
+        self.session_id = session_id
+        self.model: str | None = None
+        self.config: types.LiveConnectConfig | None = None
+        self.sent: list[types.LiveClientMessage] = []
+        self.audio_chunks = 0
+        self.audio_bytes = 0
+        self.closed_by_client = False
+        self.server_close: Close | None = None
+        self._script: collections.deque[ServerEvent] = collections.deque(script)
+        self._reactions: list[_Reaction] = []
+        self._wakeup: anyio.Event | None = None
+        self._sent_waiters: list[tuple[Callable[[types.LiveClientMessage], bool], anyio.Event]] = []
+        self._closed_event: anyio.Event | None = None
+        self._receiving = False
+
+    def __repr__(self) -> str:
+        return (
+            f"ScriptedSession(model={self.model!r}, sent={len(self.sent)}, "
+            f"audio_chunks={self.audio_chunks}, queued={len(self._script)})"
+        )
+
+    # -- scripting ------------------------------------------------------------
+
+    def push(self, *events: ServerEvent) -> ScriptedSession:
+        """Queue server events after everything already queued; wakes the receiver."""
+        self._script.extend(events)
+        self._wake()
+        return self
+
+    def close_with(self, code: int, reason: str = "") -> ScriptedSession:
+        """Queue a server close: after the queued messages, `receive()` raises APIError(code)."""
+        return self.push(Close(code, reason))
+
+    def drop(self, code: int = 1006, reason: str = "") -> ScriptedSession:
+        """The server closes now: queued events are discarded, a pending
+        `receive()` raises APIError(code) and sends raise ConnectionClosed."""
+        self._script.clear()
+        self.server_close = Close(code, reason)
+        self._wake()
+        return self
+
+    def on(
+        self,
+        when: Callable[[types.LiveClientMessage], bool],
+        *reply: ServerEvent | Reply,
+        times: int | None = 1,
+    ) -> ScriptedSession:
+        """When a client message satisfies `when`, queue `reply`.
+
+        `reply` is server events, or one function from the client message to
+        events (to echo ids, for instance). A reaction fires `times` times
+        (None: every time); every matching reaction fires, in the order added.
+        """
+        if len(reply) == 1 and callable(reply[0]):
+            handler: Reply = reply[0]  # type: ignore[assignment]
+        else:
+            events: tuple[ServerEvent, ...] = reply  # type: ignore[assignment]
+
+            def handler(_: types.LiveClientMessage) -> Iterable[ServerEvent]:
+                return events
+
+        self._reactions.append(_Reaction(when, handler, times))
+        return self
+
+    def on_tool_response(self, *reply: ServerEvent | Reply, times: int | None = 1) -> ScriptedSession:
+        """React to the client answering tool calls."""
+        return self.on(lambda m: m.tool_response is not None, *reply, times=times)
+
+    def on_client_content(self, *reply: ServerEvent | Reply, times: int | None = 1) -> ScriptedSession:
+        """React to a `client_content` message (a turn or the history seed)."""
+        return self.on(lambda m: m.client_content is not None, *reply, times=times)
+
+    def on_text(self, *reply: ServerEvent | Reply, times: int | None = 1) -> ScriptedSession:
+        """React to realtime text (how Gemini 3 models take mid-session text)."""
+        return self.on(
+            lambda m: m.realtime_input is not None and m.realtime_input.text is not None,
+            *reply,
+            times=times,
+        )
+
+    def on_activity_end(self, *reply: ServerEvent | Reply, times: int | None = 1) -> ScriptedSession:
+        """React to a manual `activity_end` (the user stopped talking)."""
+        return self.on(
+            lambda m: m.realtime_input is not None and m.realtime_input.activity_end is not None,
+            *reply,
+            times=times,
+        )
+
+    def on_audio_stream_end(self, *reply: ServerEvent | Reply, times: int | None = 1) -> ScriptedSession:
+        """React to `audio_stream_end` (the microphone was closed)."""
+        return self.on(
+            lambda m: m.realtime_input is not None and bool(m.realtime_input.audio_stream_end),
+            *reply,
+            times=times,
+        )
+
+    def after_audio_chunks(self, count: int, *reply: ServerEvent | Reply) -> ScriptedSession:
+        """React once, when the `count`-th audio chunk of the session arrives."""
+        return self.on(
+            lambda m: m.realtime_input is not None
+            and m.realtime_input.audio is not None
+            and self.audio_chunks >= count,
+            *reply,
+        )
+
+    # -- what was sent -----------------------------------------------------------
+
+    @property
+    def tool_responses(self) -> list[types.LiveClientToolResponse]:
+        return [m.tool_response for m in self.sent if m.tool_response is not None]
+
+    @property
+    def client_contents(self) -> list[types.LiveClientContent]:
+        return [m.client_content for m in self.sent if m.client_content is not None]
+
+    @property
+    def realtime_inputs(self) -> list[types.LiveClientRealtimeInput]:
+        return [m.realtime_input for m in self.sent if m.realtime_input is not None]
+
+    @property
+    def closed(self) -> bool:
+        """True once the client closed the session or the server's close was delivered."""
+        return self.closed_by_client or self.server_close is not None
+
+    async def wait_for(
+        self, predicate: Callable[[types.LiveClientMessage], bool]
+    ) -> types.LiveClientMessage:
+        """The first recorded client message satisfying `predicate`, waiting for it if needed."""
+        while True:
+            for message in self.sent:
+                if predicate(message):
+                    return message
+            event = anyio.Event()
+            self._sent_waiters.append((predicate, event))
+            await event.wait()
+
+    async def wait_closed(self) -> None:
+        """Return once the client has closed the session."""
+        if self.closed_by_client:
+            return
+        if self._closed_event is None:
+            self._closed_event = anyio.Event()
+        await self._closed_event.wait()
+
+    # -- the AsyncSession surface ---------------------------------------------
+
+    async def send_realtime_input(
+        self,
+        *,
+        media: Any = None,
+        audio: Any = None,
+        audio_stream_end: bool | None = None,
+        video: Any = None,
+        text: str | None = None,
+        activity_start: Any = None,
+        activity_end: Any = None,
+    ) -> None:
+        if audio is not None and media is None and video is None and text is None \
+                and activity_start is None and activity_end is None and audio_stream_end is None:
+            # The hot path: one audio chunk, recorded without validation.
+            self._check_open()
+            blob = _as_blob(audio)
+            self.audio_chunks += 1
+            self.audio_bytes += len(blob.data or b"")
+            if not self.record_audio and not self._reactions and not self._sent_waiters:
+                return
+            message = types.LiveClientMessage.model_construct(
+                realtime_input=types.LiveClientRealtimeInput.model_construct(audio=blob)
+            )
+            self._record(message, keep=self.record_audio)
+            return
+        given = {
+            name: value
+            for name, value in (
+                ("media", media),
+                ("audio", audio),
+                ("audio_stream_end", audio_stream_end),
+                ("video", video),
+                ("text", text),
+                ("activity_start", activity_start),
+                ("activity_end", activity_end),
+            )
+            if value is not None
+        }
+        if len(given) != 1:
+            raise ValueError(f"Only one argument can be set, got {len(given)}: {list(given)}")
+        self._check_open()
+        if "media" in given:
+            realtime = types.LiveClientRealtimeInput(media_chunks=[_as_blob(media)])
+        else:
+            realtime = types.LiveClientRealtimeInput(**given)
+        self._record(types.LiveClientMessage(realtime_input=realtime))
+
+    async def send_client_content(
+        self,
+        *,
+        turns: types.Content | dict[str, Any] | Sequence[types.Content | dict[str, Any]] | None = None,
+        turn_complete: bool = True,
+    ) -> None:
+        self._check_open()
+        if turns is None:
+            listed: list[Any] | None = None
+        elif isinstance(turns, (types.Content, dict)):
+            listed = [turns]
+        else:
+            listed = list(turns)
+        content = types.LiveClientContent(turns=listed, turn_complete=turn_complete)
+        self._record(types.LiveClientMessage(client_content=content))
+
+    async def send_tool_response(
+        self,
+        *,
+        function_responses: types.FunctionResponse
+        | dict[str, Any]
+        | Sequence[types.FunctionResponse | dict[str, Any]],
+    ) -> None:
+        self._check_open()
+        if isinstance(function_responses, (types.FunctionResponse, dict)):
+            listed = [function_responses]
+        else:
+            listed = list(function_responses)
+        response = types.LiveClientToolResponse(function_responses=listed)
+        for item in response.function_responses or ():
+            if item.id is None:
+                # The SDK's own check on the Gemini API backend.
+                raise ValueError(
+                    "FunctionResponse request must have an `id` field from the"
+                    " response of a ToolCall.FunctionalCalls in Google AI."
+                )
+        self._record(types.LiveClientMessage(tool_response=response))
+
+    async def receive(self) -> AsyncIterator[types.LiveServerMessage]:
+        """Scripted messages up to the end of a turn; a `Close` raises APIError."""
+        if self._receiving:
+            raise RuntimeError("only one coroutine may be inside receive() at a time")
+        self._receiving = True
+        try:
+            while True:
+                event = await self._next_event()
+                if isinstance(event, Pause):
+                    await anyio.sleep(event.seconds)
+                    continue
+                yield event
+                if _ends_turn(event):
+                    return
+        finally:
+            self._receiving = False
+
+    async def close(self) -> None:
+        """The client closes: a pending `receive()` raises APIError(1000), as the SDK's does."""
+        if self.closed_by_client:
+            return
+        self.closed_by_client = True
+        self._wake()
+        if self._closed_event is not None:
+            self._closed_event.set()
+
+    # -- internals ----------------------------------------------------------------
+
+    async def _next_event(self) -> ServerEvent:
+        while True:
+            if self.closed_by_client:
+                _raise_api_error(Close(1000))
+            if self.server_close is not None:
+                _raise_api_error(self.server_close)
+            if self._script:
+                event = self._script.popleft()
+                if isinstance(event, Close):
+                    self.server_close = event
+                    continue
+                return event
+            self._wakeup = anyio.Event()
+            await self._wakeup.wait()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None
+
+    def _check_open(self) -> None:
+        if self.closed_by_client:
+            raise _connection_closed(Close(1000))
+        if self.server_close is not None:
+            raise _connection_closed(self.server_close)
+
+    def _record(self, message: types.LiveClientMessage, *, keep: bool = True) -> None:
+        if keep:
+            self.sent.append(message)
+        if self._reactions:
+            for reaction in list(self._reactions):
+                if not reaction.when(message):
+                    continue
+                if reaction.times is not None:
+                    reaction.times -= 1
+                    if reaction.times <= 0:
+                        self._reactions.remove(reaction)
+                self.push(*reaction.reply(message))
+        if self._sent_waiters and keep:
+            waiting = self._sent_waiters
+            self._sent_waiters = []
+            for predicate, event in waiting:
+                if predicate(message):
+                    event.set()
+                else:
+                    self._sent_waiters.append((predicate, event))
+
+    def _attach(self, model: str, config: types.LiveConnectConfig) -> None:
+        self.model = model
+        self.config = config
+
+
+class DoubleTransport:
+    """A `LiveTransport` handing out scripted sessions, one per connect, in order.
+
+    Give the sessions up front, or a `factory` that makes one per connect (for
+    benchmarks driving many sessions); given sessions are used first. A
+    connect beyond both is a RuntimeError naming how many were scripted.
+    """
+
+    def __init__(
+        self,
+        *sessions: ScriptedSession,
+        factory: Callable[[], ScriptedSession] | None = None,
+    ) -> None:
+        self._pending: collections.deque[ScriptedSession] = collections.deque(sessions)
+        self._scripted = len(sessions)
+        self._factory = factory
+        self.sessions: list[ScriptedSession] = []
+        self.connects: list[ConnectRecord] = []
+
+    def __call__(
+        self, model: str, config: types.LiveConnectConfig
+    ) -> contextlib.AbstractAsyncContextManager[ScriptedSession]:
+        return self._connect(model, config)
+
+    @contextlib.asynccontextmanager
+    async def _connect(
+        self, model: str, config: types.LiveConnectConfig
+    ) -> AsyncIterator[ScriptedSession]:
+        if self._pending:
+            session = self._pending.popleft()
+        elif self._factory is not None:
+            session = self._factory()
+        else:
+            raise RuntimeError(
+                f"DoubleTransport: connect #{len(self.connects) + 1}, but only "
+                f"{self._scripted} session(s) were scripted and no factory was given"
+            )
+        self.connects.append(ConnectRecord(model, config))
+        self.sessions.append(session)
+        session._attach(model, config)
+        if session.refuse is not None:
+            session.server_close = session.refuse
+            _raise_api_error(session.refuse)
+        try:
+            yield session
+        finally:
+            await session.close()
+
+
+# ---------------------------------------------------------------------------
+# Server message builders
+# ---------------------------------------------------------------------------
+
+
+def audio(pcm: bytes, *, rate: int = 24000) -> types.LiveServerMessage:
+    """A chunk of model audio: PCM16 mono at `rate` (Gemini sends 24 kHz)."""
+    blob = types.Blob(data=pcm, mime_type=f"audio/pcm;rate={rate}")
+    return types.LiveServerMessage(
+        server_content=types.LiveServerContent(
+            model_turn=types.Content(role="model", parts=[types.Part(inline_data=blob)])
+        )
+    )
+
+
+def text(value: str) -> types.LiveServerMessage:
+    """A chunk of model text (text-modality sessions)."""
+    return types.LiveServerMessage(
+        server_content=types.LiveServerContent(
+            model_turn=types.Content(role="model", parts=[types.Part(text=value)])
+        )
+    )
+
+
+def output_transcript(value: str, *, finished: bool | None = None) -> types.LiveServerMessage:
+    """A fragment of the transcript of what the model says."""
+    return types.LiveServerMessage(
+        server_content=types.LiveServerContent(
+            output_transcription=types.Transcription(text=value, finished=finished)
+        )
+    )
+
+
+def input_transcript(value: str, *, finished: bool | None = None) -> types.LiveServerMessage:
+    """A fragment of the transcript of what the user says."""
+    return types.LiveServerMessage(
+        server_content=types.LiveServerContent(
+            input_transcription=types.Transcription(text=value, finished=finished)
+        )
+    )
+
+
+def tool_calls(*calls: types.FunctionCall) -> types.LiveServerMessage:
+    """One `toolCall` message asking for several calls at once (parallel calls)."""
+    return types.LiveServerMessage(
+        tool_call=types.LiveServerToolCall(function_calls=list(calls))
+    )
+
+
+def tool_call(
+    name: str, args: dict[str, Any] | None = None, *, id: str | None = None
+) -> types.LiveServerMessage:
+    """A `toolCall` for one function; `id=None` omits the id, as some servers do."""
+    return tool_calls(types.FunctionCall(name=name, args=args or {}, id=id))
+
+
+def tool_call_cancellation(*ids: str) -> types.LiveServerMessage:
+    """The model no longer wants these calls answered."""
+    return types.LiveServerMessage(
+        tool_call_cancellation=types.LiveServerToolCallCancellation(ids=list(ids))
+    )
+
+
+def turn_complete(
+    *,
+    reason: types.TurnCompleteReason | None = None,
+    waiting_for_input: bool | None = None,
+) -> types.LiveServerMessage:
+    """The model finished its turn (the SDK's `receive()` stops after this)."""
+    return types.LiveServerMessage(
+        server_content=types.LiveServerContent(
+            turn_complete=True,
+            turn_complete_reason=reason,
+            waiting_for_input=waiting_for_input,
+        )
+    )
+
+
+def generation_complete() -> types.LiveServerMessage:
+    """The model's output for this turn is complete (turnComplete comes later)."""
+    return types.LiveServerMessage(
+        server_content=types.LiveServerContent(generation_complete=True)
+    )
+
+
+def interrupted() -> types.LiveServerMessage:
+    """The user barged in; the current generation is abandoned."""
+    return types.LiveServerMessage(server_content=types.LiveServerContent(interrupted=True))
+
+
+def go_away(seconds: float | str) -> types.LiveServerMessage:
+    """The server will close this connection in `seconds` (a number or `"9.5s"`)."""
+    left = seconds if isinstance(seconds, str) else f"{seconds:g}s"
+    return types.LiveServerMessage(go_away=types.LiveServerGoAway(time_left=left))
+
+
+def resumption_update(handle: str | None, *, resumable: bool = True) -> types.LiveServerMessage:
+    """A new session-resumption handle (usable only when `resumable`)."""
+    return types.LiveServerMessage(
+        session_resumption_update=types.LiveServerSessionResumptionUpdate(
+            new_handle=handle, resumable=resumable
+        )
+    )
+
+
+def usage(
+    *, prompt: int = 0, response: int = 0, total: int | None = None
+) -> types.LiveServerMessage:
+    """Token counts for cost accounting (`total` defaults to prompt + response)."""
+    return types.LiveServerMessage(
+        usage_metadata=types.UsageMetadata(
+            prompt_token_count=prompt,
+            response_token_count=response,
+            total_token_count=prompt + response if total is None else total,
+        )
+    )
+
+
+def bundle(*messages: types.LiveServerMessage) -> types.LiveServerMessage:
+    """One message carrying every field of `messages`, as Gemini 3 sends them.
+
+    Model-turn parts are concatenated in order; other fields are merged, later
+    messages winning where both set the same one.
+    """
+    merged: dict[str, Any] = {}
+    for message in messages:
+        _merge(merged, message.model_dump(exclude_none=True))
+    return types.LiveServerMessage.model_validate(merged)
+
+
+def _merge(into: dict[str, Any], other: dict[str, Any]) -> None:
+    for key, value in other.items():
+        if key == "parts" and key in into:
+            into[key] = [*into[key], *value]
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
