@@ -139,6 +139,9 @@ class StreamResampler:
 
 def resample_pcm16(data: bytes, src_rate: int, dst_rate: int) -> bytes:
     """Resample a whole PCM16 LE mono buffer (one-shot form of `StreamResampler`)."""
-    if src_rate == dst_rate:
+    if src_rate == dst_rate or not data:
         return bytes(data)
-    return float_to_pcm16(StreamResampler(src_rate, dst_rate).process(pcm16_to_float(data)))
+    x = pcm16_to_float(data)
+    # Hold the last sample so the output spans the whole input: n * dst / src samples.
+    out = StreamResampler(src_rate, dst_rate).process(np.concatenate((x, x[-1:])))
+    return float_to_pcm16(out[: round(x.size * dst_rate / src_rate)])

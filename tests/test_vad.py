@@ -76,10 +76,11 @@ def test_pcm_mime_rejects_what_is_not_raw_pcm(mime):
 def test_resample_16k_to_24k_keeps_a_tone():
     src = tone(0.5, 16000, freq=440.0)
     out = np.frombuffer(resample_pcm16(src, 16000, 24000), "<i2").astype(np.float64)
-    assert abs(out.size - 12000) <= 2
+    assert out.size == 12000
     t = np.arange(out.size) / 24000
     expected = np.sin(2 * np.pi * 440.0 * t) * 0.3 * 32767
-    assert np.max(np.abs(out - expected)) < 0.01 * 32767
+    # The very last sample lies past the input's end and holds its final value.
+    assert np.max(np.abs(out - expected)[:-1]) < 0.01 * 32767
 
 
 def test_streamed_resampling_has_no_seams():
