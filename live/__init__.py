@@ -1,9 +1,11 @@
 """Live, bidirectional audio sessions with an AI agent.
 
 The contract (`BaseLlm`, `BaseLlmConnection`, `LlmRequest`, `LlmResponse`), the
-model registry, and the errors a caller can act on.
+model registry, the errors a caller can act on, and `Agent`. The server is
+`live.server.LiveServer`; the command line is `live`.
 """
 
+from live.agent import Agent
 from live.errors import (
     AmbiguousModelError,
     ConfigurationError,
@@ -27,6 +29,7 @@ from live.registry import LlmFactory, LlmRegistry, default_registry
 
 __all__ = [
     "AUDIO_STREAM_END",
+    "Agent",
     "AmbiguousModelError",
     "AudioStreamEnd",
     "BaseLlm",

@@ -9,6 +9,7 @@ declared to the model from their signature and docstring.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -61,19 +62,23 @@ class Agent:
         if not (self.tool_timeout > 0 and self.client_tool_timeout > 0):
             raise ValueError(f"agent {self.name!r}: tool timeouts must be positive")
 
-    @property
+    @functools.cached_property
     def tools_by_name(self) -> Mapping[str, ToolFunction]:
         return {tool.__name__: tool for tool in self.tools}
 
-    def declarations(self) -> list[types.FunctionDeclaration]:
-        """What the model is told about every tool, server and client side."""
+    @functools.cached_property
+    def _declarations(self) -> tuple[types.FunctionDeclaration, ...]:
         declared = [
             types.FunctionDeclaration.from_callable_with_api_option(
                 callable=tool, api_option="GEMINI_API"
             )
             for tool in self.tools
         ]
-        return declared + list(self.client_tools)
+        return tuple(declared + list(self.client_tools))
+
+    def declarations(self) -> list[types.FunctionDeclaration]:
+        """What the model is told about every tool, server and client side."""
+        return [d.model_copy(deep=True) for d in self._declarations]
 
     def live_connect_config(self) -> types.LiveConnectConfig:
         config = types.LiveConnectConfig(response_modalities=list(self.response_modalities))

@@ -1,0 +1,1 @@
+"""Sample agents with real tools, runnable with `live serve --agent samples.NAME:agent`."""
