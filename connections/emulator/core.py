@@ -483,6 +483,8 @@ class EmulatorSession:
             return
         if reason is None:
             reason = _DEFAULT_REASONS.get(code, "")
+        # A close frame carries at most 123 bytes of reason; the service truncates too.
+        reason = reason.encode("utf-8")[:123].decode("utf-8", "ignore")
         self._out.append(DropConnection() if code == 1006 else CloseConnection(code, reason))
         self.record.close = (code, reason if code != 1006 else "")
         self._phase = "closed"
@@ -843,6 +845,7 @@ class EmulatorSession:
             partial = "".join(gen.spoken)
             self._history.append({"role": "model", "parts": [{"text": partial}]})
             self.record.model_turns.append(partial)
+            self._model_turns += 1  # an interrupted turn still used its scripted reply
         self._send({"serverContent": {"interrupted": True}})
         if self._tools is not None:
             tools, self._tools = self._tools, None
