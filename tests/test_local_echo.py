@@ -148,7 +148,9 @@ async def test_default_pace_is_real_time():
     assert 0.38 <= elapsed < 0.8
 
 
-async def test_speaking_over_the_reply_interrupts_it(echo):
+async def test_speaking_over_the_reply_interrupts_it():
+    # Replies at a quarter of the feeding speed leave a wide window to barge into.
+    echo = LocalEcho(config=EchoConfig(speed=SPEED / 4))
     first, second = speak(HELLO), speak("Wait, stop please.")
     async with echo.connect(LlmRequest()) as conn, anyio.create_task_group() as tg:
         got = Received(conn)
@@ -158,7 +160,7 @@ async def test_speaking_over_the_reply_interrupts_it(echo):
         await feed(conn, second[: 16000 * 2 // 2])  # the first half second of speech
         await got.wait_for(lambda rs: any(r.interrupted for r in rs), timeout=1.0)
         at_interrupt = len(got.responses)
-        await anyio.sleep(0.5 / SPEED)  # what would have been more of the reply
+        await anyio.sleep(0.1)  # long enough for more of the reply, had it gone on
         after = got.responses[at_interrupt:]
         await feed(conn, second[16000:] + silence(1.0))
         await got.wait_turn_complete()
