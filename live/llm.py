@@ -206,7 +206,11 @@ class BaseLlm(abc.ABC):
     ) -> AbstractAsyncContextManager[BaseLlmConnection]:
         """Open a live session; the connection is closed when the context exits.
 
-        Raises a `live.errors.LiveError` subclass when the session cannot be opened.
+        Raises a `live.errors.LiveError` subclass when the session cannot be
+        opened, and gives up within a bounded time (an implementation's own
+        connect timeout). Closing on exit completes even when the caller's scope
+        was cancelled (implementations shield it), so no upstream connection
+        outlives its context.
         """
 
     def __repr__(self) -> str:

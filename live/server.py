@@ -11,7 +11,6 @@ client) and `/client/*` (its ES modules).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hmac
 import http
@@ -114,7 +113,6 @@ class ServerConfig:
     outbound_audio_seconds: float = 10.0
     audio_lead: float | None = 0.5
     late_audio_window: float = 1.5
-    connect_timeout: float = 15.0
     shutdown_grace: float = 2.0
 
 
@@ -203,17 +201,13 @@ class ClientSession:
                 start = await self._await_start()
             if self.end_reason is not None or start is None:
                 return
-            # The connection's context is entered and left outside any cancelled
-            # scope, so closing upstream always runs to the end.
-            async with contextlib.AsyncExitStack() as stack:
-                with anyio.fail_after(self.config.connect_timeout):
-                    conn = await stack.enter_async_context(
-                        self.server.llm.connect(self.server.agent.request())
-                    )
-                with anyio.CancelScope() as scope:
-                    self._scope = scope
-                    if self.end_reason is not None:
-                        scope.cancel()
+            with anyio.CancelScope() as scope:
+                # Cancelling this scope ends the pumps; the connection's own exit
+                # (shielded by each implementation) still closes upstream.
+                self._scope = scope
+                if self.end_reason is not None:
+                    scope.cancel()
+                async with self.server.llm.connect(self.server.agent.request()) as conn:
                     if start.history:
                         await conn.send_history(list(start.history))
                     await self._send_now(SessionStarted(self.id, self.model, start.input_rate))
@@ -233,9 +227,6 @@ class ClientSession:
                     await self._pump(conn)
         except LiveError as exc:
             self._model_failed(exc)
-        except TimeoutError:
-            message = f"the model did not accept the connection within {self.config.connect_timeout:g} s"
-            self.finish(message, CLOSE_INTERNAL, ErrorEvent("model_timeout", message, True))
         except Exception:
             log.exception("session %s failed", self.id)
             self.finish(
