@@ -60,6 +60,9 @@ GENERATED_ID_PREFIX: Final = "live-"
 _DURATION = re.compile(r"\s*(-?\d+(?:\.\d*)?|-?\.\d+)\s*s?\s*")
 _GEMINI_MAJOR = re.compile(r"(?:models/)?gemini-(\d+)")
 
+_ONLY_SERVER_CONTENT: Final = frozenset({"server_content"})
+_ONLY_MODEL_TURN: Final = frozenset({"model_turn"})
+
 _VAD_TO_ACTIVITY: Final = {
     types.VadSignalType.VAD_SIGNAL_TYPE_SOS: types.VoiceActivityType.ACTIVITY_START,
     types.VadSignalType.VAD_SIGNAL_TYPE_EOS: types.VoiceActivityType.ACTIVITY_END,
@@ -149,29 +152,18 @@ class ServerMessageMapper:
         return "".join(self._output.pieces)
 
     def feed(self, message: types.LiveServerMessage) -> list[LlmResponse]:
-        sc = message.server_content
-        # The hot path: a bare audio (or text) chunk, nothing else in the message.
-        if (
-            sc is not None
-            and sc.model_turn is not None
-            and message.tool_call is None
-            and message.usage_metadata is None
-            and message.go_away is None
-            and message.session_resumption_update is None
-            and message.tool_call_cancellation is None
-            and message.voice_activity is None
-            and message.voice_activity_detection_signal is None
-            and sc.input_transcription is None
-            and sc.output_transcription is None
-            and not sc.turn_complete
-            and not sc.interrupted
-            and not sc.generation_complete
-            and sc.grounding_metadata is None
-            and sc.turn_complete_reason is None
-            and not sc.waiting_for_input
-        ):
-            return [LlmResponse(content=sc.model_turn, partial=True)]
-        return self._feed_general(message, sc)
+        # The hot path (one message per 40 ms of audio): a bare model-turn chunk.
+        # Every field defaults to None, so the set of fields given decides it.
+        if message.model_fields_set == _ONLY_SERVER_CONTENT:
+            sc = message.server_content
+            if (
+                sc is not None
+                and sc.model_turn is not None
+                and sc.model_fields_set == _ONLY_MODEL_TURN
+            ):
+                return [LlmResponse(content=sc.model_turn, partial=True)]
+            return self._feed_general(message, sc)
+        return self._feed_general(message, message.server_content)
 
     def _feed_general(
         self,
