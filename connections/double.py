@@ -112,6 +112,11 @@ class _Reaction:
     times: int | None
 
 
+# Prototypes copied per audio chunk: cheaper than building and validating models.
+_EMPTY_MESSAGE = types.LiveClientMessage()
+_EMPTY_REALTIME = types.LiveClientRealtimeInput()
+
+
 def _raise_api_error(close: Close) -> None:
     """What the SDK's receive raises for a close: `APIError.raise_error(code, reason)`."""
     reason = close.reason
@@ -327,8 +332,8 @@ class ScriptedSession:
             self.audio_bytes += len(blob.data or b"")
             if not self.record_audio and not self._reactions and not self._sent_waiters:
                 return
-            message = types.LiveClientMessage.model_construct(
-                realtime_input=types.LiveClientRealtimeInput.model_construct(audio=blob)
+            message = _EMPTY_MESSAGE.model_copy(
+                update={"realtime_input": _EMPTY_REALTIME.model_copy(update={"audio": blob})}
             )
             self._record(message, keep=self.record_audio)
             return
