@@ -360,12 +360,22 @@ class GeminiLlmConnection(BaseLlmConnection):
             raise self._send_error(*_api_error_parts(exc)) from exc
 
     def _send_error(self, code: int | None, reason: str) -> LiveError:
+        """Always a ConnectionClosedError (the contract for sends on an ended
+        connection), carrying the close code and the classified cause; the
+        typed error itself is raised by `receive()`."""
         if self._closed:
             return ConnectionClosedError("the connection was closed", close_code=code)
         error = error_for_close(code, reason, model=self._model)
         if error is None:
             return ConnectionClosedError("the model ended the connection", close_code=code)
-        return _redacted(error, self._secret)
+        return _redacted(
+            ConnectionClosedError(
+                f"the connection ended ({type(error).__name__}): {error.message}",
+                close_code=code,
+                hint=error.hint,
+            ),
+            self._secret,
+        )
 
     async def send_history(self, history: Sequence[types.Content]) -> None:
         """Seed the conversation once, before anything else is sent.
@@ -482,7 +492,8 @@ class Gemini(BaseLlm):
         self._transport = transport
         self._connect_timeout = connect_timeout
         self._secret: str | None = None
-        self._client: genai.Client | None
+        self._backend = "unconfigured"
+        self._client: genai.Client | None = None
         if client is not None:
             self._client = client
             self._backend = "vertex" if client.vertexai else "gemini-api"

@@ -305,12 +305,17 @@ async def test_send_on_a_socket_the_server_dropped_is_typed() -> None:
     async with llm.connect(LlmRequest()) as connection:
         await connection.send_realtime(MIC)
         session.drop(1011, "Internal error")
-        with pytest.raises(RecoverableConnectionError) as info:
+        # Sends on an ended connection raise ConnectionClosedError (the
+        # contract), naming the cause; receive() raises the typed error.
+        with pytest.raises(ConnectionClosedError, match="RecoverableConnectionError") as info:
             await connection.send_realtime(MIC)
         assert info.value.close_code == 1011
+        assert "reconnect" in (info.value.hint or "")
         assert isinstance(info.value.__cause__, websockets.ConnectionClosed)
         with pytest.raises(RecoverableConnectionError):
             await collect(connection)
+        with pytest.raises(ConnectionClosedError):
+            await connection.send_realtime(MIC)
     assert session.audio_chunks == 1
 
 
