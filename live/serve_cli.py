@@ -143,7 +143,22 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         anyio.run(_serve, server)
-    except OSError as exc:
-        print(f"live serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+    except (OSError, BaseExceptionGroup) as exc:
+        error = _os_error(exc)
+        if error is None:
+            raise
+        print(f"live serve: cannot listen on {args.host}:{args.port}: {error.strerror or error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind a failure to listen, unwrapped from task-group errors."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _os_error(inner)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,69 @@
+"""`live serve` as a user runs it: a real process, real signals."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import anyio
+import pytest
+
+from clients.client import LiveClient
+from live import protocol as p
+from serving import collect
+
+LIVE = [sys.executable, "-m", "live.cli"]
+
+
+def env() -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "LIVE_TOKEN")}
+    out["NO_PROXY"] = "127.0.0.1,localhost"
+    return out
+
+
+def test_live_without_a_command_shows_the_commands():
+    result = subprocess.run([*LIVE], capture_output=True, text=True, env=env())
+    assert result.returncode == 2
+    assert "serve" in result.stdout and "mic" in result.stdout and "emulator" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--model", "gemini-3.1-flash-live-preview"], "set GOOGLE_API_KEY"),
+        (["--model", "gpt-4o"], "no model registered for 'gpt-4o'"),
+        (["--agent", "samples.weather"], "MODULE:ATTR"),
+    ],
+)
+def test_start_up_problems_are_one_line_and_exit_2(argv, words):
+    result = subprocess.run([*LIVE, "serve", *argv], capture_output=True, text=True, env=env(), timeout=30)
+    assert result.returncode == 2
+    assert words in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_stops_the_server_and_every_session_is_told(sig):
+    proc = subprocess.Popen(
+        [*LIVE, "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
+    )
+    try:
+        line = await anyio.to_thread.run_sync(proc.stdout.readline)
+        port = int(re.search(r"ws://127\.0\.0\.1:(\d+)/live", line).group(1))
+        async with LiveClient.connect(f"ws://127.0.0.1:{port}/live") as client:
+            assert client.session.model == "local/echo"
+            proc.send_signal(sig)
+            events = await collect(client, lambda e: isinstance(e, p.SessionClosed), timeout=10)
+        assert any(isinstance(e, p.ErrorEvent) and e.code == "server_shutdown" for e in events)
+        assert events[-1].reason == "server shutting down"
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=10)) == 0
+        log = proc.stderr.read()
+        assert re.search(r"session \w+ ended model=local/echo duration=[\d.]+s reason=server shutting down", log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
