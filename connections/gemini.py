@@ -338,6 +338,18 @@ class GeminiLlmConnection(BaseLlmConnection):
             cause = exc
             if not self._closed:
                 error = error_for_close(*_closed_parts(exc), model=self._model)
+        except LiveError:
+            raise
+        except Exception as exc:
+            # E.g. the SDK's ValueError for an unparsable frame, or its TypeError
+            # for an in-band error without a code: still an end the caller must
+            # see as a LiveError, with the original chained.
+            cause = exc
+            if not self._closed:
+                error = LiveError(
+                    f"the live session failed: {type(exc).__name__}: {exc}",
+                    hint="unexpected failure reading from the model; see the chained exception",
+                )
         finally:
             self._receiving = False
         # Reached only when the stream ended, not when the consumer stopped early.

@@ -299,6 +299,20 @@ async def test_close_codes_become_typed_errors(
             await connection.send_realtime(MIC)
 
 
+async def test_an_unexpected_session_failure_is_still_a_live_error() -> None:
+    class Garbled(double.ScriptedSession):
+        async def receive(self):  # type: ignore[no-untyped-def, override]
+            yield double.audio(PCM)
+            raise ValueError("Failed to parse response: b'{'")
+
+    llm, _ = gemini(Garbled())
+    async with llm.connect(LlmRequest()) as connection:
+        with pytest.raises(LiveError, match="Failed to parse") as info:
+            await collect(connection)
+    assert type(info.value) is LiveError and not info.value.recoverable
+    assert isinstance(info.value.__cause__, ValueError)
+
+
 async def test_send_on_a_socket_the_server_dropped_is_typed() -> None:
     session = double.ScriptedSession()
     llm, _ = gemini(session)
