@@ -7,13 +7,14 @@ code runs unchanged against scripted sessions::
     from connections import double
     from connections.gemini import Gemini
 
-    session = double.ScriptedSession(double.output_transcript("Hi"))
-    session.on_tool_response(double.audio(b"\\0\\0" * 960), double.turn_complete())
-    transport = double.DoubleTransport(session)
-    llm = Gemini("gemini-2.5-flash", transport=transport)
+    session = double.ScriptedSession(double.tool_call("get_order", {"id": "A17"}, id="call-1"))
+    session.on_tool_response(double.output_transcript("Shipped."), double.turn_complete())
+    llm = Gemini("gemini-2.5-flash", transport=double.DoubleTransport(session))
     async with llm.connect(LlmRequest()) as connection:
-        ...
+        ...  # answer the call with send_content(...), read connection.receive()
     assert session.tool_responses[0].function_responses[0].id == "call-1"
+
+docs/testing-with-the-double.md walks through it.
 
 A `ScriptedSession` presents google-genai's `AsyncSession` surface:
 
