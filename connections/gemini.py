@@ -517,7 +517,8 @@ class Gemini(BaseLlm):
             )
         http_options = types.HttpOptions(
             base_url=base_url,
-            api_version=api_version or _env_api_version(),
+            # Vertex has its own versions (the SDK picks v1beta1 or the variable).
+            api_version=api_version or (None if vertex is not None else _env_api_version()),
             timeout=max(1, round(request_timeout * 1000)),  # milliseconds
             async_client_args={"ssl": ssl_context} if ssl_context is not None else None,
         )

@@ -557,6 +557,7 @@ def test_vertex_is_explicit(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (llm.client._api_client.project, llm.client._api_client.location) == ("p-1", "us-central1")
     assert llm.client._api_client.api_key is None  # the env key is not used for Vertex
     assert llm.client._api_client._http_options.timeout == 60_000
+    assert llm.client._api_client._http_options.api_version == "v1beta1"  # Vertex's, not v1beta
     with pytest.raises(ConfigurationError, match="not both"):
         Gemini("gemini-x", api_key="k", vertex=VertexConfig(project="p", location="l"))
 
