@@ -71,3 +71,5 @@ async def test_process_serves_the_sdk_and_stops_on_sigint(monkeypatch: pytest.Mo
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
