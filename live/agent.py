@@ -36,7 +36,12 @@ class Agent:
       sent to the client as `tool.call` and wait for its `tool.result`.
     - `voice`: a prebuilt voice name (e.g. "Puck"); None keeps the model's default.
     - `transcription`: transcripts of both sides (on by default).
+    - `context_compression`: a sliding context window, so a conversation is not
+      capped at 15 minutes of audio (on by default).
     - `config`: a `types.LiveConnectConfig` whose set fields override the rest.
+
+    Session resumption is always requested: it is what lets a conversation
+    survive the model closing its connection.
     """
 
     name: str
@@ -47,6 +52,7 @@ class Agent:
     voice: str | None = None
     response_modalities: Sequence[types.Modality] = (types.Modality.AUDIO,)
     transcription: bool = True
+    context_compression: bool = True
     tool_timeout: float = 10.0
     client_tool_timeout: float = 30.0
     config: types.LiveConnectConfig | None = None
@@ -81,7 +87,14 @@ class Agent:
         return [d.model_copy(deep=True) for d in self._declarations]
 
     def live_connect_config(self) -> types.LiveConnectConfig:
-        config = types.LiveConnectConfig(response_modalities=list(self.response_modalities))
+        config = types.LiveConnectConfig(
+            response_modalities=list(self.response_modalities),
+            session_resumption=types.SessionResumptionConfig(),
+        )
+        if self.context_compression:
+            config.context_window_compression = types.ContextWindowCompressionConfig(
+                sliding_window=types.SlidingWindow()
+            )
         if self.instruction:
             config.system_instruction = types.Content(
                 role="system", parts=[types.Part(text=self.instruction)]
@@ -107,11 +120,17 @@ class Agent:
             config = config.model_copy(update=overrides)
         return config
 
-    def request(self, history: Sequence[types.Content] = ()) -> LlmRequest:
+    def request(
+        self, history: Sequence[types.Content] = (), *, resume_handle: str | None = None
+    ) -> LlmRequest:
+        """The request for one model connection; `resume_handle` resumes a session."""
+        config = self.live_connect_config()
+        if resume_handle is not None:
+            config.session_resumption = types.SessionResumptionConfig(handle=resume_handle)
         return LlmRequest(
             model=self.model,
             contents=list(history),
-            live_connect_config=self.live_connect_config(),
+            live_connect_config=config,
             tools=dict(self.tools_by_name),
         )
 

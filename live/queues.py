@@ -22,15 +22,19 @@ BYTES_PER_SECOND_OUT = 24_000 * 2  # PCM16 mono at 24 kHz
 class UpstreamQueue(Generic[T]):
     """Client input on its way to the model: audio and control, one order.
 
-    At most `max_audio` audio items wait (50 frames of 20 ms is one second). When
-    one more arrives, the *oldest* waiting audio item is dropped and counted: a
-    live conversation is better served by the newest audio than by a growing
+    At most `max_audio` audio items wait (100 frames of 20 ms: two seconds, enough
+    to hold what the user says while the model connection is being replaced).
+    When one more arrives, the *oldest* waiting audio item is dropped and counted:
+    a live conversation is better served by the newest audio than by a growing
     delay. Control items (text, activity, tool results) are never dropped; at most
     `max_control` wait, and `put_control` then waits, which stops reading from the
     client until the model side catches up.
+
+    The consumer `peek`s the head, sends it, and only then `commit`s it, so an item
+    whose send failed because the connection dropped is sent again on the next one.
     """
 
-    def __init__(self, *, max_audio: int = 50, max_control: int = 64) -> None:
+    def __init__(self, *, max_audio: int = 100, max_control: int = 64) -> None:
         self._items: collections.deque[tuple[bool, T]] = collections.deque()
         self._audio = 0
         self._control = 0
@@ -38,14 +42,17 @@ class UpstreamQueue(Generic[T]):
         self._max_control = max_control
         self._ready = anyio.Event()
         self._space = anyio.Event()
+        self._head_in_flight = False
         self.dropped_audio = 0
 
     def put_audio(self, item: T) -> bool:
         """Queue audio; returns True when an older audio item was dropped for it."""
         dropped = False
         if self._audio >= self._max_audio:
-            for index, (is_audio, _) in enumerate(self._items):
-                if is_audio:
+            # Never the head while it is being sent: commit() removes that one.
+            start = 1 if self._head_in_flight else 0
+            for index in range(start, len(self._items)):
+                if self._items[index][0]:
                     del self._items[index]
                     self._audio -= 1
                     self.dropped_audio += 1
@@ -65,17 +72,37 @@ class UpstreamQueue(Generic[T]):
         self._control += 1
         self._ready.set()
 
-    async def get(self) -> T:
+    async def peek(self) -> T:
+        """The oldest item, left in place until `commit`; waits for one."""
         while not self._items:
             self._ready = anyio.Event()
             await self._ready.wait()
-        is_audio, item = self._items.popleft()
+        self._head_in_flight = True
+        return self._items[0][1]
+
+    def commit(self) -> None:
+        """The head was sent: remove it."""
+        is_audio, _ = self._items.popleft()
+        self._head_in_flight = False
         if is_audio:
             self._audio -= 1
         else:
             self._control -= 1
             self._space.set()
+
+    def release(self) -> None:
+        """The head was not sent (the connection dropped); it stays first in line."""
+        self._head_in_flight = False
+
+    async def get(self) -> T:
+        """Take the oldest item at once (for consumers that never retry)."""
+        item = await self.peek()
+        self.commit()
         return item
+
+    @property
+    def audio_items(self) -> int:
+        return self._audio
 
     def __len__(self) -> int:
         return len(self._items)

@@ -16,6 +16,7 @@ import hmac
 import http
 import json
 import logging
+import math
 import mimetypes
 import time
 import uuid
@@ -41,13 +42,15 @@ from live.errors import (
     QuotaExhaustedError,
     RecoverableConnectionError,
 )
-from live.llm import BaseLlm, BaseLlmConnection
+from live.llm import BaseLlm, BaseLlmConnection, LlmRequest
 from live.protocol import (
     ErrorEvent,
     ProtocolError,
     ServerEvent,
     SessionClose,
     SessionClosed,
+    SessionReconnecting,
+    SessionResumed,
     SessionStart,
     SessionStarted,
     TurnInterrupted,
@@ -60,6 +63,7 @@ from live.session import (
     CancelTool,
     CloseSession,
     FlushAudio,
+    ReconnectPolicy,
     RunTool,
     SendAudio,
     SendEvent,
@@ -94,12 +98,19 @@ class ServerConfig:
     - `allowed_origins`: browser Origins allowed besides the same origin and
       localhost; `("*",)` allows any.
     - `token`: when set, `session.start` must carry it.
-    - `audio_queue_frames`: client audio frames waiting for the model; beyond it
-      the oldest is dropped and counted.
+    - `audio_queue_frames`: client audio frames waiting for the model (two
+      seconds of 20 ms frames, enough to cover a change of model connection);
+      beyond it the oldest is dropped and counted.
     - `outbound_audio_seconds`: model audio waiting for the client; beyond it the
       server stops reading from the model until the client catches up.
     - `audio_lead`: how far ahead of real time audio is sent to the client
       (None: as fast as the socket takes it).
+    - `stall_timeout`: a model that owes a reply (to a user turn or a tool
+      result) for this long is reported and the session resumed elsewhere.
+    - `handover_margin`: after a go-away, the session moves to a new connection
+      at the first safe point, or this long before the deadline at the latest.
+    - `reconnect_attempts`: failed resumptions in a row before the session ends;
+      the count resets once a connection stayed up `stable_after` seconds.
     """
 
     host: str = "127.0.0.1"
@@ -109,10 +120,14 @@ class ServerConfig:
     idle_timeout: float = 300.0
     allowed_origins: tuple[str, ...] = ()
     token: str | None = None
-    audio_queue_frames: int = 50
+    audio_queue_frames: int = 100
     outbound_audio_seconds: float = 10.0
     audio_lead: float | None = 0.5
     late_audio_window: float = 1.5
+    stall_timeout: float = 20.0
+    handover_margin: float = 1.0
+    reconnect_attempts: int = 5
+    stable_after: float = 60.0
     shutdown_grace: float = 2.0
 
 
@@ -128,8 +143,38 @@ def _error_code(exc: LiveError) -> str:
     return "model_error"
 
 
+class _Link:
+    """One model connection of a session: its pumps, and how it ended."""
+
+    def __init__(
+        self, conn: BaseLlmConnection, scope: anyio.CancelScope, poke: Callable[[], None]
+    ) -> None:
+        self.conn = conn
+        self.sending = anyio.CancelScope()
+        self.sender_done = anyio.Event()
+        self.go_away_at: float | None = None
+        self.outcome: LiveError | str | None = None
+        self._scope = scope
+        self._poke = poke
+
+    def end(self, outcome: LiveError | str) -> None:
+        """The connection ended (a `LiveError`, or "closed" for a normal close)."""
+        if self.outcome is None:
+            self.outcome = outcome
+        self._scope.cancel()
+        self._poke()
+
+    async def stop_sending(self) -> None:
+        self.sending.cancel()
+        await self.sender_done.wait()
+
+    def stop(self) -> None:
+        """Close the connection: its task leaves `connect()`, which closes upstream."""
+        self._scope.cancel()
+
+
 class ClientSession:
-    """One client socket and the live connection it drives."""
+    """One client socket and the sequence of model connections it drives."""
 
     def __init__(self, server: LiveServer, ws: ServerConnection) -> None:
         self.server = server
@@ -152,6 +197,9 @@ class ClientSession:
         self._scope: anyio.CancelScope | None = None
         self._final_error: ErrorEvent | None = None
         self._reported_drops = 0
+        self._log_started = False
+        self._news = anyio.Event()
+        self.reconnects = 0
 
     # ------------------------------------------------------------------ helpers
 
@@ -191,7 +239,6 @@ class ClientSession:
 
     async def run(self) -> None:
         started = time.monotonic()
-        log_started = False
         start: SessionStart | None = None
         try:
             with anyio.CancelScope() as scope:
@@ -201,33 +248,25 @@ class ClientSession:
                 start = await self._await_start()
             if self.end_reason is not None or start is None:
                 return
+            self.core = SessionCore(
+                input_rate=start.input_rate,
+                server_tools=frozenset(self.server.agent.tools_by_name),
+                client_tool_timeout=self.server.agent.client_tool_timeout,
+                late_audio_window=self.config.late_audio_window,
+            )
             with anyio.CancelScope() as scope:
-                # Cancelling this scope ends the pumps; the connection's own exit
-                # (shielded by each implementation) still closes upstream.
+                # Cancelling this scope ends every task of the session; each model
+                # connection's own exit (shielded by the implementation) still
+                # closes it upstream.
                 self._scope = scope
                 if self.end_reason is not None:
                     scope.cancel()
-                async with self.server.llm.connect(self.server.agent.request()) as conn:
-                    if start.history:
-                        await conn.send_history(list(start.history))
-                    await self._send_now(SessionStarted(self.id, self.model, start.input_rate))
-                    log.info(
-                        "session %s started model=%s input_rate=%d",
-                        self.id,
-                        self.model,
-                        start.input_rate,
-                    )
-                    log_started = True
-                    self.core = SessionCore(
-                        input_rate=start.input_rate,
-                        server_tools=frozenset(self.server.agent.tools_by_name),
-                        client_tool_timeout=self.server.agent.client_tool_timeout,
-                        late_audio_window=self.config.late_audio_window,
-                    )
-                    await self._pump(conn)
-        except LiveError as exc:
-            self._model_failed(exc)
-        except Exception:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    await self._converse(start)
+        except* LiveError as group:
+            self._model_failed(group.exceptions[0])  # type: ignore[arg-type]
+        except* Exception:
             log.exception("session %s failed", self.id)
             self.finish(
                 "internal error",
@@ -241,10 +280,10 @@ class ClientSession:
                     await self._send_now(self._final_error)
                 await self._send_now(SessionClosed(reason))
                 await self.ws.close(self.close_code, reason[:120])
-            if log_started:
+            if self._log_started:
                 log.info(
                     "session %s ended model=%s duration=%.1fs reason=%s audio_in=%d "
-                    "audio_dropped=%d late_audio_dropped=%d",
+                    "audio_dropped=%d late_audio_dropped=%d reconnects=%d",
                     self.id,
                     self.model,
                     time.monotonic() - started,
@@ -252,7 +291,146 @@ class ClientSession:
                     self.audio_frames_in,
                     self.upstream.dropped_audio,
                     self.core.late_audio_dropped if self.core else 0,
+                    self.reconnects,
                 )
+
+    # ------------------------------------------------------------------ the model side
+
+    async def _converse(self, start: SessionStart) -> None:
+        """Open the first model connection, start the client pumps, then supervise.
+
+        The client's socket outlives model connections: on go-away the session
+        hands over to a new connection at a safe point before the deadline; on a
+        recoverable failure or a stall it resumes with the newest handle, with
+        backoff and a bounded budget. Input the client sends meanwhile waits in
+        the upstream queue and is sent on the new connection; history is never
+        sent again.
+        """
+        core = self.core
+        assert core is not None
+        link = await self._tg.start(self._connection, self.server.agent.request(start.history))
+        if start.history:
+            await link.conn.send_history(list(start.history))
+        await self._send_now(SessionStarted(self.id, self.model, start.input_rate))
+        log.info("session %s started model=%s input_rate=%d", self.id, self.model, start.input_rate)
+        self._log_started = True
+        self._tg.start_soon(self._read_client)
+        self._tg.start_soon(self._write_client)
+        self._tg.start_soon(self._watch_idle)
+        policy = ReconnectPolicy(
+            max_failures=self.config.reconnect_attempts, stable_after=self.config.stable_after
+        )
+        policy.connected(time.monotonic())
+        while True:
+            await self._wait_for_news(link)
+            now = time.monotonic()
+            if link.outcome is not None:
+                link = await self._recover(link, policy)
+            elif link.go_away_at is not None and (
+                core.at_safe_point or now >= link.go_away_at - self.config.handover_margin
+            ):
+                link = await self._hand_over(link, policy)
+            elif core.stalled(now, self.config.stall_timeout):
+                message = (
+                    f"the model has not answered for {self.config.stall_timeout:g} s; "
+                    "resuming the session on a new connection"
+                )
+                self._event(ErrorEvent("model_stalled", message))
+                link.end(RecoverableConnectionError("the model stalled"))
+                link = await self._recover(link, policy)
+
+    async def _wait_for_news(self, link: _Link) -> None:
+        """Sleep until something the supervisor acts on may have changed.
+
+        Woken by the connection ending, by a go-away, and (during a go-away or
+        while a reply is owed) by each change of turn or tool state; otherwise by
+        the timer of the nearest deadline.
+        """
+        core = self.core
+        assert core is not None
+        deadlines = []
+        if link.go_away_at is not None:
+            deadlines.append(link.go_away_at - self.config.handover_margin)
+        if core.awaiting_reply_since is not None:
+            deadlines.append(core.awaiting_reply_since + self.config.stall_timeout + 0.01)
+        if link.outcome is not None:
+            return
+        self._news = anyio.Event()
+        timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else math.inf
+        with anyio.move_on_after(timeout):
+            await self._news.wait()
+
+    def _poke(self) -> None:
+        self._news.set()
+
+    async def _recover(self, link: _Link, policy: ReconnectPolicy) -> _Link:
+        """The connection ended: resume on a new one, or end the session."""
+        core = self.core
+        assert core is not None
+        outcome = link.outcome
+        link.stop()
+        if isinstance(outcome, LiveError) and not outcome.recoverable:
+            raise outcome
+        why = str(outcome) if isinstance(outcome, LiveError) else "the model closed the connection"
+        while True:
+            if core.resumption_handle is None:
+                raise RecoverableConnectionError(
+                    f"{why}, and the session cannot be resumed (the model gave no resumption handle)"
+                )
+            delay = policy.failed(time.monotonic()) if isinstance(outcome, LiveError) else 0.0
+            if delay is None:
+                raise RecoverableConnectionError(
+                    f"{why}; gave up after {policy.max_failures} attempts to resume"
+                )
+            self._event(SessionReconnecting(why))
+            log.info("session %s reconnecting: %s", self.id, why)
+            await anyio.sleep(delay)
+            try:
+                new = await self._open_resumed()
+            except LiveError as exc:
+                if not exc.recoverable:
+                    raise
+                outcome, why = exc, str(exc)
+                continue
+            policy.connected(time.monotonic())
+            return new
+
+    async def _hand_over(self, link: _Link, policy: ReconnectPolicy) -> _Link:
+        """Go-away: move to a new connection before the old one is closed."""
+        core = self.core
+        assert core is not None
+        self._event(SessionReconnecting("the model connection is about to close (go-away)"))
+        await link.stop_sending()  # nothing more may reach the old connection
+        try:
+            new = await self._open_resumed()
+        except LiveError as exc:
+            link.end(exc)
+            return await self._recover(link, policy)
+        link.stop()
+        policy.connected(time.monotonic())
+        return new
+
+    async def _open_resumed(self) -> _Link:
+        core = self.core
+        assert core is not None
+        request = self.server.agent.request(resume_handle=core.resumption_handle)
+        link = await self._tg.start(self._connection, request)
+        self.reconnects += 1
+        core.connection_replaced(time.monotonic())
+        self._event(SessionResumed())
+        log.info("session %s resumed (connection %d)", self.id, self.reconnects + 1)
+        return link
+
+    async def _connection(
+        self, request: LlmRequest, *, task_status: TaskStatus[_Link] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """One model connection and its two pumps, for as long as it lasts."""
+        async with self.server.llm.connect(request) as conn:
+            async with anyio.create_task_group() as tg:
+                link = _Link(conn, tg.cancel_scope, self._poke)
+                tg.start_soon(self._send_upstream, link)
+                tg.start_soon(self._receive_upstream, link)
+                task_status.started(link)
 
     def _model_failed(self, exc: LiveError) -> None:
         self.finish(f"model: {exc}", CLOSE_INTERNAL, ErrorEvent(_error_code(exc), str(exc), True))
@@ -314,15 +492,6 @@ class ClientSession:
             return True
         return token is not None and hmac.compare_digest(token.encode(), expected.encode())
 
-    async def _pump(self, conn: BaseLlmConnection) -> None:
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            tg.start_soon(self._read_client)
-            tg.start_soon(self._write_client)
-            tg.start_soon(self._send_upstream, conn)
-            tg.start_soon(self._receive_upstream, conn)
-            tg.start_soon(self._watch_idle)
-
     # ------------------------------------------------------------------ the pumps
 
     async def _read_client(self) -> None:
@@ -348,6 +517,7 @@ class ClientSession:
                         self._report_drops()
                 else:
                     await self._apply(core.client_text(frame, time.monotonic()))
+                    self._poke()
         except ConnectionClosed:
             pass
         self.finish(self.end_reason or "client disconnected")
@@ -374,29 +544,46 @@ class ClientSession:
         except ConnectionClosed:
             self.finish(self.end_reason or "client disconnected")
 
-    async def _send_upstream(self, conn: BaseLlmConnection) -> None:
-        get = self.upstream.get
+    async def _send_upstream(self, link: _Link) -> None:
+        """Client input to the model, in order; an item is removed once it was sent."""
+        queue = self.upstream
+        conn = link.conn
         send_realtime = conn.send_realtime
         try:
-            while True:
-                item = await get()
-                if isinstance(item, types.Content):
-                    await conn.send_content(item)
-                else:
-                    await send_realtime(item)
+            with link.sending:
+                while True:
+                    item = await queue.peek()
+                    try:
+                        if isinstance(item, types.Content):
+                            # Tool results and turns go whole or not at all.
+                            with anyio.CancelScope(shield=True):
+                                await conn.send_content(item)
+                        else:
+                            await send_realtime(item)
+                    except BaseException:
+                        queue.release()
+                        raise
+                    queue.commit()
         except LiveError as exc:
-            self._model_failed(exc)
+            link.end(exc)
+        finally:
+            link.sender_done.set()
 
-    async def _receive_upstream(self, conn: BaseLlmConnection) -> None:
+    async def _receive_upstream(self, link: _Link) -> None:
         core = self.core
         assert core is not None
         try:
-            async for response in conn.receive():
-                await self._apply(core.model_response(response, time.monotonic()))
+            async for response in link.conn.receive():
+                now = time.monotonic()
+                if response.go_away_time_left is not None:
+                    link.go_away_at = now + response.go_away_time_left
+                await self._apply(core.model_response(response, now))
+                if link.go_away_at is not None or core.awaiting_reply_since is None:
+                    self._poke()
         except LiveError as exc:
-            self._model_failed(exc)
+            link.end(exc)
             return
-        self.finish("the model ended the session")
+        link.end("closed")
 
     async def _watch_idle(self) -> None:
         idle = self.config.idle_timeout
@@ -466,12 +653,14 @@ class ClientSession:
         tool = agent.tools_by_name[call.name or ""]
         response = await run_tool(tool, dict(call.args or {}), agent.tool_timeout)
         assert self.core is not None
-        await self._apply(self.core.tool_finished(call.id or "", response))
+        await self._apply(self.core.tool_finished(call.id or "", response, time.monotonic()))
+        self._poke()
 
     async def _await_client_tool(self, call_id: str, timeout: float) -> None:
         await anyio.sleep(timeout)
         assert self.core is not None
-        await self._apply(self.core.client_tool_expired(call_id))
+        await self._apply(self.core.client_tool_expired(call_id, time.monotonic()))
+        self._poke()
 
 
 class LiveServer:

@@ -55,6 +55,7 @@ from live.protocol import (
 
 __all__ = [
     "AwaitClientTool",
+    "ReconnectPolicy",
     "CancelTool",
     "CloseSession",
     "FlushAudio",
@@ -197,6 +198,7 @@ class SessionCore:
         self.tools: dict[str, _ToolCall] = {}
         self.resumption_handle: str | None = None
         self.late_audio_dropped = 0
+        self.awaiting_reply_since: float | None = None
         self._interrupted_at = 0.0
 
     # -------------------------------------------------------------- client side
@@ -239,8 +241,9 @@ class SessionCore:
         if isinstance(message, ActivityStart):
             return [ToUpstream(types.ActivityStart())]
         # What follows starts a new user turn of the client's own: late audio of an
-        # interrupted reply can no longer be on its way.
+        # interrupted reply can no longer be on its way, and the model owes a reply.
         self._end_interruption()
+        self.awaiting_reply_since = now
         if isinstance(message, ActivityEnd):
             return [ToUpstream(types.ActivityEnd())]
         if isinstance(message, Text):
@@ -292,6 +295,7 @@ class SessionCore:
     def model_response(self, response: LlmResponse, now: float) -> list[Action]:
         """Map one model response to actions, looking at every field."""
         actions: list[Action] = []
+        self.awaiting_reply_since = None
         if response.interrupted:
             # First: audio bundled with the interruption belongs to the old reply.
             self.turn = TurnState.INTERRUPTED
@@ -367,6 +371,7 @@ class SessionCore:
             call = call.model_copy(update={"id": call_id})
         name = call.name or ""
         runs_on = "server" if name in self.server_tools else "client"
+        self._forget_closed_calls()
         self.tools[call_id] = _ToolCall(name=name, runs_on=runs_on)
         event = SendEvent(ToolCallEvent(call_id, name, dict(call.args or {}), runs_on))
         if runs_on == "server":
@@ -389,23 +394,25 @@ class SessionCore:
 
     # -------------------------------------------------------------- tool side
 
-    def tool_finished(self, call_id: str, response: dict[str, Any]) -> list[Action]:
+    def tool_finished(self, call_id: str, response: dict[str, Any], now: float) -> list[Action]:
         """A server tool returned (or failed: `response` then holds an `error`)."""
         call = self.tools.get(call_id)
         if call is None or call.state is not ToolState.PENDING:
             return []
         call.state = ToolState.ANSWERED
+        self.awaiting_reply_since = now
         return [
             ToUpstream(function_response_content(call_id, call.name, response)),
             SendEvent(ToolResultEvent(call_id, call.name, response)),
         ]
 
-    def client_tool_expired(self, call_id: str) -> list[Action]:
+    def client_tool_expired(self, call_id: str, now: float) -> list[Action]:
         """The client did not answer a call in time: the model still gets an answer."""
         call = self.tools.get(call_id)
         if call is None or call.state is not ToolState.PENDING:
             return []
         call.state = ToolState.TIMED_OUT
+        self.awaiting_reply_since = now
         message = (
             f"the client did not return a result for {call.name!r} within "
             f"{self.client_tool_timeout:g} s"
@@ -420,6 +427,67 @@ class SessionCore:
     def pending_tool_calls(self) -> list[str]:
         return [i for i, c in self.tools.items() if c.state is ToolState.PENDING]
 
+    def connection_replaced(self, now: float) -> None:
+        """A new model connection took over: a reply cut short will not go on.
+
+        Pending tool calls stay pending (their results go to the new connection),
+        and a reply still owed is timed from now.
+        """
+        self.turn = TurnState.LISTENING
+        if self.awaiting_reply_since is not None:
+            self.awaiting_reply_since = now
+
+    @property
+    def at_safe_point(self) -> bool:
+        """Nothing in flight: no reply being generated, no tool call unanswered.
+
+        The moment to replace the model connection without losing anything.
+        """
+        return self.turn is TurnState.LISTENING and not self.pending_tool_calls
+
+    def stalled(self, now: float, timeout: float) -> bool:
+        """The model owes a reply (to a user turn or a tool result) for too long."""
+        since = self.awaiting_reply_since
+        return since is not None and now - since > timeout
+
+    def _forget_closed_calls(self, keep: int = 256) -> None:
+        """Bound the call table: closed calls are kept only to explain late results."""
+        if len(self.tools) <= 2 * keep:
+            return
+        closed = [i for i, c in self.tools.items() if c.state is not ToolState.PENDING]
+        for call_id in closed[: len(closed) - keep]:
+            del self.tools[call_id]
+
     def _end_interruption(self) -> None:
         if self.turn is TurnState.INTERRUPTED:
             self.turn = TurnState.LISTENING
+
+
+@dataclasses.dataclass
+class ReconnectPolicy:
+    """When to try the model connection again after it failed, and when to give up.
+
+    Delays grow from `base_delay` to `max_delay`; after `max_failures` failures in
+    a row the session ends. A connection that stayed up `stable_after` seconds
+    resets the count, so a long conversation is not failed by drops hours apart.
+    """
+
+    max_failures: int = 5
+    base_delay: float = 0.25
+    max_delay: float = 5.0
+    stable_after: float = 60.0
+    failures: int = 0
+    _connected_at: float | None = None
+
+    def connected(self, now: float) -> None:
+        self._connected_at = now
+
+    def failed(self, now: float) -> float | None:
+        """Record a failure; the delay before the next attempt, or None to give up."""
+        if self._connected_at is not None and now - self._connected_at >= self.stable_after:
+            self.failures = 0
+        self._connected_at = None
+        self.failures += 1
+        if self.failures > self.max_failures:
+            return None
+        return min(self.max_delay, self.base_delay * 2 ** (self.failures - 1))

@@ -117,11 +117,11 @@ def test_server_tool_call_starts_a_task_and_its_result_goes_upstream_once():
     [event] = events(actions)
     assert event == p.ToolCallEvent("c1", "get_weather", {"city": "Paris"}, "server")
     assert any(isinstance(a, RunTool) and a.call.id == "c1" for a in actions)
-    done = s.tool_finished("c1", {"temp_c": 18})
+    done = s.tool_finished("c1", {"temp_c": 18}, now=1.0)
     [up] = [a for a in done if isinstance(a, ToUpstream)]
     fr = up.item.parts[0].function_response
     assert (fr.id, fr.name, fr.response) == ("c1", "get_weather", {"temp_c": 18})
-    assert s.tool_finished("c1", {"temp_c": 19}) == []  # exactly one response per call
+    assert s.tool_finished("c1", {"temp_c": 19}, now=1.0) == []  # exactly one response per call
 
 
 def test_unknown_tool_goes_to_the_client_with_a_deadline_and_expires_with_an_error():
@@ -130,7 +130,7 @@ def test_unknown_tool_goes_to_the_client_with_a_deadline_and_expires_with_an_err
     assert events(actions)[0].runs_on == "client"
     [wait] = [a for a in actions if isinstance(a, AwaitClientTool)]
     assert wait.timeout == 5.0
-    expired = s.client_tool_expired("d1")
+    expired = s.client_tool_expired("d1", now=5.0)
     [up] = [a for a in expired if isinstance(a, ToUpstream)]
     assert "did not return a result" in up.item.parts[0].function_response.response["error"]
     assert events(expired)[0].code == "tool_timeout"
@@ -159,11 +159,11 @@ def test_model_cancellation_cancels_pending_calls_only():
     s = core()
     s.model_response(call("get_weather", call_id="a"), now=0)
     s.model_response(call("get_weather", call_id="b"), now=0)
-    s.tool_finished("b", {"ok": True})
+    s.tool_finished("b", {"ok": True}, now=0)
     actions = s.model_response(LlmResponse(cancelled_tool_call_ids=("a", "b")), now=1)
     assert [a.call_id for a in actions if isinstance(a, CancelTool)] == ["a"]
     assert events(actions) == [p.ToolCancelled(("a",))]
-    assert s.tool_finished("a", {"ok": True}) == []
+    assert s.tool_finished("a", {"ok": True}, now=1) == []
 
 
 def test_resumption_handle_kept_only_when_resumable():

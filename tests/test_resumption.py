@@ -1,0 +1,218 @@
+"""Sessions that survive: go-away handovers, dropped connections and stalls.
+
+The client's socket stays open through every recoverable fault; tool results are
+delivered exactly once; history is never sent again; fatal faults end the
+session with a clear error, without replaying the context.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from clients.client import LiveClient
+from connections import double
+from connections.gemini import Gemini
+from live import protocol as p
+from live.agent import Agent
+from serving import collect, running
+
+pytestmark = pytest.mark.anyio
+
+MIC = b"\x10\x00" * 320
+HISTORY = [p.types.Content(role="user", parts=[p.types.Part(text="I am Ada.")]),
+           p.types.Content(role="model", parts=[p.types.Part(text="Hi Ada.")])]
+
+
+def reply(text: str) -> list:
+    return [double.output_transcript(text), double.audio(b"\x01\x00" * 480), double.turn_complete()]
+
+
+def answering(text: str = "on the new line") -> double.ScriptedSession:
+    """A resumed connection that answers every turn."""
+    session = double.ScriptedSession()
+    session.on_client_content(*reply(text), times=None)
+    return session
+
+
+def handle(h: str) -> double.types.LiveServerMessage:
+    return double.resumption_update(h, resumable=True)
+
+
+def gemini(*sessions) -> tuple[Gemini, double.DoubleTransport]:
+    transport = double.DoubleTransport(*sessions)
+    return Gemini("gemini-2.5-flash", transport=transport), transport
+
+
+def resume_handles(transport: double.DoubleTransport) -> list[str | None]:
+    return [
+        c.config.session_resumption.handle if c.config.session_resumption else "<none>"
+        for c in transport.connects
+    ]
+
+
+async def say(client: LiveClient, text: str, *, timeout: float = 5.0) -> list:
+    await client.send_text(text)
+    return await collect(client, lambda e: isinstance(e, p.TurnComplete), timeout=timeout)
+
+
+def said(events: list, text: str) -> bool:
+    return any(isinstance(e, p.TranscriptOutput) and e.text == text for e in events)
+
+
+async def test_go_away_with_a_tool_call_in_flight_hands_over_after_the_result():
+    released = anyio.Event()
+
+    async def check_stock(item: str) -> dict:
+        """How many of an item are in stock."""
+        await released.wait()
+        return {"item": item, "count": 3}
+
+    agent = Agent(name="shop", model="gemini-2.5-flash", tools=[check_stock])
+    first = double.ScriptedSession(handle("h1"))
+    first.on_client_content(
+        double.tool_call("check_stock", {"item": "kettle"}, id="t1"), double.go_away(5)
+    )
+    first.on_tool_response(*reply("Three kettles."), handle("h2"))
+    second = answering()
+    llm, transport = gemini(first, second)
+    async with running(agent, llm) as (_, url), LiveClient.connect(url, history=HISTORY) as client:
+        await client.send_text("Any kettles?")
+        events = await collect(client, lambda e: isinstance(e, p.SessionGoAway))
+        await anyio.sleep(0.2)
+        assert len(transport.connects) == 1  # not while the tool call is pending
+        released.set()
+        events = await collect(client, lambda e: isinstance(e, p.SessionResumed))
+        assert said(events, "Three kettles.")
+        assert [type(e) for e in events if isinstance(e, (p.SessionReconnecting, p.SessionResumed))] == [
+            p.SessionReconnecting,
+            p.SessionResumed,
+        ]
+        events = await say(client, "And toasters?")
+        assert said(events, "on the new line")
+    assert resume_handles(transport) == [None, "h2"]
+    results = [r for s in (first, second) for m in s.tool_responses for r in m.function_responses]
+    assert [(r.id, r.response["count"]) for r in results] == [("t1", 3)]  # exactly once
+    assert len(first.client_contents) == 2  # history and the first question
+    assert [c.turns[0].parts[0].text for c in second.client_contents] == ["And toasters?"]
+    assert first.closed_by_client
+
+
+async def test_go_away_hands_over_at_the_deadline_when_no_safe_point_comes():
+    first = double.ScriptedSession(handle("h1"))
+    # A reply that never ends: no safe point before the deadline.
+    first.on_client_content(double.audio(b"\x01\x00" * 480), double.go_away(1.2))
+    llm, transport = gemini(first, answering())
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("Talk forever")
+        with anyio.fail_after(3):
+            await collect(client, lambda e: isinstance(e, p.SessionResumed))
+        assert len(transport.connects) == 2
+        assert said(await say(client, "hello?"), "on the new line")
+
+
+async def test_a_1011_in_the_middle_of_a_generation_resumes_without_replaying_history():
+    first = double.ScriptedSession(handle("h1"))
+    first.on(
+        lambda m: m.client_content is not None and m.client_content.turn_complete,  # not the seed
+        double.audio(b"\x01\x00" * 480),
+        double.Close(1011, "Internal error"),
+    )
+    llm, transport = gemini(first, answering())
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url, history=HISTORY) as client:
+        await client.send_text("Tell me something")
+        events = await collect(client, lambda e: isinstance(e, p.SessionResumed))
+        reconnecting = next(e for e in events if isinstance(e, p.SessionReconnecting))
+        assert "1011" in reconnecting.reason
+        assert said(await say(client, "Go on"), "on the new line")
+    assert resume_handles(transport) == [None, "h1"]
+    assert transport.sessions[1].client_contents[0].turns[0].parts[0].text == "Go on"  # no history
+
+
+async def test_a_dropped_connection_without_a_close_frame_resumes_and_replays_held_audio():
+    first = double.ScriptedSession(handle("h1"))
+    # The second attempt is refused, so audio sent during the backoff waits.
+    refused = double.ScriptedSession(refuse=double.Close(1011, "Internal error"))
+    second = answering()
+    llm, transport = gemini(first, refused, second)
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url) as client:
+        first.drop(1006)
+        await collect(client, lambda e: isinstance(e, p.SessionReconnecting))
+        for _ in range(10):
+            await client.send_audio(MIC)  # spoken while upstream is switching
+        await collect(client, lambda e: isinstance(e, p.SessionResumed))
+        with anyio.fail_after(2):
+            await second.wait_for(lambda m: second.audio_chunks >= 10)
+    assert resume_handles(transport) == [None, "h1", "h1"]
+
+
+async def test_a_stalled_model_is_reported_and_the_session_resumed():
+    first = double.ScriptedSession(handle("h1"))  # never answers a turn
+    llm, transport = gemini(first, answering())
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm, stall_timeout=0.3) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("Hello?")
+        events = await collect(client, lambda e: isinstance(e, p.SessionResumed))
+        stall = next(e for e in events if isinstance(e, p.ErrorEvent))
+        assert stall.code == "model_stalled" and not stall.fatal
+        assert said(await say(client, "Hello again?"), "on the new line")
+    assert first.closed_by_client
+
+
+@pytest.mark.parametrize(
+    ("close", "code"),
+    [
+        (double.Close(1007, "Request contains an invalid argument."), "model_invalid_argument"),
+        (double.Close(1008, "models/x is not found for API version v1beta, or is not supported for bidiGenerateContent"), "model_config_error"),
+        (double.Close(1011, "RESOURCE_EXHAUSTED: quota exceeded"), "quota_exhausted"),
+    ],
+)
+async def test_fatal_closes_end_the_session_at_once_without_reconnecting(close, code):
+    first = double.ScriptedSession(handle("h1"))
+    first.on_client_content(close)
+    llm, transport = gemini(first, answering())
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("hi")
+        events = await collect(client, lambda e: isinstance(e, p.SessionClosed))
+    error = next(e for e in events if isinstance(e, p.ErrorEvent))
+    assert error.fatal and error.code == code
+    assert not any(isinstance(e, p.SessionReconnecting) for e in events)
+    assert len(transport.connects) == 1  # the same context is never replayed
+
+
+async def test_without_a_resumption_handle_a_drop_is_a_clear_fatal_error():
+    first = double.ScriptedSession()
+    llm, transport = gemini(first)
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url) as client:
+        first.drop(1011, "Internal error")
+        events = await collect(client, lambda e: isinstance(e, p.SessionClosed))
+    error = next(e for e in events if isinstance(e, p.ErrorEvent))
+    assert error.fatal and "cannot be resumed" in error.message
+
+
+async def test_the_reconnect_budget_is_bounded():
+    first = double.ScriptedSession(handle("h1"))
+    refusals = [double.ScriptedSession(refuse=double.Close(1011, "Internal error")) for _ in range(3)]
+    llm, transport = gemini(first, *refusals)
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm, reconnect_attempts=2) as (_, url), LiveClient.connect(url) as client:
+        first.drop(1006)
+        events = await collect(client, lambda e: isinstance(e, p.SessionClosed), timeout=10)
+    error = next(e for e in events if isinstance(e, p.ErrorEvent))
+    assert error.fatal and "gave up after 2 attempts" in error.message
+    assert len(transport.connects) == 3  # the first, then two attempts
+
+
+async def test_a_long_conversation_survives_several_handovers_in_a_row():
+    def leg(n: int) -> double.ScriptedSession:
+        session = double.ScriptedSession(handle(f"h{n}"), double.go_away(0.5))
+        session.on_client_content(*reply(f"leg {n}"), times=None)
+        return session
+
+    legs = [leg(n) for n in range(1, 6)]
+    llm, transport = gemini(*legs, answering("last leg"))
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url, history=HISTORY) as client:
+        for _ in range(5):
+            await collect(client, lambda e: isinstance(e, p.SessionResumed), timeout=5)
+        assert said(await say(client, "still there?"), "last leg")
+    assert resume_handles(transport) == [None, "h1", "h2", "h3", "h4", "h5"]
+    assert len(legs[0].client_contents) == 1  # the history, once, on the first connection only
+    assert all(not s.client_contents for s in legs[1:])
