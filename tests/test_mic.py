@@ -1,0 +1,555 @@
+"""`live mic`: its sans-I/O pieces, its error lines, and real audio through PulseAudio.
+
+The audio tests run `live mic` as a subprocess on a private PulseAudio daemon
+with virtual devices: `paplay --device=micfeed` speaks into the default
+microphone, and `parec` records the default speaker's monitor. The server runs
+in the test process with the built-in `local/echo` model, wrapped to record
+what it heard and said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+from anyio.streams.text import TextReceiveStream
+from websockets.asyncio.server import serve as ws_serve
+
+from audio_fixtures import silence, speak, wav_bytes
+from clients import mic
+from clients.mic import ConversationView, FrameQueue, JitterBuffer, MicGate
+from live import protocol as p
+from live.agent import Agent
+from live.llm import AudioStreamEnd
+from live.registry import default_registry
+from live_audio import RecordingLlm, rms_dbfs, speech_found
+from serving import running
+
+ROOT = Path(__file__).resolve().parent.parent
+SAID = "Hello there, can you hear me clearly?"
+
+
+# --------------------------------------------------------------------------- jitter buffer
+
+
+def samples(n: int, value: int = 1000) -> bytes:
+    return value.to_bytes(2, "little", signed=True) * n
+
+
+def test_jitter_buffer_holds_playback_until_100_ms_are_queued():
+    jb = JitterBuffer(rate=24000, prebuffer_ms=100)
+    jb.push(samples(2000))  # 83 ms
+    assert jb.pull(480) == bytes(960)  # silence while prebuffering
+    assert not jb.playing and jb.audible
+    jb.push(samples(400))  # now 100 ms
+    assert jb.pull(480) == samples(480)
+    assert jb.playing and jb.played == 480
+
+
+def test_jitter_buffer_pads_an_underrun_with_silence_and_prebuffers_again():
+    jb = JitterBuffer(rate=24000, prebuffer_ms=100)
+    jb.push(samples(2500))
+    out = jb.pull(2400) + jb.pull(480)
+    assert out == samples(2500) + bytes(2 * 380)
+    assert jb.underruns == 1 and not jb.playing and not jb.audible
+    jb.push(samples(100))  # a late chunk: too little to restart on
+    assert jb.pull(100) == bytes(200)
+
+
+def test_jitter_buffer_plays_a_short_reply_out_once_it_is_complete():
+    jb = JitterBuffer(rate=24000, prebuffer_ms=100)
+    jb.push(samples(600, 7))  # 25 ms: the whole reply
+    assert jb.pull(480) == bytes(960)
+    jb.mark_end()
+    assert jb.pull(480) == samples(480, 7)
+    assert jb.pull(480) == samples(120, 7) + bytes(720)
+    assert jb.underruns == 0 and not jb.audible
+
+
+def test_jitter_buffer_flush_drops_everything_at_once():
+    jb = JitterBuffer(rate=24000, prebuffer_ms=100)
+    jb.push(samples(24000))
+    jb.pull(480)
+    assert jb.flush() == 24000 - 480
+    assert jb.queued == 0 and not jb.audible and jb.flushed == 23520
+    assert jb.pull(480) == bytes(960)
+
+
+def test_jitter_buffer_refuses_what_does_not_fit_instead_of_dropping():
+    jb = JitterBuffer(rate=24000, prebuffer_ms=100, capacity_s=0.1)
+    assert jb.push(samples(2000))
+    assert not jb.push(samples(401))
+    assert jb.queued == 2000
+    assert jb.push(samples(400)) and jb.room() == 0
+
+
+# --------------------------------------------------------------------------- gate
+
+
+def test_half_duplex_gate_mutes_while_the_agent_is_audible_and_for_the_tail():
+    gate = MicGate(tail=0.3)
+    assert gate.update(0.00, False) is None and gate.is_open
+    assert gate.update(0.02, True) == "closed" and not gate.is_open
+    assert gate.update(1.00, True) is None
+    assert gate.update(1.02, False) is None and not gate.is_open  # drained: the tail starts
+    assert gate.update(1.20, False) is None and not gate.is_open
+    assert gate.update(1.30, False) == "opened" and gate.is_open
+
+
+def test_gate_tail_restarts_when_more_reply_audio_arrives():
+    gate = MicGate(tail=0.3)
+    gate.update(0.00, True)
+    assert gate.update(0.20, False) is None  # in the tail
+    assert gate.update(0.25, True) is None  # a late chunk: still closed
+    assert gate.update(0.45, False) is None
+    assert gate.update(0.54, False) is None and not gate.is_open  # the tail counts from 0.25
+    assert gate.update(0.56, False) == "opened"
+
+
+def test_headphones_gate_never_mutes():
+    gate = MicGate(half_duplex=False)
+    assert gate.update(0.0, True) is None and gate.is_open
+
+
+# --------------------------------------------------------------------------- frame queue
+
+
+def test_frame_queue_drops_the_oldest_frame_when_full():
+    q = FrameQueue(maxlen=3)
+    for i in range(5):
+        q.put(bytes([i]))
+    assert q.dropped == 2
+    assert [q.get_nowait() for _ in range(3)] == [b"\x02", b"\x03", b"\x04"]
+    assert q.get_nowait() is None
+
+
+@pytest.mark.anyio
+async def test_frame_queue_wakes_the_loop_from_another_thread():
+    q = FrameQueue()
+
+    def produce() -> None:
+        for i in range(50):
+            q.put(bytes([i]))
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=produce)
+    with anyio.fail_after(2):
+        thread.start()
+        got = [await q.get() for _ in range(50)]
+    thread.join()
+    assert got == [bytes([i]) for i in range(50)] and q.dropped == 0
+
+
+# --------------------------------------------------------------------------- conversation view
+
+
+def test_view_on_a_terminal_updates_partials_in_place_and_keeps_finals():
+    out = io.StringIO()
+    view = ConversationView(out, tty=True)
+    view.event(p.TranscriptInput("What's the", False))
+    view.event(p.TranscriptInput(" weather?", False))
+    view.event(p.ToolCallEvent("c1", "get_weather", {"city": "Lisbon"}, "server"))
+    view.event(p.ToolResultEvent("c1", "get_weather", {"sky": "sunny"}))
+    view.event(p.TranscriptOutput("It's", False))
+    view.event(p.TranscriptOutput(" sunny.", False))
+    view.event(p.TranscriptInput("What's the weather?", True))
+    view.event(p.TranscriptOutput("It's sunny.", True))
+    view.event(p.TurnComplete())
+    screen = _render_terminal(out.getvalue())
+    assert screen == [
+        "you ▸ What's the weather?",
+        '⚙ get_weather({"city": "Lisbon"})',
+        '  ↳ get_weather: {"sky": "sunny"}',
+        "agent ▸ It's sunny.",
+        "— turn complete",
+    ]
+    assert "\r\x1b[2Kyou ▸ What's the" in out.getvalue()  # the partial was shown first
+
+
+def test_view_in_a_pipe_prints_only_final_lines():
+    out = io.StringIO()
+    view = ConversationView(out, tty=False)
+    view.event(p.TranscriptInput("Hi", False))
+    view.event(p.TranscriptInput("Hi there", True))
+    view.event(p.TranscriptOutput("Hello!", True))
+    view.event(p.TurnInterrupted())
+    view.event(p.ErrorEvent("model_error", "oops", False))
+    assert out.getvalue().splitlines() == [
+        "you ▸ Hi there", "agent ▸ Hello!", "— interrupted", "! model_error: oops",
+    ]
+    assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
+
+
+def test_view_keeps_partials_of_a_turn_that_ends_without_finals():
+    out = io.StringIO()
+    view = ConversationView(out, tty=False)
+    view.event(p.TranscriptOutput("Half a", False))
+    view.event(p.TranscriptOutput(" sentence", False))
+    view.event(p.TurnComplete())
+    assert out.getvalue().splitlines() == ["agent ▸ Half a sentence", "— turn complete"]
+
+
+def _render_terminal(text: str) -> list[str]:
+    """What stays on screen: `\\r\\x1b[2K` clears the current line."""
+    lines: list[str] = []
+    current = ""
+    i = 0
+    while i < len(text):
+        if text.startswith("\r\x1b[2K", i):
+            current = ""
+            i += 5
+        elif text[i] == "\n":
+            lines.append(current)
+            current = ""
+            i += 1
+        else:
+            current += text[i]
+            i += 1
+    if current:
+        lines.append(current)
+    return lines
+
+
+# --------------------------------------------------------------------------- one-line errors
+
+
+def run_main_in_thread(argv: list[str]) -> int:
+    """`live mic` in-process, in a worker thread: it runs its own event loop and,
+    off the main thread, installs no signal handlers. These fail before any audio."""
+    return mic.main(argv)
+
+
+ECHO = Agent(name="echo", model="local/echo")
+
+
+@pytest.mark.anyio
+async def test_a_refused_session_is_one_line(capsys):
+    llm = default_registry().resolve("local/echo")
+    async with running(ECHO, llm, token="s3cret") as (_, url):
+        rc = await anyio.to_thread.run_sync(run_main_in_thread, ["--url", url, "--token", "wrong"])
+    [line] = capsys.readouterr().err.splitlines()
+    assert rc == 1
+    assert line.startswith("live mic: the server refused the session: unauthorized: ")
+
+
+@pytest.mark.anyio
+async def test_a_full_server_is_one_line(capsys):
+    llm = default_registry().resolve("local/echo")
+    async with running(ECHO, llm, max_sessions=0) as (_, url):
+        rc = await anyio.to_thread.run_sync(run_main_in_thread, ["--url", url])
+    [line] = capsys.readouterr().err.splitlines()
+    assert rc == 1
+    assert line.startswith("live mic: the server refused the session: capacity: ")
+
+
+@pytest.mark.anyio
+async def test_no_server_is_one_line(capsys):
+    with socket_closed_port() as port:
+        rc = await anyio.to_thread.run_sync(run_main_in_thread, ["--url", f"ws://127.0.0.1:{port}/live"])
+    [line] = capsys.readouterr().err.splitlines()
+    assert rc == 1
+    assert line.startswith(f"live mic: cannot connect to ws://127.0.0.1:{port}/live: ")
+
+
+@contextlib.contextmanager
+def socket_closed_port() -> Iterator[int]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    yield port
+
+
+# --------------------------------------------------------------------------- PulseAudio
+
+
+@dataclasses.dataclass
+class Pulse:
+    env: dict[str, str]
+
+    def pactl(self, *args: str) -> str:
+        return subprocess.run(["pactl", *args], env=self.env, check=True, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def pulse(tmp_path_factory) -> Iterator[Pulse]:
+    """A private PulseAudio: `mic` (fed through the `micfeed` sink) and `speaker` as defaults."""
+    for tool in ("pulseaudio", "pactl", "paplay", "parec"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (apt-get install pulseaudio pulseaudio-utils libasound2-plugins)")
+    runtime = tmp_path_factory.mktemp("pulse")
+    env = {
+        **os.environ,
+        "PULSE_RUNTIME_PATH": str(runtime),
+        "PULSE_SERVER": f"unix:{runtime}/native",
+        "HOME": str(runtime),
+        "XDG_CONFIG_HOME": str(runtime / "config"),
+        "PYTHONUNBUFFERED": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    env.pop("PULSE_SINK", None)
+    env.pop("PULSE_SOURCE", None)
+    started = subprocess.run(
+        ["pulseaudio", "--daemonize=yes", "-n", "--exit-idle-time=-1", "--disallow-exit",
+         "--load=module-native-protocol-unix auth-anonymous=1",
+         "--load=module-null-sink sink_name=speaker norewinds=1",
+         "--load=module-null-sink sink_name=micfeed norewinds=1",
+         "--load=module-remap-source source_name=mic master=micfeed.monitor"],
+        env=env, capture_output=True, text=True, timeout=20,
+    )
+    if started.returncode != 0:
+        pytest.skip(f"pulseaudio did not start: {started.stderr.strip()[-300:]}")
+    daemon = Pulse(env)
+    try:
+        daemon.pactl("set-default-sink", "speaker")
+        daemon.pactl("set-default-source", "mic")
+        yield daemon
+    finally:
+        subprocess.run(["pulseaudio", "--kill"], env=env, capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def loopback(pulse: Pulse) -> Iterator[None]:
+    """The speaker is heard by the microphone, as on a laptop without headphones."""
+    module = pulse.pactl("load-module", "module-loopback", "source=speaker.monitor",
+                         "sink=micfeed", "latency_msec=30")
+    try:
+        yield
+    finally:
+        pulse.pactl("unload-module", module)
+
+
+@pytest.fixture
+def spoken_wav(tmp_path: Path) -> tuple[Path, bytes]:
+    pcm = silence(0.3) + speak(SAID) + silence(0.2)
+    path = tmp_path / "said.wav"
+    path.write_bytes(wav_bytes(pcm))
+    return path, pcm
+
+
+class MicProcess:
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self.stderr = ""
+
+    @property
+    def stdout(self) -> str:
+        return "\n".join(self.lines)
+
+    async def wait_for_line(self, prefix: str, timeout: float = 10.0) -> None:
+        with anyio.fail_after(timeout):
+            while not any(line.startswith(prefix) for line in self.lines):
+                if self.process.returncode is not None:
+                    raise AssertionError(f"live mic exited: {self.stdout}\n{self.stderr}")
+                await anyio.sleep(0.02)
+
+    async def interrupt(self, timeout: float = 5.0) -> int:
+        self.process.send_signal(signal.SIGINT)
+        with anyio.fail_after(timeout):
+            return await self.process.wait()
+
+
+@contextlib.asynccontextmanager
+async def live_mic(pulse: Pulse, url: str, *args: str) -> AsyncIterator[MicProcess]:
+    process = await anyio.open_process(
+        [sys.executable, "-m", "live.cli", "mic", "--url", url, *args],
+        env=pulse.env, cwd=ROOT,
+    )
+    proc = MicProcess(process)
+
+    async def read_stdout() -> None:
+        buffer = ""
+        assert process.stdout is not None
+        async for text in TextReceiveStream(process.stdout):
+            buffer += text
+            *done, buffer = buffer.split("\n")
+            proc.lines.extend(done)
+
+    async def read_stderr() -> None:
+        assert process.stderr is not None
+        async for text in TextReceiveStream(process.stderr):
+            proc.stderr += text
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read_stdout)
+        tg.start_soon(read_stderr)
+        try:
+            yield proc
+        finally:
+            if process.returncode is None:
+                process.kill()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await process.wait()
+
+
+@contextlib.contextmanager
+def recording_speaker(pulse: Pulse, path: Path) -> Iterator[Path]:
+    """Everything played on the default speaker, as 16 kHz PCM16, into `path`."""
+    with path.open("wb") as out:
+        rec = subprocess.Popen(
+            ["parec", "--device=speaker.monitor", "--raw", "--rate=16000", "--channels=1",
+             "--format=s16le", "--latency-msec=20"],
+            env=pulse.env, stdout=out,
+        )
+        try:
+            yield path
+        finally:
+            rec.terminate()
+            rec.wait(timeout=5)
+
+
+async def speak_into_mic(pulse: Pulse, wav: Path) -> None:
+    await anyio.run_process(["paplay", "--device=micfeed", str(wav)], env=pulse.env)
+
+
+def echo_server():
+    llm = RecordingLlm(default_registry().resolve("local/echo"))
+    return llm, running(ECHO, llm)
+
+
+async def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await anyio.sleep(0.02)
+
+
+@pytest.mark.audio
+@pytest.mark.anyio
+async def test_speech_reaches_the_server_and_the_reply_comes_out_of_the_speaker(
+    pulse, spoken_wav, tmp_path, caplog
+):
+    wav, fed = spoken_wav
+    llm, server = echo_server()
+    caplog.set_level(logging.INFO, logger="live.server")
+    async with server as (_, url), live_mic(pulse, url) as proc:
+        await proc.wait_for_line("live mic: connected")
+        with recording_speaker(pulse, tmp_path / "speaker.raw") as recorded:
+            await speak_into_mic(pulse, wav)
+            record = llm.sessions[0]
+            await wait_for(lambda: record.count_out(lambda r: r.turn_complete) >= 1, 8, "the echo's reply")
+            await anyio.sleep(0.6)  # the client's buffer and the device still hold the end
+        rc = await proc.interrupt()
+    # Ctrl-C ends the session cleanly: exit 0, the server saw the client close it.
+    assert rc == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.lines[-1] == "live mic: session ended"
+    assert any("reason=client closed the session" in r.getMessage() for r in caplog.records)
+    assert record.closed
+    # The conversation was shown: who spoke, and the turn end.
+    assert "· agent speaking — microphone muted" in proc.lines
+    assert "— turn complete" in proc.lines
+    assert proc.lines.index("— turn complete") < len(proc.lines) - 1
+    assert "· listening" in proc.lines[proc.lines.index("— turn complete"):]
+
+    # What was said reached the server, as 16 kHz speech in 20 ms frames.
+    reply_at = record.first_out(lambda r: bool(r.audio_chunks))
+    heard = record.audio_before(reply_at)
+    assert {len(d) for _, d in record.audio_in} == {640}
+    said = speech_found(fed, heard)
+    print(f"mic capture: {said.found}/{said.speech_blocks} speech blocks found "
+          f"({said.fraction:.0%}), correlation {said.correlation:.2f}")
+    assert said.speech_blocks > 50 and said.fraction >= 0.8
+
+    # The reply (the echo of what was said) came out of the speaker.
+    played = recorded.read_bytes()
+    back = speech_found(fed, played)
+    print(f"speaker: {back.found}/{back.speech_blocks} speech blocks of the reply recorded "
+          f"({back.fraction:.0%}), correlation {back.correlation:.2f}")
+    assert back.fraction >= 0.8
+
+
+@pytest.mark.audio
+@pytest.mark.anyio
+async def test_half_duplex_does_not_send_the_agents_voice_back(pulse, loopback, spoken_wav):
+    wav, _ = spoken_wav
+    llm, server = echo_server()
+    async with server as (_, url), live_mic(pulse, url) as proc:
+        await proc.wait_for_line("live mic: connected")
+        await speak_into_mic(pulse, wav)
+        record = llm.sessions[0]
+        await wait_for(lambda: record.count_out(lambda r: r.turn_complete) >= 1, 8, "the echo's reply")
+        await anyio.sleep(1.5)  # long enough for a self-triggered second turn to start
+        await proc.interrupt()
+    reply_at = record.first_out(lambda r: bool(r.audio_chunks))
+    done_at = record.first_out(lambda r: r.turn_complete)
+    during = record.audio_between(reply_at + 0.1, done_at)
+    print(f"half duplex: {len(during)} bytes of microphone audio reached the server during a "
+          f"{done_at - reply_at:.2f} s reply; after it: {rms_dbfs(record.audio_between(done_at + 0.6, 1e12)):.0f} dBFS")
+    assert during == b""  # the microphone was muted while the agent spoke
+    assert record.count_out(lambda r: r.interrupted) == 0  # the agent did not interrupt itself
+    assert record.count_out(lambda r: r.turn_complete) == 1  # nor answer its own voice
+    assert any(isinstance(i, AudioStreamEnd) for _, i in record.other_in)  # audio.end at the mute
+    assert "— interrupted" not in proc.lines
+
+
+@pytest.mark.audio
+@pytest.mark.anyio
+async def test_headphones_mode_keeps_the_microphone_open_for_barge_in(pulse, loopback, spoken_wav):
+    """With the speaker audible to the microphone, full duplex lets the agent hear
+    itself and interrupt itself: the reason the default gates the microphone."""
+    wav, _ = spoken_wav
+    llm, server = echo_server()
+    async with server as (_, url), live_mic(pulse, url, "--headphones") as proc:
+        await proc.wait_for_line("live mic: connected")
+        await speak_into_mic(pulse, wav)
+        record = llm.sessions[0]
+        await wait_for(lambda: record.count_out(lambda r: r.interrupted) >= 1, 8, "a barge-in")
+        await proc.wait_for_line("— interrupted", timeout=2)
+        await proc.interrupt()
+    reply_at = record.first_out(lambda r: bool(r.audio_chunks))
+    cut_at = record.first_out(lambda r: r.interrupted)
+    assert rms_dbfs(record.audio_between(reply_at + 0.1, cut_at)) > -45  # its own voice came back
+
+
+@pytest.mark.audio
+@pytest.mark.anyio
+async def test_a_lost_connection_is_one_line(pulse):
+    async def handler(ws) -> None:
+        await ws.recv()
+        await ws.send(p.encode(p.SessionStarted("s1", "fake", 16000)))
+        await anyio.sleep(0.5)
+        ws.transport.abort()  # no close frame: the network went away
+
+    async with ws_serve(handler, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        url = f"ws://127.0.0.1:{port}/live"
+        async with live_mic(pulse, url) as proc:
+            with anyio.fail_after(8):
+                rc = await proc.process.wait()
+            await anyio.sleep(0.1)
+    assert rc == 1
+    assert proc.stderr.splitlines() == [f"live mic: the connection to {url} was lost"]
+
+
+@pytest.mark.audio
+@pytest.mark.anyio
+async def test_a_missing_audio_device_is_one_line(pulse):
+    llm, server = echo_server()
+    async with server as (_, url), live_mic(pulse, url, "--input-device", "no-such-mic") as proc:
+        with anyio.fail_after(8):
+            rc = await proc.process.wait()
+        await anyio.sleep(0.1)
+    assert rc == 1
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("live mic: no microphone 'no-such-mic' found")
+    assert "--list-devices" in line
+    assert llm.sessions[0].closed  # the session it had opened was closed, not leaked
