@@ -1,0 +1,261 @@
+"""The browser client in Debian Chromium, against a real server on a loopback port.
+
+A spoken WAV is Chromium's fake microphone (it plays in real time from the
+moment the page opens the microphone); the scripted Gemini double answers with
+transcripts, audio and turn ends; the page is driven through its demo UI and
+read through `window.live.stats()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from audio_fixtures import silence, speak, wav_bytes
+from connections import double
+from connections.gemini import Gemini
+from live.agent import Agent
+from live_audio import RecordingLlm, speech_found
+from serving import running
+
+pytestmark = [pytest.mark.anyio, pytest.mark.browser]
+
+CHROMIUM = "/usr/bin/chromium"
+AGENT = Agent(name="test", model="gemini-2.5-flash")
+SAID = "Hello there, can you hear me?"
+LEAD_S = 0.6  # silence before the speech: the page starts capturing a little late
+
+
+def speech_wav(tmp_path: Path) -> tuple[Path, bytes]:
+    pcm = silence(LEAD_S) + speak(SAID) + silence(0.8)
+    path = tmp_path / "speech.wav"
+    path.write_bytes(wav_bytes(pcm))
+    return path, pcm
+
+
+@contextlib.asynccontextmanager
+async def chromium_page(microphone: Path) -> AsyncIterator[object]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
+    playwright_api = pytest.importorskip("playwright.async_api")
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={microphone.resolve()}%noloop",
+                "--autoplay-policy=no-user-gesture-required",
+            ],
+        )
+        try:
+            page = await browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.errors = errors  # type: ignore[attr-defined]
+            yield page
+        finally:
+            await browser.close()
+
+
+async def stats(page) -> dict:
+    return await page.evaluate("window.live.stats()")
+
+
+async def wait_until(predicate, timeout: float, what: str, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await anyio.sleep(step)
+
+
+def http_root(url: str) -> str:
+    return url.replace("ws://", "http://").removesuffix("/live") + "/"
+
+
+def scripted() -> tuple[RecordingLlm, double.ScriptedSession]:
+    session = double.ScriptedSession()
+    return RecordingLlm(Gemini("gemini-2.5-flash", transport=double.DoubleTransport(session))), session
+
+
+async def start_talking(page, url: str) -> None:
+    await page.goto(http_root(url))
+    await page.click("#talk")
+    await page.wait_for_function("window.live && window.live.state.microphone", timeout=5000)
+
+
+async def test_speech_reaches_the_server_and_the_page_shows_and_plays_the_reply(tmp_path):
+    wav, fed = speech_wav(tmp_path)
+    reply = speak("Yes, I hear you.", rate=24000)
+    llm, session = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        assert await page.text_content("#state") == "Listening"
+        record = llm.sessions[0]
+
+        async def heard_it_all():
+            return len(b"".join(d for _, d in record.audio_in)) >= len(fed)
+
+        await wait_until(heard_it_all, len(fed) / 32000 + 3, "the whole WAV to reach the server")
+        step = 24000 * 2 // 25  # 40 ms chunks, as Gemini sends them
+        session.push(
+            double.input_transcript("Hello there,"),
+            double.input_transcript(" can you hear me?"),
+            double.output_transcript("Yes,"),
+            *[double.audio(reply[i : i + step]) for i in range(0, len(reply), step)],
+            double.output_transcript(" I hear you."),
+            double.generation_complete(),
+            double.turn_complete(),
+        )
+        # The page says who is speaking, renders both sides' final text and the turn end.
+        await page.wait_for_function(
+            "document.getElementById('state').textContent === 'Agent speaking'", timeout=3000
+        )
+        you = page.locator("#log li[data-side=you][data-final] .text")
+        agent = page.locator("#log li[data-side=agent][data-final] .text")
+        await you.first.wait_for(timeout=3000)
+        assert await you.all_text_contents() == ["Hello there, can you hear me?"]
+        assert await agent.all_text_contents() == ["Yes, I hear you."]
+        await page.locator("#log li.turn-end").first.wait_for(timeout=3000)
+        assert await page.locator("#log li.turn-end").all_text_contents() == ["turn complete"]
+
+        # The reply is played out in full, then the page listens again.
+        async def played_all():
+            s = await stats(page)
+            return s if s["samplesPlayed"] >= len(reply) // 2 and not s["playing"] else None
+
+        final = await wait_until(played_all, len(reply) / 48000 + 2, "the reply to play out")
+        assert final["samplesReceived"] == len(reply) // 2
+        assert final["samplesFlushed"] == 0
+        await page.wait_for_function(
+            "document.getElementById('state').textContent === 'Listening'", timeout=2000
+        )
+        sent = await stats(page)
+        assert page.errors == []
+
+    # What the page captured reached the model as 16 kHz speech, frame by frame.
+    received = b"".join(d for _, d in record.audio_in)
+    frame_sizes = {len(d) for _, d in record.audio_in}
+    assert frame_sizes == {640}, frame_sizes  # 20 ms of 16 kHz PCM16
+    assert sent["captureRate"] == 16000
+    match = speech_found(fed, received)
+    print(f"browser capture: {match.found}/{match.speech_blocks} speech blocks found "
+          f"({match.fraction:.0%}), whole-signal correlation {match.correlation:.2f}")
+    assert match.speech_blocks > 50
+    assert match.fraction >= 0.7  # measured 0.84-0.95 here; unrelated speech scores 0.1-0.4
+
+
+async def test_an_interruption_empties_the_playback_queue_at_once(tmp_path):
+    wav, _ = speech_wav(tmp_path)
+    long_reply = speak("This is a long answer that goes on and on. " * 4, rate=24000)
+    assert len(long_reply) > 2 * 24000 * 6  # several seconds
+    llm, session = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        step = 24000 * 2 // 25
+        session.push(
+            double.output_transcript("This is a long answer"),
+            *[double.audio(long_reply[i : i + step]) for i in range(0, len(long_reply), step)],
+        )
+
+        async def playing_with_backlog():
+            s = await stats(page)
+            return s if s["samplesPlayed"] >= 12000 and s["queuedSamples"] >= 48000 else None
+
+        before = await wait_until(playing_with_backlog, 5, "playback with a queue behind it")
+        session.push(double.interrupted())
+        t0 = time.monotonic()
+
+        async def emptied():
+            s = await stats(page)
+            return s if s["queuedSamples"] == 0 and not s["playing"] else None
+
+        after = await wait_until(emptied, 1.0, "the playback queue to empty", step=0.01)
+        flush_latency = time.monotonic() - t0
+        await anyio.sleep(0.5)
+        later = await stats(page)
+        await page.locator("#log li.turn-end").first.wait_for(timeout=2000)
+        assert await page.locator("#log li.turn-end").all_text_contents() == ["interrupted"]
+        assert await page.text_content("#state") == "Listening"
+
+    print(f"interruption: queue of {before['queuedSamples'] / 24000:.2f} s emptied in "
+          f"{flush_latency * 1000:.0f} ms; {after['samplesFlushed'] / 24000:.2f} s dropped")
+    total = len(long_reply) // 2
+    assert after["samplesFlushed"] >= 24000  # at least a second of reply was never played
+    assert later["samplesPlayed"] == after["samplesPlayed"]  # nothing plays after the flush
+    assert later["samplesPlayed"] < total
+    assert flush_latency < 0.5
+
+
+async def test_a_refused_session_is_shown_on_the_page(tmp_path):
+    wav, _ = speech_wav(tmp_path)
+    llm, _ = scripted()
+    async with running(AGENT, llm, token="s3cret") as (_, url), chromium_page(wav) as page:
+        await page.goto(http_root(url))
+        await page.click("#talk")
+        alert = page.locator("#log li.error")
+        await alert.first.wait_for(timeout=5000)
+        assert (await alert.first.text_content()).startswith("unauthorized:")
+        assert await page.text_content("#state") == "Disconnected"
+        assert await page.get_attribute("#talk", "aria-pressed") == "false"
+        # With the token (as ?token=...), the same page connects.
+        await page.goto(http_root(url) + "?token=s3cret")
+        await page.click("#talk")
+        await page.wait_for_function("window.live && window.live.state.microphone", timeout=5000)
+        assert await page.text_content("#state") == "Listening"
+    assert len(llm.sessions) == 1
+
+
+
+CAPTURE_AT_44100 = """
+async () => {
+  const ctx = new OfflineAudioContext(1, 44100, 44100);
+  await ctx.audioWorklet.addModule("/client/capture-worklet.js");
+  const osc = ctx.createOscillator();
+  osc.frequency.value = 440;
+  const gain = ctx.createGain();
+  gain.gain.value = 1.5;  // past full scale: the worklet must clamp, not wrap
+  const node = new AudioWorkletNode(ctx, "live-capture", {
+    numberOfInputs: 1, numberOfOutputs: 0, channelCount: 1, channelCountMode: "explicit",
+    processorOptions: { targetRate: 16000, frameMs: 20 },
+  });
+  const frames = [];
+  node.port.onmessage = (e) => frames.push(Array.from(new Int16Array(e.data)));
+  osc.connect(gain).connect(node);
+  osc.start();
+  await ctx.startRendering();
+  await new Promise((r) => setTimeout(r, 200));
+  return frames;
+}
+"""
+
+
+async def test_capture_downsamples_44100_to_16000_and_clamps_instead_of_wrapping(tmp_path):
+    """Where a browser will not open a 16 kHz context, the worklet converts a
+    non-integer ratio (2.75625) itself; loud input saturates at full scale."""
+    import numpy as np
+
+    wav, _ = speech_wav(tmp_path)
+    llm, _ = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await page.goto(http_root(url))
+        frames = await page.evaluate(CAPTURE_AT_44100)
+    assert {len(f) for f in frames} == {320}
+    x = np.array([s for f in frames for s in f], dtype=np.int64)
+    assert abs(len(x) - 16000) <= 320  # one second in, one second out
+    assert x.max() == 32767 and x.min() == -32768
+    assert np.max(np.abs(np.diff(x))) < 12000  # a wrap at +1.0 would jump by ~65535
+    spectrum = np.abs(np.fft.rfft(x[1000:] * np.hanning(len(x) - 1000)))
+    peak_hz = np.argmax(spectrum) * 16000 / (len(x) - 1000)
+    assert abs(peak_hz - 440) < 3, peak_hz
