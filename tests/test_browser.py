@@ -259,3 +259,19 @@ async def test_capture_downsamples_44100_to_16000_and_clamps_instead_of_wrapping
     spectrum = np.abs(np.fft.rfft(x[1000:] * np.hanning(len(x) - 1000)))
     peak_hz = np.argmax(spectrum) * 16000 / (len(x) - 1000)
     assert abs(peak_hz - 440) < 3, peak_hz
+
+
+async def test_the_page_answers_a_client_side_tool_call_from_its_handler_map(tmp_path):
+    wav, _ = speech_wav(tmp_path)
+    llm, session = scripted()
+    session.on_tool_response(double.output_transcript("It is noon."), double.turn_complete())
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        session.push(double.tool_call("get_page_time", {}, id="t-1"))
+        await page.locator("#log li.turn-end").first.wait_for(timeout=5000)
+        shown = await page.locator("#log li.tool").all_text_contents()
+        assert shown == ["⚙ get_page_time({})"]
+        assert await page.locator("#log li[data-side=agent] .text").all_text_contents() == ["It is noon."]
+    [response] = session.tool_responses[0].function_responses
+    assert response.id == "t-1" and response.name == "get_page_time"
+    assert set(response.response) == {"iso", "zone"}  # what the demo page's handler returned
