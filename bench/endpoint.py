@@ -1,0 +1,179 @@
+"""One model-side process of the benchmark: the relay under test, or the baseline.
+
+    python -m bench.endpoint relay      # LiveServer -> Gemini(transport=double)
+    python -m bench.endpoint baseline   # a bare WebSocket bridge -> the same double
+
+Both host the same `Director` and conversations (the double is in-process by
+design: it is the upstream), listen on a free loopback port and print
+`{"port": ...}`. Then they obey one command per line on stdin: `mark` starts
+the measurement window, `report` prints the window's figures as one JSON line,
+`quit` stops. The baseline bridge is the least any relay does: binary frames to
+`send_realtime_input(audio=...)`, model audio to binary frames, and the events
+the client needs as JSON; no session rules, queues, pacing or mapping.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import resource
+import sys
+import time
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from google.genai import types
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from bench.model import Director
+from connections.double import DoubleTransport
+from connections.gemini import Gemini
+from live.agent import Agent
+from live.protocol import (
+    GenerationComplete,
+    SessionStarted,
+    TranscriptInput,
+    TranscriptOutput,
+    TurnComplete,
+    TurnInterrupted,
+    encode,
+)
+from live.server import LiveServer, ServerConfig
+
+MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
+INPUT_MIME = "audio/pcm;rate=16000"
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _bridge(ws: ServerConnection, transport: DoubleTransport) -> None:
+    """The baseline: the client talks to the double through a bare WebSocket."""
+    try:
+        await ws.recv()  # session.start
+    except ConnectionClosed:
+        return
+    async with transport(MODEL, types.LiveConnectConfig()) as session:
+        await ws.send(encode(SessionStarted("baseline", MODEL, 16_000)))
+
+        async def down() -> None:
+            while True:
+                async for message in session.receive():
+                    sc = message.server_content
+                    if sc is None:
+                        continue
+                    if sc.interrupted:
+                        await ws.send(encode(TurnInterrupted()))
+                    if sc.model_turn is not None:
+                        for part in sc.model_turn.parts or ():
+                            if part.inline_data is not None and part.inline_data.data:
+                                await ws.send(part.inline_data.data)
+                    if sc.input_transcription is not None:
+                        await ws.send(encode(TranscriptInput(sc.input_transcription.text or "", False)))
+                    if sc.output_transcription is not None:
+                        await ws.send(encode(TranscriptOutput(sc.output_transcription.text or "", False)))
+                    if sc.generation_complete:
+                        await ws.send(encode(GenerationComplete()))
+                    if sc.turn_complete:
+                        await ws.send(encode(TurnComplete()))
+
+        async with anyio.create_task_group() as tg:
+
+            async def down_until_closed() -> None:
+                try:
+                    await down()
+                except Exception:  # noqa: BLE001 - the double ends receive() with APIError on close
+                    pass
+
+            tg.start_soon(down_until_closed)
+            try:
+                async for frame in ws:
+                    if isinstance(frame, bytes):
+                        blob = types.Blob.model_construct(data=frame, mime_type=INPUT_MIME)
+                        await session.send_realtime_input(audio=blob)
+                    elif '"session.close"' in frame:
+                        break
+            except ConnectionClosed:
+                pass
+            tg.cancel_scope.cancel()
+
+
+async def main(mode: str) -> None:
+    director = Director()
+    transport = DoubleTransport(factory=director.make)
+    gc.collect()
+    idle_rss = rss_bytes()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(director.run)
+        if mode == "relay":
+            agent = Agent(name="bench", model=MODEL)
+            server = LiveServer(
+                agent,
+                Gemini(MODEL, transport=transport),
+                ServerConfig(port=0, max_sessions=100_000),
+            )
+            port = await tg.start(server.serve)
+        else:
+            async with serve(
+                lambda ws: _bridge(ws, transport), "127.0.0.1", 0, compression=None
+            ) as ws_server:
+                port = ws_server.sockets[0].getsockname()[1]
+                await _commands(director, mode, port, idle_rss)
+                tg.cancel_scope.cancel()
+                return
+        await _commands(director, mode, port, idle_rss)
+        server.stop()
+        tg.cancel_scope.cancel()
+
+
+async def _commands(director: Director, mode: str, port: int, idle_rss: int) -> None:
+    _emit({"port": port, "mode": mode, "idle_rss": idle_rss})
+    marked_cpu = cpu_seconds()
+    marked_at = time.monotonic()
+    for _ in range(1000):
+        line = await anyio.to_thread.run_sync(sys.stdin.readline)
+        command = line.strip()
+        if command == "mark":
+            director.reset()
+            marked_cpu = cpu_seconds()
+            marked_at = time.monotonic()
+        elif command == "report":
+            director.measuring = False
+            _emit(
+                {
+                    "mode": mode,
+                    "window_s": time.monotonic() - marked_at,
+                    "cpu_s": cpu_seconds() - marked_cpu,
+                    "idle_rss": idle_rss,
+                    "rss": rss_bytes(),
+                    "sessions": sum(1 for c in director.conversations if not c.closed),
+                    "up_latency": director.up_latency.to_json(),
+                    "up_frames": director.up_frames,
+                    "up_gaps": director.up_gaps,
+                    "down_chunks": director.down_chunks,
+                    "interrupts": director.interrupts,
+                }
+            )
+        elif command in ("quit", ""):
+            return
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1] if len(sys.argv) > 1 else "relay")

@@ -1,0 +1,31 @@
+"""The relay benchmark runs end to end and reports every figure (never its speed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import relay
+
+
+def test_relay_benchmark_reports_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "relay.json"
+    report = relay.main(
+        ["--sessions", "2", "--duration", "4", "--warmup", "1", "--json", str(out)]
+    )
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    (row,) = report["rows"]
+    for mode in ("baseline", "relay"):
+        result = row[mode]
+        assert result["sessions"] == 2
+        assert result["up"]["n"] > 0 and result["up"]["p99_ms"] is not None
+        assert result["down"]["n"] > 0 and result["down"]["max_ms"] is not None
+        assert result["interrupt"]["n"] > 0
+        assert result["cpu_s_per_session_minute"] > 0
+        assert result["rss_bytes"] > 0
+        assert result["dropped"] >= 0
+    compare = row["compare"]
+    for key in ("up_added_ms", "down_added_ms", "interrupt_added_ms"):
+        assert set(compare[key]) == {"p50_ms", "p99_ms", "max_ms"}
+    assert compare["cpu_ratio"] > 0
+    assert isinstance(report["largest_realtime_sessions"], int)
