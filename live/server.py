@@ -371,6 +371,7 @@ class ClientSession:
         link.stop()
         if isinstance(outcome, LiveError) and not outcome.recoverable:
             raise outcome
+        await self._apply(core.connection_lost())
         why = str(outcome) if isinstance(outcome, LiveError) else "the model closed the connection"
         while True:
             if core.resumption_handle is None:
@@ -401,6 +402,7 @@ class ClientSession:
         assert core is not None
         self._event(SessionReconnecting("the model connection is about to close (go-away)"))
         await link.stop_sending()  # nothing more may reach the old connection
+        await self._apply(core.connection_lost())
         try:
             new = await self._open_resumed()
         except LiveError as exc:
@@ -416,8 +418,8 @@ class ClientSession:
         request = self.server.agent.request(resume_handle=core.resumption_handle)
         link = await self._tg.start(self._connection, request)
         self.reconnects += 1
-        core.connection_replaced(time.monotonic())
         self._event(SessionResumed())
+        await self._apply(core.connection_resumed(time.monotonic()))
         log.info("session %s resumed (connection %d)", self.id, self.reconnects + 1)
         return link
 
@@ -548,6 +550,8 @@ class ClientSession:
         """Client input to the model, in order; an item is removed once it was sent."""
         queue = self.upstream
         conn = link.conn
+        core = self.core
+        assert core is not None
         send_realtime = conn.send_realtime
         try:
             with link.sending:
@@ -558,6 +562,7 @@ class ClientSession:
                             # Tool results and turns go whole or not at all.
                             with anyio.CancelScope(shield=True):
                                 await conn.send_content(item)
+                            core.content_sent(item)
                         else:
                             await send_realtime(item)
                     except BaseException:

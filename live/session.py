@@ -199,6 +199,8 @@ class SessionCore:
         self.resumption_handle: str | None = None
         self.late_audio_dropped = 0
         self.awaiting_reply_since: float | None = None
+        self._owed_turn: types.Content | None = None
+        self._replay: types.Content | None = None
         self._interrupted_at = 0.0
 
     # -------------------------------------------------------------- client side
@@ -295,7 +297,15 @@ class SessionCore:
     def model_response(self, response: LlmResponse, now: float) -> list[Action]:
         """Map one model response to actions, looking at every field."""
         actions: list[Action] = []
-        self.awaiting_reply_since = None
+        if (
+            response.content is not None
+            or response.output_transcription is not None
+            or response.turn_complete
+            or response.interrupted
+            or response.generation_complete
+        ):
+            self.awaiting_reply_since = None  # the model is answering
+            self._owed_turn = None
         if response.interrupted:
             # First: audio bundled with the interruption belongs to the old reply.
             self.turn = TurnState.INTERRUPTED
@@ -312,6 +322,8 @@ class SessionCore:
         if content is not None and content.parts:
             for part in content.parts:
                 self._map_part(part, response.partial, actions)
+        if response.output_transcription is not None and self.turn is TurnState.LISTENING:
+            self.turn = TurnState.RESPONDING  # a reply has begun, audio or not
 
         if response.input_transcription is not None:
             t = response.input_transcription
@@ -336,6 +348,7 @@ class SessionCore:
         update = response.session_resumption_update
         if update is not None and update.resumable and update.new_handle:
             self.resumption_handle = update.new_handle
+            self._owed_turn = None  # the state behind this handle holds the turn
         if response.error_code or response.error_message:
             actions.append(
                 SendEvent(
@@ -361,6 +374,8 @@ class SessionCore:
             actions.extend(self._tool_call(part.function_call))
             return
         if part.text and not part.thought:
+            if self.turn is TurnState.LISTENING:
+                self.turn = TurnState.RESPONDING
             actions.append(SendEvent(TextEvent(part.text, partial)))
 
     def _tool_call(self, call: types.FunctionCall) -> list[Action]:
@@ -427,23 +442,48 @@ class SessionCore:
     def pending_tool_calls(self) -> list[str]:
         return [i for i, c in self.tools.items() if c.state is ToolState.PENDING]
 
-    def connection_replaced(self, now: float) -> None:
-        """A new model connection took over: a reply cut short will not go on.
+    def content_sent(self, content: types.Content) -> None:
+        """A content reached the model; a typed user turn is then owed a reply."""
+        if content.role == "user" and content.parts and content.parts[0].text is not None:
+            self._owed_turn = content
 
-        Pending tool calls stay pending (their results go to the new connection),
-        and a reply still owed is timed from now.
+    def connection_lost(self) -> list[Action]:
+        """The model connection is going away; a new one (resumed) will follow.
+
+        A reply cut short will not go on: the client hears `turn.complete` with
+        reason `connection_lost`. A typed turn the model never answered, and that
+        no handle issued since holds, is kept to be sent again on resume.
         """
+        actions: list[Action] = []
+        if self.turn is not TurnState.LISTENING:
+            actions.append(SendEvent(TurnComplete("connection_lost")))
         self.turn = TurnState.LISTENING
+        if self._owed_turn is not None:
+            self._replay, self._owed_turn = self._owed_turn, None
+        return actions
+
+    def connection_resumed(self, now: float) -> list[Action]:
+        """A resumed connection took over: resend the unanswered typed turn.
+
+        Pending tool calls stay pending (their results go to the new
+        connection), and a reply still owed is timed from now.
+        """
         if self.awaiting_reply_since is not None:
             self.awaiting_reply_since = now
+        replay, self._replay = self._replay, None
+        return [ToUpstream(replay)] if replay is not None else []
 
     @property
     def at_safe_point(self) -> bool:
-        """Nothing in flight: no reply being generated, no tool call unanswered.
+        """Nothing in flight: no reply owed or being generated, no call unanswered.
 
         The moment to replace the model connection without losing anything.
         """
-        return self.turn is TurnState.LISTENING and not self.pending_tool_calls
+        return (
+            self.turn is TurnState.LISTENING
+            and self.awaiting_reply_since is None
+            and not self.pending_tool_calls
+        )
 
     def stalled(self, now: float, timeout: float) -> bool:
         """The model owes a reply (to a user turn or a tool result) for too long."""

@@ -183,3 +183,58 @@ def test_session_close_and_second_start():
     s = core()
     assert s.client_text('{"type": "session.close"}', now=0) == [CloseSession("client closed the session")]
     assert events(s.client_text('{"type": "session.start"}', now=0))[0].code == "already_started"
+
+
+def test_a_cut_reply_ends_for_the_client_and_an_unanswered_turn_is_sent_again():
+    s = core()
+    [up] = s.client_text('{"type": "text", "text": "Hello?"}', now=0.0)
+    s.content_sent(up.item)
+    lost = s.connection_lost()
+    assert lost == []  # no reply had begun
+    assert s.connection_resumed(now=1.0) == [ToUpstream(up.item)]
+    assert s.connection_resumed(now=2.0) == []  # once
+
+
+def test_a_turn_held_by_a_newer_handle_or_already_answered_is_not_sent_again():
+    s = core()
+    [up] = s.client_text('{"type": "text", "text": "Hi"}', now=0.0)
+    s.content_sent(up.item)
+    s.model_response(LlmResponse(session_resumption_update=types.LiveServerSessionResumptionUpdate(new_handle="h", resumable=True)), now=0.1)
+    s.connection_lost()
+    assert s.connection_resumed(now=1.0) == []
+    [up] = s.client_text('{"type": "text", "text": "Again"}', now=2.0)
+    s.content_sent(up.item)
+    s.model_response(audio(), now=2.1)  # the reply began, then the connection dropped
+    assert s.connection_lost() == [SendEvent(p.TurnComplete("connection_lost"))]
+    assert s.connection_resumed(now=3.0) == []
+
+
+def test_safe_point_waits_for_owed_replies_running_tools_and_replies_in_progress():
+    s = core()
+    assert s.at_safe_point
+    s.client_text('{"type": "text", "text": "Weather?"}', now=0.0)
+    assert not s.at_safe_point  # a reply is owed
+    s.model_response(call("get_weather", city="Oslo"), now=0.1)
+    assert not s.at_safe_point  # a call is pending
+    s.tool_finished("c1", {"sky": "snow"}, now=0.2)
+    assert not s.at_safe_point  # the model owes a reply to the result
+    s.model_response(LlmResponse(output_transcription=types.Transcription(text="Snow")), now=0.3)
+    assert not s.at_safe_point  # replying
+    s.model_response(LlmResponse(turn_complete=True), now=0.4)
+    assert s.at_safe_point
+    assert not s.stalled(now=100.0, timeout=5.0)
+    s.client_text('{"type": "text", "text": "And tomorrow?"}', now=100.0)
+    assert s.stalled(now=106.0, timeout=5.0)
+
+
+def test_reconnect_policy_backs_off_gives_up_and_forgives_after_a_stable_period():
+    from live.session import ReconnectPolicy
+
+    policy = ReconnectPolicy(max_failures=3, base_delay=0.5, max_delay=1.5, stable_after=60)
+    assert [policy.failed(0), policy.failed(1), policy.failed(2)] == [0.5, 1.0, 1.5]
+    assert policy.failed(3) is None
+    policy = ReconnectPolicy(max_failures=2)
+    policy.failed(0)
+    policy.connected(1)
+    policy.failed(100)  # the connection had stayed up 99 s: the count starts again
+    assert policy.failures == 1
