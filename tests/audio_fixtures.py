@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-__all__ = ["chunked", "noise", "silence", "speak", "wav_bytes"]
+__all__ = ["chunked", "noise", "silence", "speak", "tone", "wav_bytes"]
 
 
 def _require(tool: str) -> str:
@@ -56,6 +56,12 @@ def speak(text: str, rate: int = 16000, *, voice: str = "en", wpm: int = 160) ->
 def silence(seconds: float, rate: int = 16000) -> bytes:
     """Digital silence, PCM16."""
     return bytes(2 * int(seconds * rate))
+
+
+def tone(seconds: float, rate: int = 16000, freq: float = 440.0, amp: float = 0.3) -> bytes:
+    """A sine tone, PCM16: loud, steady "speech" for voice detection that needs no espeak-ng."""
+    t = np.arange(int(seconds * rate)) / rate
+    return (np.sin(2 * np.pi * freq * t) * amp * 32767).astype("<i2").tobytes()
 
 
 def noise(seconds: float, rate: int = 16000, *, dbfs: float = -50.0, seed: int = 0) -> bytes:

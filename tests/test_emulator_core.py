@@ -6,7 +6,7 @@ import base64
 import json
 import math
 
-import numpy as np
+from audio_fixtures import silence, tone
 
 from connections.emulator.core import (
     CloseConnection,
@@ -21,15 +21,6 @@ from connections.emulator.script import Fault, Script, ToolCall
 
 PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
 MODEL = "models/gemini-live-2.5-flash-preview"
-
-
-def tone(seconds: float, rate: int = 16000) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    return (0.3 * np.sin(2 * np.pi * 200 * t) * 32767).astype("<i2").tobytes()
-
-
-def silence(seconds: float, rate: int = 16000) -> bytes:
-    return b"\0\0" * int(seconds * rate)
 
 
 class Driver:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import anyio
-import numpy as np
 import pytest
+from audio_fixtures import silence, tone
 from google.genai import types
 
 from connections.emulator import Emulator, Fault, Script, ToolCall
-from connections.emulator.pytest_plugin import live_emulator  # noqa: F401  (fixture)
 from connections.gemini import Gemini
 from live.errors import (
     ConfigurationError,
@@ -23,20 +22,6 @@ pytestmark = pytest.mark.anyio
 
 MODEL = "gemini-live-2.5-flash-preview"
 FAST = 20.0
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
-def tone(seconds: float, rate: int = 16000) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    return (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2").tobytes()
-
-
-def silence(seconds: float, rate: int = 16000) -> bytes:
-    return b"\0\0" * int(seconds * rate)
 
 
 def gemini_for(emulator: Emulator, model: str = MODEL, api_key: str | None = None) -> Gemini:

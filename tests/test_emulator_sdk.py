@@ -7,33 +7,26 @@ import json
 import ssl
 
 import anyio
-import numpy as np
 import pytest
 import websockets
+from audio_fixtures import silence, tone
 from google import genai
 from google.genai import errors, types
 
-from connections.emulator import Emulator, Fault, Script, Settings, ToolCall, emulator_client, running_emulator
-from connections.emulator.pytest_plugin import live_emulator, live_emulator_client  # noqa: F401  (fixtures)
+from connections.emulator import (
+    Emulator,
+    Fault,
+    Script,
+    Settings,
+    ToolCall,
+    emulator_client,
+    running_emulator,
+)
 
 pytestmark = pytest.mark.anyio
 
 MODEL = "gemini-live-2.5-flash-preview"
 FAST = 20.0
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-
-
-def tone(seconds: float, rate: int = 16000) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    return (0.3 * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2").tobytes()
-
-
-def silence(seconds: float, rate: int = 16000) -> bytes:
-    return b"\0\0" * int(seconds * rate)
 
 
 async def send_audio(session, pcm: bytes, chunk: int = 640) -> None:

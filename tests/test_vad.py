@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from audio_fixtures import chunked, noise, silence, speak
+from audio_fixtures import chunked, noise, silence, speak, tone
 
 from connections.audio import (
     StreamResampler,
@@ -29,11 +29,6 @@ def mix(a: bytes, b: bytes) -> bytes:
     y = np.frombuffer(b, "<i2").astype(np.int32)
     n = min(x.size, y.size)
     return np.clip(x[:n] + y[:n], -32768, 32767).astype("<i2").tobytes()
-
-
-def tone(seconds: float, rate: int = 16000, freq: float = 440.0, amp: float = 0.3) -> bytes:
-    t = np.arange(int(seconds * rate)) / rate
-    return (np.sin(2 * np.pi * freq * t) * amp * 32767).astype("<i2").tobytes()
 
 
 def speech_bounds(pcm: bytes, rate: int = 16000) -> tuple[float, float]:
