@@ -582,8 +582,13 @@ class ClientSession:
                 now = time.monotonic()
                 if response.go_away_time_left is not None:
                     link.go_away_at = now + response.go_away_time_left
+                owed = core.awaiting_reply_since
                 await self._apply(core.model_response(response, now))
-                if link.go_away_at is not None or core.awaiting_reply_since is None:
+                # Wake the supervisor only for what it acts on: a go-away, or the
+                # owed reply arriving (not every audio chunk after it).
+                if link.go_away_at is not None or (
+                    owed is not None and core.awaiting_reply_since is None
+                ):
                     self._poke()
         except LiveError as exc:
             link.end(exc)
