@@ -345,7 +345,7 @@ async def test_raw_access_token_query_and_unknown_path(live_emulator: Emulator):
 async def test_server_stops_cleanly_with_open_sessions():
     async with running_emulator(Script(speed=FAST)) as emulator:
         client = emulator_client(emulator)
-        async with client.aio.live.connect(model=MODEL, config=AUDIO_CONFIG) as session:
+        async with client.aio.live.connect(model=MODEL, config=AUDIO_CONFIG):
             pass
         ctx = emulator.ssl_context()
         ws = await websockets.connect(emulator.ws_url(), ssl=ctx, additional_headers={"x-goog-api-key": "k"})

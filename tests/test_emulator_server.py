@@ -13,7 +13,7 @@ import pytest
 
 from audio_fixtures import silence, speak
 from clients.client import AudioFrame, LiveClient, SessionRefused
-from connections.emulator import Fault, Script, ToolCall, emulator_client, running_emulator
+from connections.emulator import Fault, Script, emulator_client, running_emulator
 from connections.gemini import Gemini
 from live import protocol as p
 from live.agent import Agent

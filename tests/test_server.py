@@ -9,7 +9,7 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 
-from clients.client import AudioFrame, LiveClient
+from clients.client import LiveClient
 from connections import double
 from connections.gemini import Gemini
 from live import protocol as p

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http
-import ipaddress
 import json
 import logging
 import os
