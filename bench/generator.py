@@ -1,6 +1,6 @@
 """The client side of the benchmark: N simulated users at real-time pace.
 
-    python -m bench.generator URL SESSIONS DURATION [WARMUP]
+    python -m bench.generator URL SESSIONS DURATION [WARMUP [deflate]]
 
 Each user is a `LiveClient` over a real loopback socket. One ticker sends every
 user's 20 ms microphone frame on schedule (users are spread over four 5 ms
@@ -8,21 +8,35 @@ phases); each frame carries its send time. Each user's reader takes the stamp
 out of every reply chunk and measures its latency. Prints
 `{"event": "measuring"}` when every user is connected and warmed up, then one
 JSON line of figures after DURATION seconds, then closes every session.
+With `deflate`, users offer permessage-deflate when they connect, as browsers
+do (`LiveClient` does not: audio does not compress).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 
 from bench.stats import DOWN, MAGIC, Histogram, up_frame
+from websockets.asyncio.client import connect as ws_connect
+
 from clients.client import AudioFrame, LiveClient
-from live.protocol import ErrorEvent, TurnComplete, TurnInterrupted
+from live.protocol import (
+    ErrorEvent,
+    SessionStart,
+    SessionStarted,
+    TurnComplete,
+    TurnInterrupted,
+    encode,
+    parse_server_event,
+)
 
 FRAME_S = 0.02
 PHASES = 4
@@ -49,8 +63,9 @@ class User:
 
 
 class Run:
-    def __init__(self, url: str, sessions: int) -> None:
+    def __init__(self, url: str, sessions: int, deflate: bool = False) -> None:
         self.url = url
+        self.deflate = deflate
         self.users = [User(i + 1) for i in range(sessions)]
         self.measuring = False
         self.down_latency = Histogram()
@@ -73,7 +88,7 @@ class Run:
 
     async def user(self, user: User, done: anyio.Event) -> None:
         try:
-            async with LiveClient.connect(self.url, open_timeout=30) as client:
+            async with self._connect() as client:
                 user.client = client
                 self.connected += 1
                 if self.connected == len(self.users):
@@ -89,6 +104,29 @@ class Run:
                 self.all_connected.set()
         finally:
             done.set()
+
+    @contextlib.asynccontextmanager
+    async def _connect(self) -> AsyncIterator[LiveClient]:
+        if not self.deflate:
+            async with LiveClient.connect(self.url, open_timeout=30) as client:
+                yield client
+            return
+        # As a browser connects: offering permessage-deflate.
+        async with ws_connect(
+            self.url, open_timeout=30, max_size=None, compression="deflate"
+        ) as ws:
+            await ws.send(encode(SessionStart()))
+            for _ in range(100):
+                event = parse_server_event(await ws.recv())
+                if isinstance(event, SessionStarted):
+                    break
+            else:
+                raise RuntimeError("no session.started")
+            client = LiveClient(ws, event)
+            try:
+                yield client
+            finally:
+                await client.close()
 
     async def _read(self, user: User, client: LiveClient) -> None:
         unpack = DOWN.unpack_from
@@ -165,8 +203,10 @@ class Run:
         }
 
 
-async def main(url: str, sessions: int, duration: float, warmup: float) -> None:
-    run = Run(url, sessions)
+async def main(
+    url: str, sessions: int, duration: float, warmup: float, deflate: bool = False
+) -> None:
+    run = Run(url, sessions, deflate)
     done = [anyio.Event() for _ in run.users]
     async with anyio.create_task_group() as tg:
         for user, event in zip(run.users, done):
@@ -202,5 +242,10 @@ def _emit(obj: dict[str, Any]) -> None:
 if __name__ == "__main__":
     args = sys.argv[1:]
     anyio.run(
-        main, args[0], int(args[1]), float(args[2]), float(args[3]) if len(args) > 3 else 2.0
+        main,
+        args[0],
+        int(args[1]),
+        float(args[2]),
+        float(args[3]) if len(args) > 3 else 2.0,
+        len(args) > 4 and args[4] == "deflate",
     )

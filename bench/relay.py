@@ -116,6 +116,7 @@ def run_once(
     duration: float,
     profile: Path | None = None,
     warmup: float = WARMUP_S,
+    deflate: bool = False,
 ) -> dict[str, Any]:
     """One measured run: an endpoint process and a generator process."""
     endpoint = _Proc(["bench.endpoint", mode])
@@ -126,6 +127,7 @@ def run_once(
         url = f"ws://127.0.0.1:{hello['port']}/live"
         generator = _Proc(
             ["bench.generator", url, str(sessions), str(duration), str(warmup)]
+            + (["deflate"] if deflate else [])
         )
         generator.read(60 + sessions * 0.05)  # {"event": "measuring"}
         endpoint.send("mark")
@@ -410,26 +412,33 @@ def measure(
     baseline: bool = True,
     profile: Path | None = None,
     warmup: float = WARMUP_S,
+    deflate: bool = False,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"sessions": sessions}
     if baseline:
-        row["baseline"] = run_once("baseline", sessions, duration, warmup=warmup)
+        row["baseline"] = run_once("baseline", sessions, duration, warmup=warmup, deflate=deflate)
         print(_detail(row["baseline"]), flush=True)
-    row["relay"] = run_once("relay", sessions, duration, profile, warmup)
+    row["relay"] = run_once("relay", sessions, duration, profile, warmup, deflate)
     print(_detail(row["relay"]), flush=True)
     row["compare"] = compare(row["relay"], row.get("baseline"))
     return row
 
 
 def search(
-    start: int, duration: float, *, warmup: float = WARMUP_S, limit: int = 2000, steps: int = 9
+    start: int,
+    duration: float,
+    *,
+    warmup: float = WARMUP_S,
+    deflate: bool = False,
+    limit: int = 2000,
+    steps: int = 9,
 ) -> tuple[int, list[dict[str, Any]]]:
     """The largest N that stays real time: grow by 1.5x, then halve the gap (bounded)."""
     tried: list[dict[str, Any]] = []
     good, bad = 0, None
     n = max(start, 1)
     for _ in range(steps):
-        row = measure(n, duration, baseline=False, warmup=warmup)
+        row = measure(n, duration, baseline=False, warmup=warmup, deflate=deflate)
         tried.append(row)
         if row["relay"]["realtime"]:
             good = n
@@ -455,6 +464,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", default=None, help="where to write the run (default bench/results/)")
     parser.add_argument("--quick", action="store_true", help="N = 1, 20 for 4 s each")
     parser.add_argument(
+        "--browser-deflate",
+        action="store_true",
+        help="clients offer permessage-deflate when connecting, as browsers do",
+    )
+    parser.add_argument(
         "--warmup", type=float, default=WARMUP_S, help="seconds of load before measuring (2)"
     )
     parser.add_argument(
@@ -476,6 +490,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if args.profile and n == max(sizes)
             else None,
             warmup=args.warmup,
+            deflate=args.browser_deflate,
         )
         for n in sizes
     ]
@@ -483,10 +498,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     search_rows: list[dict[str, Any]] = []
     if args.search:
         start = max([r["sessions"] for r in rows if r["relay"]["realtime"]] or [1])
-        found, search_rows = search(start, args.search_duration, warmup=args.warmup)
+        found, search_rows = search(
+            start, args.search_duration, warmup=args.warmup, deflate=args.browser_deflate
+        )
         print(f"largest real-time N found: {found}; measuring it with the baseline", flush=True)
         if found and found not in sizes:
-            rows.append(measure(found, duration, warmup=args.warmup))
+            rows.append(
+                measure(found, duration, warmup=args.warmup, deflate=args.browser_deflate)
+            )
     passing = [r["sessions"] for r in rows if r["relay"]["realtime"]]
     sdk = sdk_path_cost()
     report = {
@@ -499,6 +518,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "git": _git(),
         "duration_s": duration,
+        "browser_deflate": args.browser_deflate,
         "rows": rows,
         "search": search_rows,
         "largest_realtime_sessions": found if args.search else (max(passing) if passing else 0),

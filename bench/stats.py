@@ -7,6 +7,7 @@ process can be subtracted from a reading taken in another.
 
 from __future__ import annotations
 
+import random
 import struct
 from collections.abc import Iterable
 from typing import Any
@@ -27,12 +28,21 @@ UP = struct.Struct("<IIIq")  # magic, client id, frame sequence, send time (ns)
 DOWN = struct.Struct("<IIIIq")  # magic, client id, model turn, chunk sequence, send time (ns)
 UP_FRAME_BYTES = 640  # 20 ms of PCM16 mono at 16 kHz
 DOWN_CHUNK_BYTES = 1920  # 40 ms of PCM16 mono at 24 kHz
-_UP_TAIL = bytes(UP_FRAME_BYTES - UP.size)
-_DOWN_TAIL = bytes(DOWN_CHUNK_BYTES - DOWN.size)
+
+
+def _noise(nbytes: int, seed: int) -> bytes:
+    """PCM16 noise (sigma ~3000): like speech, it barely compresses (silence would)."""
+    rng = random.Random(seed)
+    samples = [max(-32768, min(32767, int(rng.gauss(0, 3000)))) for _ in range(nbytes // 2)]
+    return struct.pack(f"<{len(samples)}h", *samples)
+
+
+_UP_TAIL = _noise(UP_FRAME_BYTES - UP.size, 1)
+_DOWN_TAIL = _noise(DOWN_CHUNK_BYTES - DOWN.size, 2)
 
 
 def up_frame(client: int, seq: int, t_ns: int) -> bytes:
-    """One 20 ms microphone frame: silence carrying its stamp in the first bytes."""
+    """One 20 ms microphone frame: noise carrying its stamp in the first bytes."""
     return UP.pack(MAGIC, client, seq, t_ns) + _UP_TAIL
 
 
