@@ -775,6 +775,9 @@ class LiveServer:
             # larger ones are cut off by websockets itself (also 1009).
             max_size=config.max_frame_bytes * 4,
             server_header="live",
+            # Browsers offer permessage-deflate; PCM does not compress, so
+            # accepting it only spends CPU on every audio frame, both ways.
+            compression=None,
             ping_interval=20,
             ping_timeout=20,
         ) as server:
