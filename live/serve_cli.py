@@ -20,7 +20,7 @@ import anyio.abc
 from live.agent import Agent
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.registry import LlmRegistry, default_registry
-from live.server import LiveServer, ServerConfig
+from live.server import LiveServer, ServerConfig, tune_gc_for_serving
 
 DEFAULT_MODEL = "local/echo"
 DEFAULT_INSTRUCTION = "You are a friendly voice assistant. Keep your answers short and clear."
@@ -141,6 +141,7 @@ def main(argv: list[str]) -> int:
     except UsageError as exc:
         print(f"live serve: {exc}", file=sys.stderr)
         return 2
+    tune_gc_for_serving()
     try:
         anyio.run(_serve, server)
     except (OSError, BaseExceptionGroup) as exc:
