@@ -3,7 +3,8 @@
     python -m bench.endpoint relay      # LiveServer -> Gemini(transport=double)
     python -m bench.endpoint baseline   # a bare WebSocket bridge -> the same double
 
-Both host the same `Director` and conversations (the double is in-process by
+Both tune the garbage collector as `live serve` does (BENCH_DEFAULT_GC=1 leaves
+CPython's defaults), host the same `Director` and conversations (the double is in-process by
 design: it is the upstream), listen on a free loopback port and print
 `{"port": ...}`. Then they obey one command per line on stdin: `mark` starts
 the measurement window, `report` prints the window's figures as one JSON line,
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import resource
 import sys
 import time
@@ -40,7 +42,7 @@ from live.protocol import (
     TurnInterrupted,
     encode,
 )
-from live.server import LiveServer, ServerConfig
+from live.server import LiveServer, ServerConfig, tune_gc_for_serving
 
 MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
 INPUT_MIME = "audio/pcm;rate=16000"
@@ -52,6 +54,33 @@ def rss_bytes() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+class GcClock:
+    """Time spent in the garbage collector, per generation (pauses stop the loop)."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self.reset()
+        gc.callbacks.append(self._callback)
+
+    def reset(self) -> None:
+        self.total_s = [0.0, 0.0, 0.0]
+        self.max_s = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        spent = time.perf_counter() - self._started
+        generation = info["generation"]
+        self.total_s[generation] += spent
+        self.count[generation] += 1
+        self.max_s[generation] = max(self.max_s[generation], spent)
+
+    def to_json(self) -> dict[str, list[float] | list[int]]:
+        return {"total_s": self.total_s, "max_s": self.max_s, "count": self.count}
 
 
 def cpu_seconds() -> float:
@@ -113,6 +142,8 @@ async def _bridge(ws: ServerConnection, transport: DoubleTransport) -> None:
 async def main(mode: str) -> None:
     director = Director()
     transport = DoubleTransport(factory=director.make)
+    if os.environ.get("BENCH_DEFAULT_GC") != "1":
+        tune_gc_for_serving()  # as `live serve` does; the baseline gets the same
     gc.collect()
     idle_rss = rss_bytes()
     async with anyio.create_task_group() as tg:
@@ -140,6 +171,7 @@ async def main(mode: str) -> None:
 
 async def _commands(director: Director, mode: str, port: int, idle_rss: int) -> None:
     _emit({"port": port, "mode": mode, "idle_rss": idle_rss})
+    gc_clock = GcClock()
     marked_cpu = cpu_seconds()
     marked_at = time.monotonic()
     for _ in range(1000):
@@ -147,6 +179,7 @@ async def _commands(director: Director, mode: str, port: int, idle_rss: int) -> 
         command = line.strip()
         if command == "mark":
             director.reset()
+            gc_clock.reset()
             marked_cpu = cpu_seconds()
             marked_at = time.monotonic()
         elif command == "report":
@@ -164,6 +197,7 @@ async def _commands(director: Director, mode: str, port: int, idle_rss: int) -> 
                     "up_gaps": director.up_gaps,
                     "down_chunks": director.down_chunks,
                     "interrupts": director.interrupts,
+                    "gc": gc_clock.to_json(),
                 }
             )
         elif command in ("quit", ""):

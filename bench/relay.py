@@ -215,6 +215,7 @@ def _summarize(mode: str, sessions: int, client: dict[str, Any], model: dict[str
         "model_sessions_open": model["sessions"],
         "generator_late": late.summary(),
         "generator_cpu_s": client["generator_cpu_s"],
+        "gc": model.get("gc"),
     }
     result["realtime"], result["why_not_realtime"] = _realtime(result)
     return result
