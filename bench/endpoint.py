@@ -30,6 +30,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from bench.model import Director
+from bench.stats import Histogram
 from connections.double import DoubleTransport
 from connections.gemini import Gemini
 from live.agent import Agent
@@ -139,6 +140,29 @@ async def _bridge(ws: ServerConnection, transport: DoubleTransport) -> None:
             tg.cancel_scope.cancel()
 
 
+class LoopLag:
+    """How late the event loop runs a 10 ms timer: every session waits as long."""
+
+    def __init__(self) -> None:
+        self.lag = Histogram()
+        self.spikes: list[tuple[float, float]] = []  # (seconds into the window, lag in ms)
+        self.started = time.monotonic()
+
+    def reset(self) -> None:
+        self.lag = Histogram()
+        self.spikes = []
+        self.started = time.monotonic()
+
+    async def run(self) -> None:
+        while True:
+            due = time.monotonic() + 0.01
+            await anyio.sleep(0.01)
+            late = time.monotonic() - due
+            self.lag.add(int(late * 1e9))
+            if late > 0.01 and len(self.spikes) < 200:
+                self.spikes.append((round(due - self.started, 3), round(late * 1e3, 1)))
+
+
 async def main(mode: str) -> None:
     director = Director()
     transport = DoubleTransport(factory=director.make)
@@ -146,8 +170,10 @@ async def main(mode: str) -> None:
         tune_gc_for_serving()  # as `live serve` does; the baseline gets the same
     gc.collect()
     idle_rss = rss_bytes()
+    lag = LoopLag()
     async with anyio.create_task_group() as tg:
         tg.start_soon(director.run)
+        tg.start_soon(lag.run)
         if mode == "relay":
             agent = Agent(name="bench", model=MODEL)
             server = LiveServer(
@@ -161,15 +187,17 @@ async def main(mode: str) -> None:
                 lambda ws: _bridge(ws, transport), "127.0.0.1", 0, compression=None
             ) as ws_server:
                 port = ws_server.sockets[0].getsockname()[1]
-                await _commands(director, mode, port, idle_rss)
+                await _commands(director, lag, mode, port, idle_rss)
                 tg.cancel_scope.cancel()
                 return
-        await _commands(director, mode, port, idle_rss)
+        await _commands(director, lag, mode, port, idle_rss)
         server.stop()
         tg.cancel_scope.cancel()
 
 
-async def _commands(director: Director, mode: str, port: int, idle_rss: int) -> None:
+async def _commands(
+    director: Director, lag: LoopLag, mode: str, port: int, idle_rss: int
+) -> None:
     _emit({"port": port, "mode": mode, "idle_rss": idle_rss})
     gc_clock = GcClock()
     marked_cpu = cpu_seconds()
@@ -180,6 +208,7 @@ async def _commands(director: Director, mode: str, port: int, idle_rss: int) -> 
         if command == "mark":
             director.reset()
             gc_clock.reset()
+            lag.reset()
             marked_cpu = cpu_seconds()
             marked_at = time.monotonic()
         elif command == "report":
@@ -198,6 +227,8 @@ async def _commands(director: Director, mode: str, port: int, idle_rss: int) -> 
                     "down_chunks": director.down_chunks,
                     "interrupts": director.interrupts,
                     "gc": gc_clock.to_json(),
+                    "loop_lag": lag.lag.to_json(),
+                    "loop_lag_spikes": lag.spikes,
                 }
             )
         elif command in ("quit", ""):

@@ -4,6 +4,8 @@
     python -m bench.relay --search              # ... and the largest real-time N
     python -m bench.relay --sessions 1,100 --duration 30 --json out.json
     python -m bench.relay --quick               # N = 1, 20; 4 s each
+    python -m bench.relay --browser-deflate     # clients offer deflate, as browsers do
+    python -m bench.relay --profile             # py-spy the server at the largest N
 
 For every N, two runs of the same load, one after the other (never together:
 the machine has two cores):
@@ -21,6 +23,11 @@ model-side process's own (the double's share is in both; the difference is
 ours). A run is real time when no frame, chunk or interruption took more than
 100 ms, nothing was dropped, every session stayed up and the generator itself
 kept its schedule within 100 ms.
+
+Both model-side processes tune the garbage collector as `live serve` does
+(BENCH_DEFAULT_GC=1 in the environment keeps CPython's defaults). The double
+hands typed messages over; the real Gemini path also pays the SDK's own work
+per message (JSON, base64, pydantic), measured separately at the end of a run.
 
 Writes the whole run as JSON to bench/results/relay-<timestamp>.json (or --json).
 """
@@ -44,7 +51,7 @@ from bench.stats import Histogram
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 REALTIME_MS = 100.0
-WARMUP_S = 2.0
+WARMUP_S = 6.0  # a whole conversation cycle: every code path has run once (first uses are slow)
 
 
 # ---------------------------------------------------------------------------- processes
@@ -216,6 +223,8 @@ def _summarize(mode: str, sessions: int, client: dict[str, Any], model: dict[str
         "generator_late": late.summary(),
         "generator_cpu_s": client["generator_cpu_s"],
         "gc": model.get("gc"),
+        "loop_lag": Histogram.from_json(model["loop_lag"]).summary(),
+        "loop_lag_spikes": model["loop_lag_spikes"],
     }
     result["realtime"], result["why_not_realtime"] = _realtime(result)
     return result
@@ -284,7 +293,8 @@ def sdk_path_cost() -> dict[str, float] | None:
         import base64
         import timeit
 
-        from google.genai import _common, live_converters, types
+        from google.genai import _common, types
+        from google.genai import _live_converters as live_converters
 
         pcm_up, pcm_down = bytes(640), bytes(1920)
 
@@ -386,6 +396,7 @@ def _detail(result: dict[str, Any]) -> str:
         f"generator late max {_ms(result['generator_late']['max_ms'])} ms, "
         f"CPU {result['generator_cpu_s'] / result['window_s'] * 100:.0f}%  "
         f"errors {result['errors'] or '-'}  "
+        f"loop lag p99/max {_ms(result['loop_lag']['p99_ms'])}/{_ms(result['loop_lag']['max_ms'])} ms  "
         f"other load {result['other_cpu_share'] * 100:.0f}% of a core, "
         f"CPU stall {result['cpu_stall_share'] * 100:.0f}%"
     )
@@ -470,7 +481,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="clients offer permessage-deflate when connecting, as browsers do",
     )
     parser.add_argument(
-        "--warmup", type=float, default=WARMUP_S, help="seconds of load before measuring (2)"
+        "--warmup", type=float, default=WARMUP_S, help="seconds of load before measuring (6)"
     )
     parser.add_argument(
         "--profile",
