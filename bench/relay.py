@@ -543,10 +543,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     label = "found by search" if args.search else "of the sizes run"
     print(f"largest N with every stream real time ({label}): {report['largest_realtime_sessions']}")
     if sdk is not None:
+        # What the real path would add per session-minute, at this load's rates.
+        relay = rows[-1]["relay"]
+        minutes = relay["sessions"] * relay["window_s"] / 60
+        sdk["cpu_s_per_session_minute"] = (
+            relay["up_frames_received"] / minutes * sdk["send_us_per_frame"]
+            + relay["down_chunks_sent"] / minutes * sdk["receive_us_per_chunk"]
+        ) / 1e6
         print(
             f"not in these figures (the double hands typed messages over): the SDK's own "
             f"work per message on the real path, {sdk['send_us_per_frame']:.0f} us per 20 ms "
-            f"frame sent and {sdk['receive_us_per_chunk']:.0f} us per 40 ms chunk received"
+            f"frame sent and {sdk['receive_us_per_chunk']:.0f} us per 40 ms chunk received: "
+            f"{sdk['cpu_s_per_session_minute']:.3f} CPU s per session-minute more at this load"
         )
     path = Path(args.json) if args.json else RESULTS / f"relay-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
