@@ -103,18 +103,21 @@ class _Proc:
                 self.popen.wait(5)
 
 
-def _machine() -> tuple[float, float]:
-    """Seconds of CPU the whole machine has used, and seconds some task waited for a CPU."""
+def _machine() -> tuple[float, float, float]:
+    """CPU seconds the machine used (steal excluded), seconds some task waited for a
+    CPU, and seconds the hypervisor took from this machine (steal)."""
     with open("/proc/stat", encoding="ascii") as stat:
         fields = [int(v) for v in stat.readline().split()[1:]]
-    busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    steal = fields[7] / tick if len(fields) > 7 else 0.0
+    busy = sum(fields[:7]) - fields[3] - fields[4]  # all but idle, iowait and steal
     stalled = 0.0
     try:
         with open("/proc/pressure/cpu", encoding="ascii") as pressure:
             stalled = int(pressure.readline().rsplit("total=", 1)[1]) / 1e6
     except (OSError, IndexError, ValueError):
         pass
-    return busy / os.sysconf("SC_CLK_TCK"), stalled
+    return busy / tick, stalled, steal
 
 
 def run_once(
@@ -138,11 +141,11 @@ def run_once(
         )
         generator.read(60 + sessions * 0.05)  # {"event": "measuring"}
         endpoint.send("mark")
-        busy0, stalled0 = _machine()
+        busy0, stalled0, steal0 = _machine()
         if profile is not None:
             spy = _profile(endpoint.popen.pid, duration, profile)
         client = generator.read(duration + 60)
-        busy1, stalled1 = _machine()
+        busy1, stalled1, steal1 = _machine()
         endpoint.send("report")
         model = endpoint.read(30)
         generator.stop()
@@ -155,6 +158,7 @@ def run_once(
         ours = result["cpu_s"] + result["generator_cpu_s"]
         result["other_cpu_share"] = max(0.0, (busy1 - busy0) - ours) / window
         result["cpu_stall_share"] = (stalled1 - stalled0) / window
+        result["steal_share"] = (steal1 - steal0) / window
         return result
     finally:
         for proc in (generator, endpoint):
@@ -398,7 +402,8 @@ def _detail(result: dict[str, Any]) -> str:
         f"errors {result['errors'] or '-'}  "
         f"loop lag p99/max {_ms(result['loop_lag']['p99_ms'])}/{_ms(result['loop_lag']['max_ms'])} ms  "
         f"other load {result['other_cpu_share'] * 100:.0f}% of a core, "
-        f"CPU stall {result['cpu_stall_share'] * 100:.0f}%"
+        f"CPU stall {result['cpu_stall_share'] * 100:.0f}%, "
+        f"steal {result['steal_share'] * 100:.0f}% of a core"
     )
 
 
