@@ -13,6 +13,8 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -28,6 +30,20 @@ DEFAULT_INSTRUCTION = "You are a friendly voice assistant. Keep your answers sho
 
 class UsageError(Exception):
     """A start-up problem the user can fix; printed as one line."""
+
+
+def _positive(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,12 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--model", help=f"model name, e.g. gemini-2.5-flash-native-audio-preview-09-2025 or {DEFAULT_MODEL} (the default)")
     who.add_argument("--agent", metavar="MODULE:ATTR", help="an agent, e.g. samples.weather:agent (--model then overrides its model)")
     limits = parser.add_argument_group("limits and checks")
-    limits.add_argument("--max-sessions", type=int, default=100, help="concurrent sessions (default 100)")
-    limits.add_argument("--max-frame-bytes", type=int, default=1 << 20, help="largest client frame (default 1 MiB)")
-    limits.add_argument("--idle-timeout", type=float, default=300.0, help="seconds without client input before a session ends (default 300)")
+    limits.add_argument("--max-sessions", type=_positive(int), default=100, help="concurrent sessions (default 100)")
+    limits.add_argument("--max-frame-bytes", type=_positive(int), default=1 << 20, help="largest client frame (default 1 MiB)")
+    limits.add_argument("--idle-timeout", type=_positive(float), default=300.0, help="seconds without client input before a session ends (default 300)")
     limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser Origin allowed besides same-origin and localhost pages (repeatable; * allows any)")
     limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="shared token required in session.start (default: $LIVE_TOKEN; none if unset)")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
+    limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -97,6 +114,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         allowed_origins=tuple(args.allow_origin),
         token=args.token or None,
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
+        stall_timeout=args.stall_timeout,
     )
     return LiveServer(agent, llm, config)
 

@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
-import websockets
 from anyio.abc import TaskStatus
 from google.genai import types
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -845,4 +844,3 @@ See docs/protocol.md, or run <code>live mic</code> from a terminal.</p>
 
 # websockets' own logger repeats every handshake failure; ours says what matters.
 logging.getLogger("websockets.server").setLevel(logging.WARNING)
-_ = websockets  # the package is a dependency of this module's API
