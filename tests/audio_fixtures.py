@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-__all__ = ["chunked", "noise", "silence", "speak", "tone", "wav_bytes"]
+__all__ = ["best_correlation", "chunked", "noise", "reference_24k", "silence", "speak", "tone", "wav_bytes"]
 
 
 def _require(tool: str) -> str:
@@ -90,3 +90,17 @@ def wav_bytes(pcm: bytes, rate: int = 16000) -> bytes:
         w.setframerate(rate)
         w.writeframes(pcm)
     return out.getvalue()
+
+
+def reference_24k(pcm16k: bytes) -> np.ndarray:
+    """An independent resampling (np.interp) to compare a 24 kHz reply with."""
+    x = np.frombuffer(pcm16k, "<i2").astype(np.float64)
+    t = np.arange(int(x.size * 1.5)) / 24000
+    return np.interp(t, np.arange(x.size) / 16000, x)
+
+
+def best_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Normalised cross-correlation at the best lag (1.0: the same signal, shifted)."""
+    n = a.size + b.size
+    spec = np.fft.rfft(a, n) * np.conj(np.fft.rfft(b, n))
+    return float(np.max(np.fft.irfft(spec, n)) / (np.linalg.norm(a) * np.linalg.norm(b)))

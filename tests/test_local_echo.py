@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import numpy as np
 import pytest
-from audio_fixtures import chunked, silence, speak
+from audio_fixtures import best_correlation, chunked, reference_24k, silence, speak
 from google.genai import types
 
 import live
@@ -65,18 +65,6 @@ async def feed(conn, pcm: bytes, rate: int = 16000, speed: float = SPEED) -> Non
     for i, chunk in enumerate(chunked(pcm, rate, 20)):
         await conn.send_realtime(pcm_blob(chunk, rate))
         await anyio.sleep_until(start + (i + 1) * 0.02 / speed)
-
-
-def reference_24k(pcm16k: bytes) -> np.ndarray:
-    x = np.frombuffer(pcm16k, "<i2").astype(np.float64)
-    t = np.arange(int(x.size * 1.5)) / 24000
-    return np.interp(t, np.arange(x.size) / 16000, x)
-
-
-def best_correlation(a: np.ndarray, b: np.ndarray) -> float:
-    n = a.size + b.size
-    spec = np.fft.rfft(a, n) * np.conj(np.fft.rfft(b, n))
-    return float(np.max(np.fft.irfft(spec, n)) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def reply_audio(responses: list[LlmResponse]) -> bytes:

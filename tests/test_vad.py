@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from audio_fixtures import chunked, noise, silence, speak, tone
+from audio_fixtures import best_correlation, chunked, noise, reference_24k, silence, speak, tone
 
 from connections.audio import (
     StreamResampler,
@@ -164,19 +164,6 @@ def test_vad_works_at_other_rates():
 
 
 # -- TurnTracker ---------------------------------------------------------------
-
-
-def reference_24k(pcm16k: bytes) -> np.ndarray:
-    """An independent resampling (np.interp) to compare the tracker's output with."""
-    x = np.frombuffer(pcm16k, "<i2").astype(np.float64)
-    t = np.arange(int(x.size * 1.5)) / 24000
-    return np.interp(t, np.arange(x.size) / 16000, x)
-
-
-def best_correlation(a: np.ndarray, b: np.ndarray) -> float:
-    n = a.size + b.size
-    spec = np.fft.rfft(a, n) * np.conj(np.fft.rfft(b, n))
-    return float(np.max(np.fft.irfft(spec, n)) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def test_tracker_returns_the_utterance_at_24k():
