@@ -1,6 +1,7 @@
 """The session server: HTTP routes, checks and limits, and the pumps of each session.
 
-One client socket drives one live connection. The rules of a conversation live in
+One client socket drives a sequence of model connections (a new one replaces the
+old on go-away, a drop or a stall). The rules of a conversation live in
 `live.session.SessionCore`; this module moves bytes between the socket, the core
 and the model, and owns every task it starts: each session runs in one anyio task
 group, and nothing it started outlives it.
@@ -322,7 +323,6 @@ class ClientSession:
         )
         policy.connected(time.monotonic())
         while True:
-            await self._wait_for_news(link)
             now = time.monotonic()
             if link.outcome is not None:
                 link = await self._recover(link, policy)
@@ -338,6 +338,8 @@ class ClientSession:
                 self._event(ErrorEvent("model_stalled", message))
                 link.end(RecoverableConnectionError("the model stalled"))
                 link = await self._recover(link, policy)
+            else:
+                await self._wait_for_news(link)
 
     async def _wait_for_news(self, link: _Link) -> None:
         """Sleep until something the supervisor acts on may have changed.
@@ -353,8 +355,6 @@ class ClientSession:
             deadlines.append(link.go_away_at - self.config.handover_margin)
         if core.awaiting_reply_since is not None:
             deadlines.append(core.awaiting_reply_since + self.config.stall_timeout + 0.01)
-        if link.outcome is not None:
-            return
         self._news = anyio.Event()
         timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else math.inf
         with anyio.move_on_after(timeout):
@@ -373,16 +373,22 @@ class ClientSession:
             raise outcome
         await self._apply(core.connection_lost())
         why = str(outcome) if isinstance(outcome, LiveError) else "the model closed the connection"
+        # A close the model announced with go-away is its normal way of ending a
+        # connection: resume at once. Every other end counts against the budget,
+        # so a model that keeps closing cannot make the session spin.
+        announced = outcome == "closed" and link.go_away_at is not None
         while True:
             if core.resumption_handle is None:
                 raise RecoverableConnectionError(
                     f"{why}, and the session cannot be resumed (the model gave no resumption handle)"
                 )
-            delay = policy.failed(time.monotonic()) if isinstance(outcome, LiveError) else 0.0
+            delay = policy.failed(time.monotonic())
             if delay is None:
                 raise RecoverableConnectionError(
                     f"{why}; gave up after {policy.max_failures} attempts to resume"
                 )
+            if announced:
+                delay, announced = 0.0, False
             self._event(SessionReconnecting(why))
             log.info("session %s reconnecting: %s", self.id, why)
             await anyio.sleep(delay)

@@ -216,3 +216,13 @@ async def test_a_long_conversation_survives_several_handovers_in_a_row():
     assert resume_handles(transport) == [None, "h1", "h2", "h3", "h4", "h5"]
     assert len(legs[0].client_contents) == 1  # the history, once, on the first connection only
     assert all(not s.client_contents for s in legs[1:])
+
+
+async def test_a_model_that_keeps_closing_normally_cannot_make_the_session_spin():
+    closing = [double.ScriptedSession(handle(f"h{n}"), double.Close(1000)) for n in range(4)]
+    llm, transport = gemini(*closing)
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm, reconnect_attempts=2) as (_, url), LiveClient.connect(url) as client:
+        events = await collect(client, lambda e: isinstance(e, p.SessionClosed), timeout=10)
+    error = next(e for e in events if isinstance(e, p.ErrorEvent))
+    assert error.fatal and "gave up after 2 attempts" in error.message
+    assert len(transport.connects) == 3
