@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 from google.genai import types
 
-from bench.stats import DOWN_CHUNK_BYTES, MAGIC, UP, Histogram, down_chunk
+from bench.stats import DOWN_CHUNK_BYTES, MAGIC, UP, UP_FRAME_BYTES, Histogram, down_chunk
 from connections import double
 
 __all__ = ["Conversation", "Director", "audio_message"]
@@ -107,8 +107,9 @@ class Conversation(double.ScriptedSession):
         audio = kwargs.get("audio")
         if audio is not None:
             data = audio.data if isinstance(audio, types.Blob) else audio["data"]
-            if len(data) >= UP.size:
-                magic, client, seq, sent_ns = UP.unpack_from(data)
+            # Frames that waited are sent as one chunk: every frame keeps its stamp.
+            for offset in range(0, len(data) - UP.size + 1, UP_FRAME_BYTES):
+                magic, client, seq, sent_ns = UP.unpack_from(data, offset)
                 if magic == MAGIC:
                     self.director.upstream(self, client, seq, sent_ns)
         await super().send_realtime_input(**kwargs)

@@ -32,6 +32,9 @@ class UpstreamQueue(Generic[T]):
 
     The consumer `peek`s the head, sends it, and only then `commit`s it, so an item
     whose send failed because the connection dropped is sent again on the next one.
+    `peek_run` takes the run of audio items at the head at once: when the model
+    side falls behind, the frames waiting go out as one larger chunk, so the cost
+    per message (the SDK's encoding above all) is paid once for the run.
     """
 
     def __init__(self, *, max_audio: int = 100, max_control: int = 64) -> None:
@@ -46,16 +49,15 @@ class UpstreamQueue(Generic[T]):
         # the consumer waits once per audio frame); the concrete class of the
         # first event makes the same events without the lookup.
         self._new_event = type(self._ready)
-        self._head_in_flight = False
+        self._in_flight = 0
         self.dropped_audio = 0
 
     def put_audio(self, item: T) -> bool:
         """Queue audio; returns True when an older audio item was dropped for it."""
         dropped = False
         if self._audio >= self._max_audio:
-            # Never the head while it is being sent: commit() removes that one.
-            start = 1 if self._head_in_flight else 0
-            for index in range(start, len(self._items)):
+            # Never an item being sent: commit() removes those.
+            for index in range(self._in_flight, len(self._items)):
                 if self._items[index][0]:
                     del self._items[index]
                     self._audio -= 1
@@ -81,22 +83,45 @@ class UpstreamQueue(Generic[T]):
         while not self._items:
             self._ready = self._new_event()
             await self._ready.wait()
-        self._head_in_flight = True
+        self._in_flight = 1
         return self._items[0][1]
 
+    async def peek_run(self, max_audio: int) -> tuple[bool, list[T]]:
+        """The head, or the run of up to `max_audio` audio items starting there.
+
+        Returns whether the items are audio, and the items; all stay in place
+        until `commit`. Waits for at least one item.
+        """
+        while not self._items:
+            self._ready = self._new_event()
+            await self._ready.wait()
+        items = self._items
+        is_audio, head = items[0]
+        if not is_audio or len(items) == 1 or not items[1][0]:
+            self._in_flight = 1
+            return is_audio, [head]
+        run = []
+        for audio, item in items:
+            if not audio or len(run) == max_audio:
+                break
+            run.append(item)
+        self._in_flight = len(run)
+        return True, run
+
     def commit(self) -> None:
-        """The head was sent: remove it."""
-        is_audio, _ = self._items.popleft()
-        self._head_in_flight = False
-        if is_audio:
-            self._audio -= 1
-        else:
-            self._control -= 1
-            self._space.set()
+        """What was peeked was sent: remove it."""
+        for _ in range(self._in_flight):
+            is_audio, _ = self._items.popleft()
+            if is_audio:
+                self._audio -= 1
+            else:
+                self._control -= 1
+                self._space.set()
+        self._in_flight = 0
 
     def release(self) -> None:
-        """The head was not sent (the connection dropped); it stays first in line."""
-        self._head_in_flight = False
+        """What was peeked was not sent (the connection dropped); it stays first in line."""
+        self._in_flight = 0
 
     async def get(self) -> T:
         """Take the oldest item at once (for consumers that never retry)."""

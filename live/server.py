@@ -102,6 +102,9 @@ class ServerConfig:
     - `audio_queue_frames`: client audio frames waiting for the model (two
       seconds of 20 ms frames, enough to cover a change of model connection);
       beyond it the oldest is dropped and counted.
+    - `audio_coalesce_frames`: when client frames wait for the model (it fell
+      behind, or its connection is being replaced), up to this many go out as
+      one chunk; with nothing waiting each frame goes out alone, at once.
     - `outbound_audio_seconds`: model audio waiting for the client; beyond it the
       server stops reading from the model until the client catches up.
     - `audio_lead`: how far ahead of real time audio is sent to the client
@@ -122,6 +125,7 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] = ()
     token: str | None = None
     audio_queue_frames: int = 100
+    audio_coalesce_frames: int = 5
     outbound_audio_seconds: float = 10.0
     audio_lead: float | None = 0.5
     late_audio_window: float = 1.5
@@ -559,18 +563,23 @@ class ClientSession:
         core = self.core
         assert core is not None
         send_realtime = conn.send_realtime
+        coalesce = self.config.audio_coalesce_frames
         try:
             with link.sending:
                 while True:
-                    item = await queue.peek()
+                    is_audio, items = await queue.peek_run(coalesce)
                     try:
-                        if isinstance(item, types.Content):
+                        if is_audio:
+                            await send_realtime(
+                                items[0] if len(items) == 1 else core.joined_audio(items)
+                            )
+                        elif isinstance(items[0], types.Content):
                             # Tool results and turns go whole or not at all.
                             with anyio.CancelScope(shield=True):
-                                await conn.send_content(item)
-                            core.content_sent(item)
+                                await conn.send_content(items[0])
+                            core.content_sent(items[0])
                         else:
-                            await send_realtime(item)
+                            await send_realtime(items[0])
                     except BaseException:
                         queue.release()
                         raise

@@ -142,7 +142,7 @@ async def test_a_dropped_connection_without_a_close_frame_resumes_and_replays_he
             await client.send_audio(MIC)  # spoken while upstream is switching
         await collect(client, lambda e: isinstance(e, p.SessionResumed))
         with anyio.fail_after(2):
-            await second.wait_for(lambda m: second.audio_chunks >= 10)
+            await second.wait_for(lambda m: second.audio_bytes >= 10 * len(MIC))
     assert resume_handles(transport) == [None, "h1", "h1"]
 
 

@@ -38,8 +38,8 @@ def gemini(*sessions: double.ScriptedSession) -> tuple[Gemini, double.DoubleTran
 async def test_a_spoken_turn_streams_transcripts_audio_and_turn_end_in_order():
     reply = [b"\x01\x02" * 960, b"\x03\x04" * 960]
     session = double.ScriptedSession()
-    session.after_audio_chunks(
-        3,
+    session.on(
+        lambda m: session.audio_bytes >= 3 * len(MIC),
         double.input_transcript("What's the"),
         double.input_transcript(" weather?"),
         double.output_transcript("Sunny"),
@@ -68,10 +68,30 @@ async def test_a_spoken_turn_streams_transcripts_audio_and_turn_end_in_order():
     ]
     assert kinds(events)[-3:] == ["generation.complete", "turn.complete", "usage"]
     assert events[-1].total_tokens == 42
-    # The audio reached the model as 16 kHz PCM, unchanged.
+    # The audio reached the model as 16 kHz PCM, unchanged and in order.
     sent = [m.realtime_input.audio for m in session.sent if m.realtime_input and m.realtime_input.audio]
-    assert [b.data for b in sent] == [MIC] * 3
-    assert sent[0].mime_type == "audio/pcm;rate=16000"
+    assert b"".join(b.data for b in sent) == MIC * 3
+    assert {b.mime_type for b in sent} == {"audio/pcm;rate=16000"}
+
+
+async def test_frames_that_wait_for_a_slow_model_go_out_together_in_order():
+    class SlowSession(double.ScriptedSession):
+        async def send_realtime_input(self, **kwargs):
+            await anyio.sleep(0.05)  # the model side takes 50 ms per message
+            await super().send_realtime_input(**kwargs)
+
+    session = SlowSession()
+    llm, _ = gemini(session)
+    frames = [bytes([n, 0]) * 320 for n in range(20)]
+    async with running(AGENT, llm) as (_, url), LiveClient.connect(url) as client:
+        for frame in frames:
+            await client.send_audio(frame)
+        with anyio.fail_after(5):
+            await session.wait_for(lambda m: session.audio_bytes >= 20 * 640)
+    chunks = [m.realtime_input.audio.data for m in session.sent if m.realtime_input and m.realtime_input.audio]
+    assert b"".join(chunks) == b"".join(frames)  # nothing lost, nothing reordered
+    assert len(chunks) < len(frames)  # the waiting frames were sent as larger chunks
+    assert max(len(c) for c in chunks) <= 5 * 640  # at most 100 ms in one chunk
 
 
 async def test_server_tool_runs_and_its_result_goes_back_with_the_exact_id():
