@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -74,12 +75,21 @@ class Agent:
 
     @functools.cached_property
     def _declarations(self) -> tuple[types.FunctionDeclaration, ...]:
-        declared = [
-            types.FunctionDeclaration.from_callable_with_api_option(
-                callable=tool, api_option="GEMINI_API"
-            )
-            for tool in self.tools
-        ]
+        # google-genai logs a recommendation for JSON-schema declarations on the
+        # first call; the Live API takes the `parameters` form built here, so the
+        # line would only confuse whoever reads the server's log.
+        sdk_log = logging.getLogger("google_genai.types")
+        quiet = _DropMessage("use_json_schema is not True")
+        sdk_log.addFilter(quiet)
+        try:
+            declared = [
+                types.FunctionDeclaration.from_callable_with_api_option(
+                    callable=tool, api_option="GEMINI_API"
+                )
+                for tool in self.tools
+            ]
+        finally:
+            sdk_log.removeFilter(quiet)
         return tuple(declared + list(self.client_tools))
 
     def declarations(self) -> list[types.FunctionDeclaration]:
@@ -136,6 +146,15 @@ class Agent:
 
     def with_model(self, model: str) -> Agent:
         return dataclasses.replace(self, model=model)
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
 
 
 def _jsonable(value: Any) -> Any:
