@@ -463,7 +463,9 @@ async def test_speech_reaches_the_server_and_the_reply_comes_out_of_the_speaker(
     # What was said reached the server, as 16 kHz speech in 20 ms frames.
     reply_at = record.first_out(lambda r: bool(r.audio_chunks))
     heard = record.audio_before(reply_at)
-    assert {len(d) for _, d in record.audio_in} == {640}
+    sizes = [len(d) for _, d in record.audio_in]
+    # 20 ms frames; frames that waited for the model may reach it joined, never split.
+    assert min(sizes) == 640 and all(n % 640 == 0 for n in sizes)
     said = speech_found(fed, heard)
     print(f"mic capture: {said.found}/{said.speech_blocks} speech blocks found "
           f"({said.fraction:.0%}), correlation {said.correlation:.2f}")
