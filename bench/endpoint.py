@@ -163,7 +163,9 @@ class LoopLag:
                 self.spikes.append((round(due - self.started, 3), round(late * 1e3, 1)))
 
 
-async def main(mode: str) -> None:
+async def main(mode: str, port: int = 0, workers: int = 1) -> None:
+    """Serve `mode` ("relay" or "baseline") on `port`; with `workers` > 1 the port
+    is shared (SO_REUSEPORT) with the other endpoint processes of the run."""
     director = Director()
     transport = DoubleTransport(factory=director.make)
     if os.environ.get("BENCH_DEFAULT_GC") != "1":
@@ -179,12 +181,16 @@ async def main(mode: str) -> None:
             server = LiveServer(
                 agent,
                 Gemini(MODEL, transport=transport),
-                ServerConfig(port=0, max_sessions=100_000),
+                ServerConfig(port=port, max_sessions=100_000, reuse_port=workers > 1),
             )
             port = await tg.start(server.serve)
         else:
             async with serve(
-                lambda ws: _bridge(ws, transport), "127.0.0.1", 0, compression=None
+                lambda ws: _bridge(ws, transport),
+                "127.0.0.1",
+                port,
+                compression=None,
+                reuse_port=workers > 1 or None,
             ) as ws_server:
                 port = ws_server.sockets[0].getsockname()[1]
                 await _commands(director, lag, mode, port, idle_rss)
@@ -241,4 +247,10 @@ def _emit(obj: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1] if len(sys.argv) > 1 else "relay")
+    args = sys.argv[1:]
+    anyio.run(
+        main,
+        args[0] if args else "relay",
+        int(args[1]) if len(args) > 1 else 0,
+        int(args[2]) if len(args) > 2 else 1,
+    )

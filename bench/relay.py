@@ -127,33 +127,41 @@ def run_once(
     profile: Path | None = None,
     warmup: float = WARMUP_S,
     deflate: bool = False,
+    workers: int = 1,
 ) -> dict[str, Any]:
-    """One measured run: an endpoint process and a generator process."""
-    endpoint = _Proc(["bench.endpoint", mode])
+    """One measured run: endpoint process(es) sharing one port, and a generator."""
+    endpoints = [_Proc(["bench.endpoint", mode, "0", str(workers)])]
     generator: _Proc | None = None
     spy: subprocess.Popen[bytes] | None = None
     try:
-        hello = endpoint.read(30)
+        hello = endpoints[0].read(30)
+        for _ in range(workers - 1):
+            endpoints.append(_Proc(["bench.endpoint", mode, str(hello["port"]), str(workers)]))
+            endpoints[-1].read(30)
         url = f"ws://127.0.0.1:{hello['port']}/live"
         generator = _Proc(
             ["bench.generator", url, str(sessions), str(duration), str(warmup)]
             + (["deflate"] if deflate else [])
         )
         generator.read(60 + sessions * 0.05)  # {"event": "measuring"}
-        endpoint.send("mark")
+        for endpoint in endpoints:
+            endpoint.send("mark")
         busy0, stalled0, steal0 = _machine()
         if profile is not None:
-            spy = _profile(endpoint.popen.pid, duration, profile)
+            spy = _profile(endpoints[0].popen.pid, duration, profile)
         client = generator.read(duration + 60)
         busy1, stalled1, steal1 = _machine()
-        endpoint.send("report")
-        model = endpoint.read(30)
+        for endpoint in endpoints:
+            endpoint.send("report")
+        model = _merge_reports([endpoint.read(30) for endpoint in endpoints])
         generator.stop()
-        endpoint.send("quit")
-        endpoint.stop()
+        for endpoint in endpoints:
+            endpoint.send("quit")
+            endpoint.stop()
         if spy is not None:
             spy.wait(30)
         result = _summarize(mode, sessions, client, model)
+        result["workers"] = workers
         window = result["window_s"]
         ours = result["cpu_s"] + result["generator_cpu_s"]
         result["other_cpu_share"] = max(0.0, (busy1 - busy0) - ours) / window
@@ -161,10 +169,34 @@ def run_once(
         result["steal_share"] = (steal1 - steal0) / window
         return result
     finally:
-        for proc in (generator, endpoint):
+        for proc in (generator, *endpoints):
             if proc is not None and proc.popen.poll() is None:
                 proc.popen.kill()
                 proc.popen.wait(5)
+
+
+def _merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report for several endpoint processes: sums, merged histograms, maxima."""
+    if len(reports) == 1:
+        return reports[0]
+    merged = dict(reports[0])
+    merged["window_s"] = max(r["window_s"] for r in reports)
+    for key in ("cpu_s", "idle_rss", "rss", "sessions", "up_frames", "up_gaps", "down_chunks"):
+        merged[key] = sum(r[key] for r in reports)
+    merged["interrupts"] = [i for r in reports for i in r["interrupts"]]
+    merged["loop_lag_spikes"] = [x for r in reports for x in r["loop_lag_spikes"]]
+    for key in ("up_latency", "loop_lag"):
+        histogram = Histogram.from_json(reports[0][key])
+        for r in reports[1:]:
+            histogram.merge(Histogram.from_json(r[key]))
+        merged[key] = histogram.to_json()
+    per_generation = [r["gc"] for r in reports]  # lists indexed by GC generation
+    merged["gc"] = {
+        "total_s": [sum(g) for g in zip(*(x["total_s"] for x in per_generation), strict=True)],
+        "max_s": [max(g) for g in zip(*(x["max_s"] for x in per_generation), strict=True)],
+        "count": [sum(g) for g in zip(*(x["count"] for x in per_generation), strict=True)],
+    }
+    return merged
 
 
 def _profile(pid: int, duration: float, out: Path) -> subprocess.Popen[bytes] | None:
@@ -430,12 +462,15 @@ def measure(
     profile: Path | None = None,
     warmup: float = WARMUP_S,
     deflate: bool = False,
+    workers: int = 1,
 ) -> dict[str, Any]:
     row: dict[str, Any] = {"sessions": sessions}
     if baseline:
-        row["baseline"] = run_once("baseline", sessions, duration, warmup=warmup, deflate=deflate)
+        row["baseline"] = run_once(
+            "baseline", sessions, duration, warmup=warmup, deflate=deflate, workers=workers
+        )
         print(_detail(row["baseline"]), flush=True)
-    row["relay"] = run_once("relay", sessions, duration, profile, warmup, deflate)
+    row["relay"] = run_once("relay", sessions, duration, profile, warmup, deflate, workers)
     print(_detail(row["relay"]), flush=True)
     row["compare"] = compare(row["relay"], row.get("baseline"))
     return row
@@ -447,6 +482,7 @@ def search(
     *,
     warmup: float = WARMUP_S,
     deflate: bool = False,
+    workers: int = 1,
     limit: int = 2000,
     steps: int = 9,
 ) -> tuple[int, list[dict[str, Any]]]:
@@ -455,7 +491,7 @@ def search(
     good, bad = 0, None
     n = max(start, 1)
     for _ in range(steps):
-        row = measure(n, duration, baseline=False, warmup=warmup, deflate=deflate)
+        row = measure(n, duration, baseline=False, warmup=warmup, deflate=deflate, workers=workers)
         tried.append(row)
         if row["relay"]["realtime"]:
             good = n
@@ -489,6 +525,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--warmup", type=float, default=WARMUP_S, help="seconds of load before measuring (6)"
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port, as `live serve --workers` (1)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="py-spy the server at the largest N (needs py-spy; collapsed stacks in bench/results/)",
@@ -497,7 +539,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sizes = [int(s) for s in (args.sessions or ("1,20" if args.quick else "1,50,200")).split(",")]
     duration = args.duration or (4.0 if args.quick else 15.0)
 
-    print(f"relay benchmark: N = {sizes}, {duration:g} s each, {os.cpu_count()} CPU(s)", flush=True)
+    print(
+        f"relay benchmark: N = {sizes}, {duration:g} s each, {args.workers} server "
+        f"process(es), {os.cpu_count()} CPU(s)",
+        flush=True,
+    )
     stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
     rows = [
         measure(
@@ -508,6 +554,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else None,
             warmup=args.warmup,
             deflate=args.browser_deflate,
+            workers=args.workers,
         )
         for n in sizes
     ]
@@ -516,12 +563,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.search:
         start = max([r["sessions"] for r in rows if r["relay"]["realtime"]] or [1])
         found, search_rows = search(
-            start, args.search_duration, warmup=args.warmup, deflate=args.browser_deflate
+            start,
+            args.search_duration,
+            warmup=args.warmup,
+            deflate=args.browser_deflate,
+            workers=args.workers,
         )
         print(f"largest real-time N found: {found}; measuring it with the baseline", flush=True)
         if found and found not in sizes:
             rows.append(
-                measure(found, duration, warmup=args.warmup, deflate=args.browser_deflate)
+                measure(
+                    found,
+                    duration,
+                    warmup=args.warmup,
+                    deflate=args.browser_deflate,
+                    workers=args.workers,
+                )
             )
     passing = [r["sessions"] for r in rows if r["relay"]["realtime"]]
     sdk = sdk_path_cost()
@@ -536,6 +593,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "git": _git(),
         "duration_s": duration,
         "browser_deflate": args.browser_deflate,
+        "workers": args.workers,
         "rows": rows,
         "search": search_rows,
         "largest_realtime_sessions": found if args.search else (max(passing) if passing else 0),

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -69,7 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="shared token required in session.start (default: $LIVE_TOKEN; none if unset)")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
+    parser.add_argument(
+        "--workers", type=_positive(int), default=1,
+        help="server processes sharing the port (SO_REUSEPORT, Linux), about one core each; "
+        "--max-sessions applies to each (default 1)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    # Set by the first process on the workers it starts.
+    parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     return parser
 
 
@@ -115,19 +123,23 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         token=args.token or None,
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
         stall_timeout=args.stall_timeout,
+        reuse_port=args.workers > 1,
     )
     return LiveServer(agent, llm, config)
 
 
-async def _serve(server: LiveServer) -> None:
+async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
+            # The receiver stays open until the server has stopped, so a second
+            # signal (Ctrl-C reaches every worker, then the first one relays
+            # SIGTERM) cannot kill a process in the middle of closing sessions.
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for _ in signals:
-                    logging.getLogger("live.server").info("stopping: closing every session")
-                    server.stop()
-                    return
+                    if not server.stopping:
+                        logging.getLogger("live.server").info("stopping: closing every session")
+                        server.stop()
 
         async def serve(*, task_status: anyio.abc.TaskStatus[int]) -> None:
             await server.serve(task_status=task_status)
@@ -135,24 +147,79 @@ async def _serve(server: LiveServer) -> None:
 
         tg.start_soon(stop_on_signal)
         port = await tg.start(serve)
+        if args.worker_index:
+            print("ready", flush=True)  # read by the first process (see _start_workers)
+            return
+        workers = await _start_workers(argv, port, args.workers - 1)
         host = server.config.host
         shown = f"[{host}]" if ":" in host else host
+        count = f" in {args.workers} processes" if args.workers > 1 else ""
         print(
-            f"live: serving agent {server.agent.name!r} (model {server.agent.model}) on "
+            f"live: serving agent {server.agent.name!r} (model {server.agent.model}){count} on "
             f"http://{shown}:{port}/  (WebSocket ws://{shown}:{port}/live)",
             flush=True,
         )
+        tg.start_soon(_stop_workers_with, server, workers)
         if server.agent.model == DEFAULT_MODEL and (
             os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
         ):
             print("live: an API key is set; pass --model gemini-... to talk to Gemini", flush=True)
 
 
+async def _start_workers(argv: list[str], port: int, count: int) -> list[subprocess.Popen[bytes]]:
+    """The other processes of `--workers`: the same command, on the port now bound.
+
+    Returns once each one listens, so the port is shared from the first client on.
+    """
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "live.cli", "serve", *argv, "--port", str(port),
+             "--worker-index", str(index)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+        )
+        for index in range(1, count + 1)
+    ]
+    for index, worker in enumerate(workers, start=1):
+        assert worker.stdout is not None
+        with anyio.move_on_after(60):
+            line = await anyio.to_thread.run_sync(worker.stdout.readline, abandon_on_cancel=True)
+            if line.strip() == b"ready":
+                continue
+        logging.getLogger("live.server").error(
+            "worker %d did not start (exit code %s); serving with fewer processes",
+            index,
+            worker.poll(),
+        )
+    return workers
+
+
+async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[bytes]]) -> None:
+    """When this process stops, stop the workers it started and wait for them."""
+    if not workers:
+        return
+    try:
+        await server.wait_stopping()
+    finally:
+        with anyio.CancelScope(shield=True):
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.terminate()
+            deadline = anyio.current_time() + server.config.shutdown_grace + 5
+            for worker in workers:
+                while worker.poll() is None and anyio.current_time() < deadline:
+                    await anyio.sleep(0.05)
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    worker = f"[worker {args.worker_index}]" if args.workers > 1 else ""
     logging.basicConfig(
         level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s %(levelname)s %(name)s{worker}: %(message)s",
     )
     try:
         server = resolve(args, default_registry())
@@ -161,7 +228,7 @@ def main(argv: list[str]) -> int:
         return 2
     tune_gc_for_serving()
     try:
-        anyio.run(_serve, server)
+        anyio.run(_serve, server, args, argv)
     except (OSError, BaseExceptionGroup) as exc:
         error = _os_error(exc)
         if error is None:

@@ -115,6 +115,8 @@ class ServerConfig:
       at the first safe point, or this long before the deadline at the latest.
     - `reconnect_attempts`: failed resumptions in a row before the session ends;
       the count resets once a connection stayed up `stable_after` seconds.
+    - `reuse_port`: share the port with other server processes (SO_REUSEPORT,
+      Linux): the kernel spreads new connections across them.
     """
 
     host: str = "127.0.0.1"
@@ -134,6 +136,7 @@ class ServerConfig:
     reconnect_attempts: int = 5
     stable_after: float = 60.0
     shutdown_grace: float = 2.0
+    reuse_port: bool = False
 
 
 def _error_code(exc: LiveError) -> str:
@@ -793,6 +796,7 @@ class LiveServer:
             # Browsers offer permessage-deflate; PCM does not compress, so
             # accepting it only spends CPU on every audio frame, both ways.
             compression=None,
+            reuse_port=config.reuse_port or None,
             ping_interval=20,
             ping_timeout=20,
         ) as server:
@@ -809,6 +813,13 @@ class LiveServer:
 
     def stop(self) -> None:
         self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    async def wait_stopping(self) -> None:
+        await self._stop.wait()
 
 
 def tune_gc_for_serving(young: int = 10_000) -> None:

@@ -67,3 +67,39 @@ async def test_a_signal_stops_the_server_and_every_session_is_told(sig):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.anyio
+async def test_workers_share_the_port_and_stop_together():
+    proc = subprocess.Popen(
+        [*LIVE, "serve", "--port", "0", "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+    )
+    try:
+        line = await anyio.to_thread.run_sync(proc.stdout.readline)
+        assert "in 2 processes" in line
+        url = "ws://127.0.0.1:{}/live".format(re.search(r":(\d+)/live", line).group(1))
+        events: list[list] = []
+
+        async def converse() -> None:
+            async with LiveClient.connect(url) as client:
+                events.append(await collect(client, lambda e: isinstance(e, p.SessionClosed), timeout=15))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(16):
+                tg.start_soon(converse)
+            await anyio.sleep(1.0)  # every session started (the second worker may still be binding)
+            proc.send_signal(signal.SIGTERM)
+        assert len(events) == 16
+        assert all(e[-1].reason == "server shutting down" for e in events)
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=15)) == 0
+        log = proc.stderr.read()
+        # The kernel spread the connections over both processes.
+        started = re.findall(r"\[worker (\d)\]: session \w+ started", log)
+        assert len(started) == 16 and set(started) == {"0", "1"}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    leftover = subprocess.run(["pgrep", "-f", "--worker-index"], capture_output=True, text=True).stdout
+    assert leftover.strip() == ""  # no worker outlives the command
