@@ -106,4 +106,6 @@ async def test_workers_share_the_port_and_stop_together():
     # No worker outlives the command: none is running, and the port is free again.
     assert subprocess.run(["pgrep", "-f", "--", "--worker-index"], capture_output=True).returncode == 1
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", port))
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # closed connections may linger
+        probe.bind(("127.0.0.1", port))  # fails while any process still listens on the port
+        probe.listen()
