@@ -209,7 +209,7 @@ async def main(
     run = Run(url, sessions, deflate)
     done = [anyio.Event() for _ in run.users]
     async with anyio.create_task_group() as tg:
-        for user, event in zip(run.users, done):
+        for user, event in zip(run.users, done, strict=True):
             tg.start_soon(run.user, user, event)
             await anyio.sleep(CONNECT_SPACING_S)
         with anyio.move_on_after(60):

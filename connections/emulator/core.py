@@ -880,11 +880,11 @@ class EmulatorSession:
     def _call_tools(self, calls: list[ToolCall]) -> None:
         group = self._new_group()
         ids = [f"function-call-{self.index}-{next(self._call_ids)}" for _ in calls]
-        pending = _PendingTools(group, list(ids), {i: c.name for i, c in zip(ids, calls)})
+        pending = _PendingTools(group, list(ids), {i: c.name for i, c in zip(ids, calls, strict=True)})
         self._tools = pending
         self._resumption_update(resumable=False)
         function_calls = [
-            {"id": i, "name": c.name, "args": dict(c.args)} for i, c in zip(ids, calls)
+            {"id": i, "name": c.name, "args": dict(c.args)} for i, c in zip(ids, calls, strict=True)
         ]
 
         def send() -> None:
