@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeAlias
 
 import pydantic
@@ -247,7 +247,7 @@ def _parse_tool_result(obj: Mapping[str, Any]) -> ToolResult:
     return ToolResult(id=call_id, name=name, response=response)
 
 
-_CLIENT_PARSERS = {
+_CLIENT_PARSERS: dict[str, Callable[[Mapping[str, Any]], ClientMessage]] = {
     "session.start": _parse_session_start,
     "text": _parse_text,
     "activity.start": lambda obj: ActivityStart(),

@@ -100,7 +100,7 @@ class UpstreamQueue(Generic[T]):
         if not is_audio or len(items) == 1 or not items[1][0]:
             self._in_flight = 1
             return is_audio, [head]
-        run = []
+        run: list[T] = []
         for audio, item in items:
             if not audio or len(run) == max_audio:
                 break

@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import anyio
@@ -43,7 +43,7 @@ from live.errors import (
     QuotaExhaustedError,
     RecoverableConnectionError,
 )
-from live.llm import BaseLlm, BaseLlmConnection, LlmRequest
+from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
 from live.protocol import (
     ErrorEvent,
     ProtocolError,
@@ -193,7 +193,7 @@ class ClientSession:
         self.outbox = ClientOutbox(
             max_audio_seconds=self.config.outbound_audio_seconds, lead=self.config.audio_lead
         )
-        self.upstream: UpstreamQueue[types.Content | Any] = UpstreamQueue(
+        self.upstream: UpstreamQueue[types.Content | RealtimeInput] = UpstreamQueue(
             max_audio=self.config.audio_queue_frames
         )
         self.core: SessionCore | None = None
@@ -573,8 +573,9 @@ class ClientSession:
                     is_audio, items = await queue.peek_run(coalesce)
                     try:
                         if is_audio:
+                            blobs = cast(list[types.Blob], items)
                             await send_realtime(
-                                items[0] if len(items) == 1 else core.joined_audio(items)
+                                blobs[0] if len(blobs) == 1 else core.joined_audio(blobs)
                             )
                         elif isinstance(items[0], types.Content):
                             # Tool results and turns go whole or not at all.

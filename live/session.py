@@ -222,7 +222,7 @@ class SessionCore:
 
     def joined_audio(self, blobs: list[types.Blob]) -> types.Blob:
         """Consecutive client frames as one chunk (they share the session's rate)."""
-        return self._audio_blob.model_copy(update={"data": b"".join(b.data for b in blobs)})
+        return self._audio_blob.model_copy(update={"data": b"".join(b.data or b"" for b in blobs)})
 
     def client_text(self, raw: str, now: float) -> list[Action]:
         """Handle one client text frame; bad input becomes an `error` event."""
