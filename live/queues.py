@@ -30,9 +30,9 @@ class UpstreamQueue(Generic[T]):
     `max_control` wait, and `put_control` then waits, which stops reading from the
     client until the model side catches up.
 
-    The consumer `peek`s the head, sends it, and only then `commit`s it, so an item
-    whose send failed because the connection dropped is sent again on the next one.
-    `peek_run` takes the run of audio items at the head at once: when the model
+    The consumer `peek_run`s the head, sends it, and only then `commit`s it, so an
+    item whose send failed because the connection dropped is sent again on the
+    next one. A run of audio items at the head is taken at once: when the model
     side falls behind, the frames waiting go out as one larger chunk, so the cost
     per message (the SDK's encoding above all) is paid once for the run.
     """
@@ -78,14 +78,6 @@ class UpstreamQueue(Generic[T]):
         self._control += 1
         self._ready.set()
 
-    async def peek(self) -> T:
-        """The oldest item, left in place until `commit`; waits for one."""
-        while not self._items:
-            self._ready = self._new_event()
-            await self._ready.wait()
-        self._in_flight = 1
-        return self._items[0][1]
-
     async def peek_run(self, max_audio: int) -> tuple[bool, list[T]]:
         """The head, or the run of up to `max_audio` audio items starting there.
 
@@ -122,19 +114,6 @@ class UpstreamQueue(Generic[T]):
     def release(self) -> None:
         """What was peeked was not sent (the connection dropped); it stays first in line."""
         self._in_flight = 0
-
-    async def get(self) -> T:
-        """Take the oldest item at once (for consumers that never retry)."""
-        item = await self.peek()
-        self.commit()
-        return item
-
-    @property
-    def audio_items(self) -> int:
-        return self._audio
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 class AudioPacer:
@@ -235,10 +214,6 @@ class ClientOutbox:
             self._space.set()
         self._pacer.reset(self._clock())
         return dropped
-
-    @property
-    def queued_audio_seconds(self) -> float:
-        return self._audio_bytes / BYTES_PER_SECOND_OUT
 
     async def get(self) -> str | bytes:
         """The next frame to send; waits for one, and for the pacer before audio."""

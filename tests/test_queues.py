@@ -1,0 +1,103 @@
+"""The session's bounded queues: what is dropped, what is kept, and in which order."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from live.queues import AudioPacer, ClientOutbox, OutboxOverflow, UpstreamQueue
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_full_upstream_queue_drops_the_oldest_audio_and_counts_it():
+    queue: UpstreamQueue[str] = UpstreamQueue(max_audio=3)
+    assert [queue.put_audio(f"a{n}") for n in range(5)] == [False, False, False, True, True]
+    assert queue.dropped_audio == 2
+    assert await queue.peek_run(10) == (True, ["a2", "a3", "a4"])  # the newest survive
+
+
+async def test_control_is_never_dropped_and_keeps_its_place_among_audio():
+    queue: UpstreamQueue[str] = UpstreamQueue(max_audio=2)
+    queue.put_audio("a0")
+    await queue.put_control("text")
+    queue.put_audio("a1")
+    queue.put_audio("a2")  # full: the oldest audio (a0) goes, the text stays
+    sent = []
+    for _ in range(2):
+        sent.append(await queue.peek_run(10))
+        queue.commit()
+    assert sent == [(False, ["text"]), (True, ["a1", "a2"])]
+    assert queue.dropped_audio == 1
+
+
+async def test_audio_runs_stop_at_control_and_at_the_limit():
+    queue: UpstreamQueue[str] = UpstreamQueue()
+    for n in range(7):
+        queue.put_audio(f"a{n}")
+    await queue.put_control("tool result")
+    queue.put_audio("a7")
+    assert await queue.peek_run(5) == (True, ["a0", "a1", "a2", "a3", "a4"])
+    queue.commit()
+    assert await queue.peek_run(5) == (True, ["a5", "a6"])
+    queue.commit()
+    assert await queue.peek_run(5) == (False, ["tool result"])
+    queue.commit()
+    assert await queue.peek_run(5) == (True, ["a7"])
+
+
+async def test_what_was_not_sent_stays_first_and_is_never_dropped_while_in_flight():
+    queue: UpstreamQueue[str] = UpstreamQueue(max_audio=2)
+    queue.put_audio("a0")
+    queue.put_audio("a1")
+    assert await queue.peek_run(5) == (True, ["a0", "a1"])
+    queue.put_audio("a2")  # over the bound, but a0 and a1 are being sent: a2 stays too
+    assert queue.dropped_audio == 0
+    queue.release()  # the connection dropped before the send completed
+    assert await queue.peek_run(5) == (True, ["a0", "a1", "a2"])
+
+
+async def test_control_waits_when_its_bound_is_reached():
+    queue: UpstreamQueue[str] = UpstreamQueue(max_control=1)
+    await queue.put_control("first")
+    with anyio.move_on_after(0.1) as waited:
+        await queue.put_control("second")
+    assert waited.cancel_called  # the reader of the client socket would pause here
+    await queue.peek_run(1)
+    queue.commit()
+    with anyio.fail_after(1):
+        await queue.put_control("second")
+
+
+def test_the_pacer_keeps_the_client_at_most_lead_ahead_of_real_time():
+    pacer = AudioPacer(lead=0.5, bytes_per_second=1000)
+    assert pacer.wait_time(now=10.0) == 0
+    pacer.sent(1000, now=10.0)  # one second of audio, played until 11.0
+    assert pacer.wait_time(now=10.0) == pytest.approx(0.5)
+    assert pacer.wait_time(now=10.6) == 0
+    pacer.reset(now=10.6)  # the client flushed its playback
+    assert pacer.wait_time(now=10.6) == 0
+    assert AudioPacer(lead=None).wait_time(now=0.0) == 0
+
+
+async def test_the_outbox_keeps_events_behind_their_audio_but_interruptions_jump_ahead():
+    outbox = ClientOutbox(lead=None)
+    await outbox.put_audio(b"\x01\x00" * 10)
+    outbox.put_event('{"type":"transcript.output"}')
+    await outbox.put_audio(b"\x02\x00" * 10)
+    assert await outbox.get() == b"\x01\x00" * 10
+    outbox.put_urgent('{"type":"turn.interrupted"}')
+    assert await outbox.get() == '{"type":"turn.interrupted"}'
+    assert await outbox.get() == '{"type":"transcript.output"}'  # the event survives
+    assert outbox.flushed_bytes == 20  # the audio still waiting was dropped
+    with anyio.move_on_after(0.05) as empty:
+        await outbox.get()
+    assert empty.cancel_called
+
+
+async def test_an_outbox_nobody_reads_overflows_instead_of_growing():
+    outbox = ClientOutbox(max_events=2)
+    outbox.put_event("a")
+    outbox.put_event("b")
+    with pytest.raises(OutboxOverflow):
+        outbox.put_event("c")
