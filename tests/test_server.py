@@ -9,7 +9,7 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidStatus
 
-from clients.client import LiveClient
+from clients.client import LiveClient, SessionRefused
 from connections import double
 from connections.gemini import Gemini
 from live import protocol as p
@@ -293,7 +293,7 @@ async def test_an_oversized_frame_gets_an_error_then_close_1009_and_the_server_g
 async def test_a_wrong_token_is_refused_and_the_right_one_accepted():
     llm, _ = gemini(echo_text_session())
     async with running(AGENT, llm, token="s3cret") as (_, url):
-        with pytest.raises(Exception) as info:
+        with pytest.raises(SessionRefused) as info:
             async with LiveClient.connect(url, token="guess"):
                 pass
         assert info.value.code == "unauthorized"
@@ -305,7 +305,7 @@ async def test_sessions_beyond_capacity_get_a_clear_error():
     llm, _ = gemini(double.ScriptedSession(), echo_text_session())
     async with running(AGENT, llm, max_sessions=1) as (_, url):
         async with LiveClient.connect(url):
-            with pytest.raises(Exception) as info:
+            with pytest.raises(SessionRefused) as info:
                 async with LiveClient.connect(url):
                     pass
             assert info.value.code == "capacity" and "limit of 1" in info.value.message
