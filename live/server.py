@@ -190,8 +190,11 @@ class ClientSession:
         self.config = server.config
         self.id = uuid.uuid4().hex[:12]
         self.model = server.agent.model
+        self.clock = server.clock
         self.outbox = ClientOutbox(
-            max_audio_seconds=self.config.outbound_audio_seconds, lead=self.config.audio_lead
+            max_audio_seconds=self.config.outbound_audio_seconds,
+            lead=self.config.audio_lead,
+            clock=server.clock,
         )
         self.upstream: UpstreamQueue[types.Content | RealtimeInput] = UpstreamQueue(
             max_audio=self.config.audio_queue_frames
@@ -200,7 +203,7 @@ class ClientSession:
         self.end_reason: str | None = None
         self.close_code = CLOSE_NORMAL
         self.audio_frames_in = 0
-        self._last_client_frame = time.monotonic()
+        self._last_client_frame = self.clock()
         self._tool_scopes: dict[str, anyio.CancelScope] = {}
         self._scope: anyio.CancelScope | None = None
         self._final_error: ErrorEvent | None = None
@@ -246,7 +249,7 @@ class ClientSession:
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self) -> None:
-        started = time.monotonic()
+        started = self.clock()
         start: SessionStart | None = None
         try:
             with anyio.CancelScope() as scope:
@@ -294,7 +297,7 @@ class ClientSession:
                     "audio_dropped=%d late_audio_dropped=%d reconnects=%d",
                     self.id,
                     self.model,
-                    time.monotonic() - started,
+                    self.clock() - started,
                     reason,
                     self.audio_frames_in,
                     self.upstream.dropped_audio,
@@ -328,9 +331,9 @@ class ClientSession:
         policy = ReconnectPolicy(
             max_failures=self.config.reconnect_attempts, stable_after=self.config.stable_after
         )
-        policy.connected(time.monotonic())
+        policy.connected(self.clock())
         while True:
-            now = time.monotonic()
+            now = self.clock()
             if link.outcome is not None:
                 link = await self._recover(link, policy)
             elif link.go_away_at is not None and (
@@ -363,7 +366,7 @@ class ClientSession:
         if core.awaiting_reply_since is not None:
             deadlines.append(core.awaiting_reply_since + self.config.stall_timeout + 0.01)
         self._news = anyio.Event()
-        timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else math.inf
+        timeout = max(0.0, min(deadlines) - self.clock()) if deadlines else math.inf
         with anyio.move_on_after(timeout):
             await self._news.wait()
 
@@ -389,7 +392,7 @@ class ClientSession:
                 raise RecoverableConnectionError(
                     f"{why}, and the session cannot be resumed (the model gave no resumption handle)"
                 )
-            delay = policy.failed(time.monotonic())
+            delay = policy.failed(self.clock())
             if delay is None:
                 raise RecoverableConnectionError(
                     f"{why}; gave up after {policy.max_failures} attempts to resume"
@@ -406,7 +409,7 @@ class ClientSession:
                     raise
                 outcome, why = exc, str(exc)
                 continue
-            policy.connected(time.monotonic())
+            policy.connected(self.clock())
             return new
 
     async def _hand_over(self, link: _Link, policy: ReconnectPolicy) -> _Link:
@@ -422,7 +425,7 @@ class ClientSession:
             link.end(exc)
             return await self._recover(link, policy)
         link.stop()
-        policy.connected(time.monotonic())
+        policy.connected(self.clock())
         return new
 
     async def _open_resumed(self) -> _Link:
@@ -432,7 +435,7 @@ class ClientSession:
         link = await self._tg.start(self._connection, request)
         self.reconnects += 1
         self._event(SessionResumed())
-        await self._apply(core.connection_resumed(time.monotonic()))
+        await self._apply(core.connection_resumed(self.clock()))
         log.info("session %s resumed (connection %d)", self.id, self.reconnects + 1)
         return link
 
@@ -459,7 +462,7 @@ class ClientSession:
                 except ConnectionClosed:
                     self.finish("client disconnected before session.start")
                     return None
-                self._last_client_frame = time.monotonic()
+                self._last_client_frame = self.clock()
                 if len(frame) > self.config.max_frame_bytes:
                     self._frame_too_large(len(frame))
                     return None
@@ -515,7 +518,7 @@ class ClientSession:
         max_frame = self.config.max_frame_bytes
         try:
             async for frame in self.ws:
-                self._last_client_frame = time.monotonic()
+                self._last_client_frame = self.clock()
                 if len(frame) > max_frame:
                     self._frame_too_large(len(frame))
                     return
@@ -531,7 +534,7 @@ class ClientSession:
                     if self.upstream.put_audio(blob):
                         self._report_drops()
                 else:
-                    await self._apply(core.client_text(frame, time.monotonic()))
+                    await self._apply(core.client_text(frame, self.clock()))
                     self._poke()
         except ConnectionClosed:
             pass
@@ -598,7 +601,7 @@ class ClientSession:
         assert core is not None
         try:
             async for response in link.conn.receive():
-                now = time.monotonic()
+                now = self.clock()
                 if response.go_away_time_left is not None:
                     link.go_away_at = now + response.go_away_time_left
                 owed = core.awaiting_reply_since
@@ -617,7 +620,7 @@ class ClientSession:
     async def _watch_idle(self) -> None:
         idle = self.config.idle_timeout
         while True:
-            remaining = self._last_client_frame + idle - time.monotonic()
+            remaining = self._last_client_frame + idle - self.clock()
             if remaining <= 0:
                 self._event(
                     ErrorEvent(
@@ -682,13 +685,13 @@ class ClientSession:
         tool = agent.tools_by_name[call.name or ""]
         response = await run_tool(tool, dict(call.args or {}), agent.tool_timeout)
         assert self.core is not None
-        await self._apply(self.core.tool_finished(call.id or "", response, time.monotonic()))
+        await self._apply(self.core.tool_finished(call.id or "", response, self.clock()))
         self._poke()
 
     async def _await_client_tool(self, call_id: str, timeout: float) -> None:
         await anyio.sleep(timeout)
         assert self.core is not None
-        await self._apply(self.core.client_tool_expired(call_id, time.monotonic()))
+        await self._apply(self.core.client_tool_expired(call_id, self.clock()))
         self._poke()
 
 
@@ -700,8 +703,14 @@ class LiveServer:
         agent: Agent,
         llm: BaseLlm,
         config: ServerConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.agent = agent
+        # The seconds every deadline of every session is measured in; the same
+        # clock as anyio's sleeps (a test runs sessions in virtual time with
+        # trio's MockClock and `trio.current_time`).
+        self.clock = clock
         self.llm = llm
         self.config = config or ServerConfig()
         self.sessions: set[ClientSession] = set()
