@@ -32,6 +32,18 @@ A `ScriptedSession` presents google-genai's `AsyncSession` surface:
   `drop(code)` closes at once, discarding what was queued, and
   `ScriptedSession(refuse=Close(...))` fails the connect itself.
 - `receive()` stops after the message that completes a turn, as the SDK's does.
+- Is **as strict as the service** where the documentation says it rejects or
+  waits, and takes the strictest plausible reading where it is silent:
+  with `historyConfig.initialHistoryInClientContent` on, realtime input before a
+  `client_content` with `turn_complete=true` is not processed (counted in
+  `ignored`), that seed triggers no reply, and the flag on a resumed session
+  closes it with 1007; Gemini 3 closes with 1007 on any other `client_content`;
+  activity signals while automatic activity detection is on close with 1007; a
+  function response whose id this connection never issued (or already
+  answered) closes with 1007; a resumable handle pushed while a call is
+  unanswered or a reply is being generated goes out with `resumable=false`.
+  `drop(code, seen_by="sender")` is a close the sending side sees first: sends
+  fail at once, while `receive()` sees it only when the client closes.
 
 Waiting is event-driven (anyio events), never polled. Bounds, stated because a
 benchmark may drive hundreds of sessions through the double: the script queue
@@ -53,6 +65,8 @@ import websockets
 from google.genai import errors as genai_errors
 from google.genai import types
 from websockets.frames import Close as _CloseFrame
+
+from connections.gemini_mapping import is_gemini3
 
 __all__ = [
     "Close",
@@ -175,6 +189,14 @@ class ScriptedSession:
         self.audio_bytes = 0
         self.closed_by_client = False
         self.server_close: Close | None = None
+        self.ignored = 0  # realtime inputs the service did not process (see the module doc)
+        self._send_close: Close | None = None
+        self._awaiting_seed = False
+        self._aad_on = True
+        self._gemini3 = False
+        self._issued: set[str] = set()
+        self._anonymous_calls = 0
+        self._generating = False
         self._script: collections.deque[ServerEvent] = collections.deque(script)
         self._reactions: list[_Reaction] = []
         self._wakeup: anyio.Event | None = None
@@ -200,13 +222,27 @@ class ScriptedSession:
         """Queue a server close: after the queued messages, `receive()` raises APIError(code)."""
         return self.push(Close(code, reason))
 
-    def drop(self, code: int = 1006, reason: str = "") -> ScriptedSession:
+    def drop(self, code: int = 1006, reason: str = "", *, seen_by: str = "both") -> ScriptedSession:
         """The server closes now: queued events are discarded, a pending
-        `receive()` raises APIError(code) and sends raise ConnectionClosed."""
+        `receive()` raises APIError(code) and sends raise ConnectionClosed.
+
+        `seen_by="sender"`: only sends see the close at once; `receive()` goes
+        on waiting until the client closes, then raises APIError(code) (the
+        race where the sending task notices a dead socket first).
+        """
         self._script.clear()
-        self.server_close = Close(code, reason)
+        if seen_by == "sender":
+            self._send_close = Close(code, reason)
+        elif seen_by == "both":
+            self.server_close = Close(code, reason)
+        else:
+            raise ValueError(f"seen_by must be 'both' or 'sender', not {seen_by!r}")
         self._wake()
         return self
+
+    def _violation(self, reason: str) -> None:
+        """What the service does on input it rejects: close with 1007."""
+        self.drop(1007, reason)
 
     def on(
         self,
@@ -329,6 +365,9 @@ class ScriptedSession:
             # The hot path: one audio chunk, recorded without validation.
             self._check_open()
             blob = _as_blob(audio)
+            if self._awaiting_seed:
+                self.ignored += 1
+                return
             self.audio_chunks += 1
             self.audio_bytes += len(blob.data or b"")
             if not self.record_audio and not self._reactions and not self._sent_waiters:
@@ -354,6 +393,15 @@ class ScriptedSession:
         if len(given) != 1:
             raise ValueError(f"Only one argument can be set, got {len(given)}: {list(given)}")
         self._check_open()
+        if self._awaiting_seed:
+            self.ignored += 1
+            return
+        if self._aad_on and ("activity_start" in given or "activity_end" in given):
+            self._violation(
+                "Explicit activity control is not supported when automatic activity "
+                "detection is enabled."
+            )
+            return
         if "media" in given:
             realtime = types.LiveClientRealtimeInput(media_chunks=[_as_blob(media)])
         else:
@@ -374,7 +422,17 @@ class ScriptedSession:
         else:
             listed = list(turns)
         content = types.LiveClientContent(turns=listed, turn_complete=turn_complete)
-        self._record(types.LiveClientMessage(client_content=content))
+        message = types.LiveClientMessage(client_content=content)
+        if self._awaiting_seed:
+            # The initial history: recorded, never answered.
+            self.sent.append(message)
+            if turn_complete:
+                self._awaiting_seed = False
+            return
+        if self._gemini3:
+            self._violation("Gemini 3 takes client_content only as the initial history.")
+            return
+        self._record(message)
 
     async def send_tool_response(
         self,
@@ -396,6 +454,18 @@ class ScriptedSession:
                     "FunctionResponse request must have an `id` field from the"
                     " response of a ToolCall.FunctionalCalls in Google AI."
                 )
+        for item in response.function_responses or ():
+            if item.id in self._issued:
+                self._issued.discard(item.id)
+            elif self._anonymous_calls > 0:
+                self._anonymous_calls -= 1  # a call that came without an id
+            else:
+                self._record(types.LiveClientMessage(tool_response=response))
+                self._violation(
+                    f"Function response for call id {item.id!r}, which this session "
+                    "never issued or already answered."
+                )
+                return
         self._record(types.LiveClientMessage(tool_response=response))
 
     async def receive(self) -> AsyncIterator[types.LiveServerMessage]:
@@ -409,6 +479,7 @@ class ScriptedSession:
                 if isinstance(event, Pause):
                     await anyio.sleep(event.seconds)
                     continue
+                event = self._as_served(event)
                 yield event
                 if _ends_turn(event):
                     return
@@ -426,10 +497,33 @@ class ScriptedSession:
 
     # -- internals ----------------------------------------------------------------
 
+    def _as_served(self, message: types.LiveServerMessage) -> types.LiveServerMessage:
+        """Track what the service knows is in flight, and hold handles to its rules."""
+        if message.tool_call is not None:
+            for call in message.tool_call.function_calls or ():
+                if call.id:
+                    self._issued.add(call.id)
+                else:
+                    self._anonymous_calls += 1
+        if message.tool_call_cancellation is not None:
+            self._issued.difference_update(message.tool_call_cancellation.ids or ())
+        sc = message.server_content
+        if sc is not None:
+            if sc.model_turn is not None or sc.output_transcription is not None:
+                self._generating = True
+            if sc.turn_complete or sc.interrupted:
+                self._generating = False
+        update = message.session_resumption_update
+        busy = self._generating or self._issued or self._anonymous_calls
+        if update is not None and update.resumable and busy:
+            served = update.model_copy(update={"resumable": False})
+            return message.model_copy(update={"session_resumption_update": served})
+        return message
+
     async def _next_event(self) -> ServerEvent:
         while True:
             if self.closed_by_client:
-                _raise_api_error(Close(1000))
+                _raise_api_error(self._send_close or Close(1000))
             if self.server_close is not None:
                 _raise_api_error(self.server_close)
             if self._script:
@@ -447,6 +541,8 @@ class ScriptedSession:
             self._wakeup = None
 
     def _check_open(self) -> None:
+        if self._send_close is not None:
+            raise _connection_closed(self._send_close)
         if self.closed_by_client:
             raise _connection_closed(Close(1000))
         if self.server_close is not None:
@@ -476,6 +572,16 @@ class ScriptedSession:
     def _attach(self, model: str, config: types.LiveConnectConfig) -> None:
         self.model = model
         self.config = config
+        self._gemini3 = is_gemini3(model)
+        ric = config.realtime_input_config
+        aad = ric.automatic_activity_detection if ric is not None else None
+        self._aad_on = not (aad is not None and aad.disabled)
+        history = config.history_config
+        flag = bool(history is not None and history.initial_history_in_client_content)
+        resumed = config.session_resumption is not None and bool(config.session_resumption.handle)
+        if flag and resumed:
+            self._violation("initialHistoryInClientContent is not accepted on a resumed session.")
+        self._awaiting_seed = flag and not resumed
 
 
 class DoubleTransport:

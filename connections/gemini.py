@@ -45,6 +45,7 @@ from google.genai import types
 from connections.gemini_mapping import (
     ServerMessageMapper,
     function_responses_of,
+    history_in_client_content,
     history_turns,
     is_gemini3,
     prepare_connect_config,
@@ -278,9 +279,11 @@ class GeminiLlmConnection(BaseLlmConnection):
         *,
         model: str,
         secret: str | None = None,
+        initial_history_mode: bool = False,
     ) -> None:
         self._session = session
         self._model = model
+        self._initial_history_mode = initial_history_mode
         self._secret = secret
         self._gemini3 = is_gemini3(model)
         self._mapper = ServerMessageMapper()
@@ -373,28 +376,28 @@ class GeminiLlmConnection(BaseLlmConnection):
 
     def _send_error(self, code: int | None, reason: str) -> LiveError:
         """Always a ConnectionClosedError (the contract for sends on an ended
-        connection), carrying the close code and the classified cause; the
-        typed error itself is raised by `receive()`."""
+        connection), carrying the close code and, as `cause`, the same typed
+        error `receive()` raises for that close."""
         if self._closed:
             return ConnectionClosedError("the connection was closed", close_code=code)
         error = error_for_close(code, reason, model=self._model)
         if error is None:
             return ConnectionClosedError("the model ended the connection", close_code=code)
-        return _redacted(
-            ConnectionClosedError(
-                f"the connection ended ({type(error).__name__}): {error.message}",
-                close_code=code,
-                hint=error.hint,
-            ),
-            self._secret,
+        error = _redacted(error, self._secret)
+        return ConnectionClosedError(
+            f"the connection ended ({type(error).__name__}): {error.message}",
+            close_code=code,
+            hint=error.hint,
+            cause=error,
         )
 
     async def send_history(self, history: Sequence[types.Content]) -> None:
         """Seed the conversation once, before anything else is sent.
 
         Audio parts and contents left empty are dropped; an empty history sends
-        nothing. The seed completes a turn (so the model answers) only when the
-        last turn is the user's. A second call, or a call after other input was
+        nothing. In the initial-history mode (Gemini 3 with history) the seed
+        always completes (see `history_turns`); otherwise it completes a turn,
+        so the model answers, only when the last turn is the user's. A second call, or a call after other input was
         sent, is a RuntimeError: the server takes history once, right after setup,
         and history sent again or late corrupts the context (endless 1007s).
         """
@@ -403,7 +406,9 @@ class GeminiLlmConnection(BaseLlmConnection):
         if self._sent_anything:
             raise RuntimeError("history must be sent right after connecting, before other input")
         self._history_sent = True
-        turns, turn_complete = history_turns(history)
+        turns, turn_complete = history_turns(
+            history, initial_history_mode=self._initial_history_mode
+        )
         if not turns:
             return
         await self._call(
@@ -595,12 +600,18 @@ class Gemini(BaseLlm):
         Failures while connecting become typed `LiveError`s.
         """
         model = request.model or self.model
+        seeds, _ = history_turns(request.contents)
         config = prepare_connect_config(
-            request.live_connect_config, model=model, has_history=bool(request.contents)
+            request.live_connect_config, model=model, has_history=bool(seeds)
         )
         async with contextlib.AsyncExitStack() as stack:
             session = await self._open(stack, model, config)
-            connection = GeminiLlmConnection(session, model=model, secret=self._secret)
+            connection = GeminiLlmConnection(
+                session,
+                model=model,
+                secret=self._secret,
+                initial_history_mode=history_in_client_content(config),
+            )
             try:
                 yield connection
             finally:

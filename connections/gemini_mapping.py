@@ -46,6 +46,7 @@ __all__ = [
     "GENERATED_ID_PREFIX",
     "ServerMessageMapper",
     "function_responses_of",
+    "history_in_client_content",
     "history_turns",
     "is_gemini3",
     "parse_duration",
@@ -86,6 +87,37 @@ def new_call_id() -> str:
     return GENERATED_ID_PREFIX + uuid.uuid4().hex
 
 
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def _covers(final: str, so_far: str) -> bool:
+    """Whether a server final is a whole (possibly revised) text of `so_far`.
+
+    True when nothing was accumulated, when the final starts with it, or when
+    most of the accumulated words (compared without case or punctuation) are
+    in the final at least as many times: a revision of the same sentence. A
+    final that is only the last words of the sentence is a fragment.
+    """
+    if not so_far or final.startswith(so_far):
+        return True
+    had = _words(so_far)
+    if not had:
+        return True
+    counts: dict[str, int] = {}
+    for word in _words(final):
+        counts[word] = counts.get(word, 0) + 1
+    kept = 0
+    for word in had:
+        if counts.get(word, 0) > 0:
+            counts[word] -= 1
+            kept += 1
+    return kept * 2 > len(had)
+
+
 class _Accumulator:
     """The transcript of one direction for the current turn."""
 
@@ -97,9 +129,11 @@ class _Accumulator:
     def add(self, fragment: types.Transcription) -> types.Transcription | None:
         """Record a server transcription; returns the server's own final, if it is one.
 
-        A server final may carry either the last fragment or the whole text;
-        when its text already starts with what we accumulated it is the whole
-        text, otherwise it is appended as the last fragment.
+        A server final carries either the last fragment or the whole text, and
+        the whole text may be revised (case, punctuation, a word corrected). It
+        is taken as the whole text when it covers what was accumulated (see
+        `_covers`), otherwise appended as the last fragment: words are neither
+        lost nor doubled.
         """
         text = fragment.text or ""
         if not fragment.finished:
@@ -107,7 +141,7 @@ class _Accumulator:
                 self.pieces.append(text)
             return None
         so_far = "".join(self.pieces)
-        full = text if (not so_far or text.startswith(so_far)) else so_far + text
+        full = text if _covers(text, so_far) else so_far + text
         self.pieces.clear()
         if not full:
             return None
@@ -299,19 +333,32 @@ def is_gemini3(model: str) -> bool:
 def prepare_connect_config(
     config: types.LiveConnectConfig, *, model: str, has_history: bool
 ) -> types.LiveConnectConfig:
-    """The config to connect with: the caller's, plus the history flag when needed.
+    """The config to connect with: the caller's, with the history flag decided.
 
-    Rule: `history_config.initial_history_in_client_content=True` is set when
-    the request carries history, and always for Gemini 3 models (which close
-    with 1007 when history arrives without it; a caller may seed history
-    without having announced it in the request). A value the caller set
-    explicitly is left alone. The caller's config is never modified: a
-    shallow copy carries the change.
+    `history_config.initial_history_in_client_content` makes the service take
+    only `client_content` until one arrives with `turn_complete=true`
+    (google-genai's `HistoryConfig`): realtime input before that is not
+    processed. So it is set only on a fresh Gemini 3 connection that seeds
+    history (3.x closes with 1007 on history sent without it), and taken off a
+    connection that resumes (resumed state never takes history again). A value
+    the caller set explicitly on a fresh connection is left alone. The caller's
+    config is never modified: a copy carries the change.
     """
-    if not (has_history or is_gemini3(model)):
-        return config
     current = config.history_config
-    if current is not None and current.initial_history_in_client_content is not None:
+    flag = current.initial_history_in_client_content if current is not None else None
+    resuming = config.session_resumption is not None and bool(config.session_resumption.handle)
+    if resuming:
+        if not flag:
+            return config
+        assert current is not None
+        return config.model_copy(
+            update={
+                "history_config": current.model_copy(
+                    update={"initial_history_in_client_content": None}
+                )
+            }
+        )
+    if flag is not None or not (has_history and is_gemini3(model)):
         return config
     history = (
         current.model_copy(update={"initial_history_in_client_content": True})
@@ -319,6 +366,12 @@ def prepare_connect_config(
         else types.HistoryConfig(initial_history_in_client_content=True)
     )
     return config.model_copy(update={"history_config": history})
+
+
+def history_in_client_content(config: types.LiveConnectConfig) -> bool:
+    """Whether `config` puts the connection in the initial-history mode."""
+    current = config.history_config
+    return bool(current is not None and current.initial_history_in_client_content)
 
 
 def function_responses_of(content: types.Content) -> list[types.FunctionResponse] | None:
@@ -370,14 +423,17 @@ def _is_audio(part: types.Part) -> bool:
 
 
 def history_turns(
-    history: Sequence[types.Content],
+    history: Sequence[types.Content], *, initial_history_mode: bool = False
 ) -> tuple[list[types.Content], bool]:
-    """The turns to seed, and whether the seed completes a turn.
+    """The turns to seed, and the seed's `turn_complete`.
 
     Audio parts are dropped (recorded audio cannot be history), contents left
-    empty are dropped, and the seed completes a turn, so the model answers,
-    only when its last turn is the user's (a missing role counts as the user's).
-    The caller's contents are not modified.
+    empty are dropped. In the initial-history mode (see
+    `prepare_connect_config`) the seed always completes: the service takes no
+    other input until it does, and the seed triggers no reply. Otherwise the
+    seed completes a turn, so the model answers, only when its last turn is the
+    user's (a missing role counts as the user's). The caller's contents are not
+    modified.
     """
     turns: list[types.Content] = []
     for content in history:
@@ -388,6 +444,8 @@ def history_turns(
         turns.append(
             content if len(kept) == len(parts) else content.model_copy(update={"parts": kept})
         )
+    if initial_history_mode:
+        return turns, True
     turn_complete = bool(turns) and (turns[-1].role or "user") == "user"
     return turns, turn_complete
 

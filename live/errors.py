@@ -73,7 +73,24 @@ class QuotaExhaustedError(LiveError):
 
 
 class ConnectionClosedError(LiveError):
-    """A send or receive on a connection that has already ended."""
+    """A send or receive on a connection that has already ended.
+
+    `cause` is how the connection ended, classified as `receive()` classifies
+    it (a `RecoverableConnectionError` for 1006/1011, say), or None for a normal
+    close or one of our own: what a caller does must not depend on whether a
+    send or the receive saw the close first.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        close_code: int | None = None,
+        hint: str | None = None,
+        cause: LiveError | None = None,
+    ) -> None:
+        super().__init__(message, close_code=close_code, hint=hint)
+        self.cause = cause
 
 
 class UnknownModelError(LookupError):

@@ -19,16 +19,32 @@ MIC = types.Blob(data=b"\x00\x01" * 320, mime_type="audio/pcm;rate=16000")
 CONFIG = types.LiveConnectConfig(response_modalities=[types.Modality.AUDIO])
 
 
+async def one(session: double.ScriptedSession) -> types.LiveServerMessage:
+    """The next server message, leaving receive() free for the next caller."""
+    async with contextlib.aclosing(session.receive()) as receiving:
+        return await anext(receiving)
+
+
 async def turn(session: double.ScriptedSession) -> list[types.LiveServerMessage]:
     """One SDK-style receive(): up to the end of a turn."""
     return [m async for m in session.receive()]
 
 
+MANUAL = types.LiveConnectConfig(
+    response_modalities=[types.Modality.AUDIO],
+    realtime_input_config=types.RealtimeInputConfig(
+        automatic_activity_detection=types.AutomaticActivityDetection(disabled=True)
+    ),
+)
+
+
 async def test_records_every_message_typed_and_in_order_with_each_connect() -> None:
-    first, second = double.ScriptedSession(), double.ScriptedSession()
+    first = double.ScriptedSession(double.tool_call("f", {}, id="c1"))
+    second = double.ScriptedSession()
     transport = double.DoubleTransport(first, second)
-    async with transport("gemini-a", CONFIG) as session:
+    async with transport("gemini-a", MANUAL) as session:
         assert session is first
+        assert (await one(session)).tool_call.function_calls[0].id == "c1"
         await session.send_realtime_input(audio=MIC)
         await session.send_client_content(
             turns=types.Content(role="user", parts=[types.Part(text="hi")]), turn_complete=True
@@ -51,7 +67,7 @@ async def test_records_every_message_typed_and_in_order_with_each_connect() -> N
     assert first.tool_responses[0].function_responses[0].id == "c1"
     assert first.realtime_inputs[-1].text == "typed"
     assert [(c.model, c.config) for c in transport.connects] == [
-        ("gemini-a", CONFIG),
+        ("gemini-a", MANUAL),
         ("gemini-b", types.LiveConnectConfig()),
     ]
     assert first.closed_by_client  # leaving the context closes, like the SDK
@@ -68,7 +84,9 @@ async def test_receive_stops_after_each_turn_like_the_sdk() -> None:
 
 
 async def test_reactions() -> None:
-    session = double.ScriptedSession()
+    session = double.ScriptedSession(double.tool_calls(
+        types.FunctionCall(id="x-9", name="f", args={}), types.FunctionCall(id="x-10", name="f", args={})
+    ))
     session.on_tool_response(
         lambda m: [double.text(f"got {m.tool_response.function_responses[0].id}"), double.turn_complete()]
     )
@@ -76,7 +94,8 @@ async def test_reactions() -> None:
     session.on(lambda m: m.realtime_input is not None and m.realtime_input.text == "ping",
                double.text("pong"), double.turn_complete(), times=None)
     session.on_activity_end(double.interrupted(), double.turn_complete())
-    async with double.DoubleTransport(session)("m", CONFIG) as s:
+    async with double.DoubleTransport(session)("m", MANUAL) as s:
+        await one(s)
         await s.send_tool_response(function_responses=types.FunctionResponse(id="x-9", name="f", response={}))
         assert (await turn(s))[0].server_content.model_turn.parts[0].text == "got x-9"
         for _ in range(5):
@@ -176,8 +195,9 @@ async def test_sdk_argument_checks() -> None:
 
 
 async def test_wait_for_is_event_driven() -> None:
-    session = double.ScriptedSession()
+    session = double.ScriptedSession(double.tool_call("f", {}, id="1"))
     async with double.DoubleTransport(session)("m", CONFIG) as s, anyio.create_task_group() as tg:
+        await one(s)
         found: list[types.LiveClientMessage] = []
 
         async def waiter() -> None:
@@ -208,7 +228,7 @@ async def test_record_audio_false_counts_without_keeping() -> None:
     async with double.DoubleTransport(session)("m", CONFIG) as s:
         for _ in range(10):
             await s.send_realtime_input(audio=MIC)
-        await s.send_realtime_input(activity_end=types.ActivityEnd())
+        await s.send_realtime_input(text="done")
     assert session.audio_chunks == 10 and session.audio_bytes == 10 * len(MIC.data)
     assert len(session.sent) == 1  # only the non-audio message
 
@@ -262,3 +282,81 @@ async def test_plugs_into_the_gemini_seam() -> None:
         await connection.send_realtime(MIC)
     assert response.output_transcription.text == "Hi" and response.output_transcription.finished
     assert session.realtime_inputs[0].audio is MIC
+
+
+# -- as strict as the service ----------------------------------------------------
+
+
+async def test_a_function_response_for_a_call_never_issued_closes_with_1007() -> None:
+    session = double.ScriptedSession(double.tool_call("f", {}, id="c1"))
+    async with double.DoubleTransport(session)("gemini-a", CONFIG) as s:
+        await one(s)
+        await s.send_tool_response(function_responses=[types.FunctionResponse(id="c1", name="f", response={})])
+        # The same id again, and an id never issued: the service rejects both.
+        await s.send_tool_response(function_responses=[types.FunctionResponse(id="c1", name="f", response={})])
+        with pytest.raises(genai_errors.APIError) as info:
+            await turn(s)
+    assert info.value.code == 1007
+
+
+async def test_activity_signals_with_automatic_detection_on_close_with_1007() -> None:
+    session = double.ScriptedSession()
+    async with double.DoubleTransport(session)("gemini-a", CONFIG) as s:
+        await s.send_realtime_input(activity_start=types.ActivityStart())
+        with pytest.raises(websockets.ConnectionClosed):
+            await s.send_realtime_input(audio=MIC)
+    assert session.server_close.code == 1007
+
+
+async def test_initial_history_mode_ignores_realtime_input_until_the_seed_completes() -> None:
+    config = types.LiveConnectConfig(
+        history_config=types.HistoryConfig(initial_history_in_client_content=True)
+    )
+    session = double.ScriptedSession()
+    session.on_client_content(double.output_transcript("never"), times=None)
+    session.on_text(double.output_transcript("heard"), double.turn_complete())
+    async with double.DoubleTransport(session)("gemini-3.1-flash-live", config) as s:
+        await s.send_realtime_input(text="too early")
+        await s.send_client_content(turns=[types.Content(role="model", parts=[types.Part(text="Hi")])], turn_complete=True)
+        await s.send_realtime_input(text="now")
+        messages = await turn(s)
+    assert session.ignored == 1
+    assert [m.server_content.output_transcription.text for m in messages if m.server_content.output_transcription] == ["heard"]
+
+
+async def test_the_history_flag_on_a_resumed_session_closes_with_1007() -> None:
+    config = types.LiveConnectConfig(
+        history_config=types.HistoryConfig(initial_history_in_client_content=True),
+        session_resumption=types.SessionResumptionConfig(handle="h1"),
+    )
+    session = double.ScriptedSession()
+    async with double.DoubleTransport(session)("gemini-3.1-flash-live", config) as s:
+        with pytest.raises(genai_errors.APIError) as info:
+            await turn(s)
+    assert info.value.code == 1007
+
+
+async def test_no_resumable_handle_while_a_call_is_unanswered_or_a_reply_is_generated() -> None:
+    session = double.ScriptedSession(double.tool_call("f", {}, id="c1"), double.resumption_update("h1"))
+    async with double.DoubleTransport(session)("gemini-a", CONFIG) as s:
+        await one(s)
+        assert (await one(s)).session_resumption_update.resumable is False  # c1 unanswered
+        await s.send_tool_response(function_responses=[types.FunctionResponse(id="c1", name="f", response={})])
+        s.push(double.audio(b"\0\0"), double.resumption_update("h2"), double.turn_complete(),
+               double.resumption_update("h3"))
+        await one(s)
+        assert (await one(s)).session_resumption_update.resumable is False  # generating
+        assert (await one(s)).server_content.turn_complete
+        assert (await one(s)).session_resumption_update.resumable is True  # idle
+
+
+async def test_a_close_the_sender_sees_first() -> None:
+    session = double.ScriptedSession()
+    async with double.DoubleTransport(session)("gemini-a", CONFIG) as s:
+        session.drop(1011, "Internal error", seen_by="sender")
+        with pytest.raises(websockets.ConnectionClosed) as sent:
+            await s.send_realtime_input(audio=MIC)
+        assert sent.value.rcvd.code == 1011
+        with anyio.move_on_after(0.2) as waited:
+            await turn(s)  # the receiver has not noticed yet
+        assert waited.cancelled_caught

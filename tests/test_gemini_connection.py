@@ -70,6 +70,16 @@ async def collect(connection: GeminiLlmConnection, until: int | None = None) -> 
     return out
 
 
+MANUAL = LlmRequest(
+    live_connect_config=types.LiveConnectConfig(
+        realtime_input_config=types.RealtimeInputConfig(
+            automatic_activity_detection=types.AutomaticActivityDetection(disabled=True)
+        )
+    )
+)
+"""A request for a connection whose turns the client marks with activity signals."""
+
+
 def user_text(text: str) -> types.Content:
     return types.Content(role="user", parts=[types.Part(text=text)])
 
@@ -205,7 +215,7 @@ async def test_interruption_in_the_middle_of_a_generation() -> None:
     )
     session.on_activity_end(double.interrupted(), double.output_transcript("Yes?"), double.turn_complete())
     llm, _ = gemini(session)
-    async with llm.connect(LlmRequest()) as connection:
+    async with llm.connect(MANUAL) as connection:
         head = await collect(connection, until=3)
         assert all(not r.interrupted for r in head)
         await connection.send_realtime(types.ActivityStart())
@@ -406,8 +416,39 @@ async def test_history_seed_rules() -> None:
     assert seed.turn_complete is False  # the model spoke last: no answer wanted
     assert [t.role for t in seed.turns] == ["user", "model"]
     assert all(p.inline_data is None for t in seed.turns for p in t.parts)  # audio stripped
-    config = transport.connects[0].config
-    assert config.history_config.initial_history_in_client_content is True
+    assert transport.connects[0].config.history_config is None  # 2.x: no initial-history mode
+
+
+async def test_gemini3_history_seed_completes_and_triggers_no_reply() -> None:
+    history = [user_text("I am Ada."), types.Content(role="model", parts=[types.Part(text="Hi Ada.")])]
+    session = double.ScriptedSession()
+    session.on_text(double.output_transcript("Hello again, Ada."), double.turn_complete())
+    llm, transport = gemini(session, model=MODEL_3)
+    async with llm.connect(LlmRequest(contents=history)) as connection:
+        await connection.send_history(history)
+        await connection.send_content(user_text("Who am I?"))
+        out = await collect(connection, until=2)
+    assert transport.connects[0].config.history_config.initial_history_in_client_content is True
+    # Under the flag the seed must complete, though the model spoke last;
+    # otherwise the service would take no realtime input after it.
+    assert session.client_contents[0].turn_complete is True
+    assert session.ignored == 0
+    assert out[-1].output_transcription.text == "Hello again, Ada."
+
+
+async def test_a_resumed_connection_never_carries_the_history_flag() -> None:
+    config = types.LiveConnectConfig(
+        history_config=types.HistoryConfig(initial_history_in_client_content=True),
+        session_resumption=types.SessionResumptionConfig(handle="h1"),
+    )
+    session = double.ScriptedSession()
+    session.on_text(double.output_transcript("Still here."), double.turn_complete())
+    llm, transport = gemini(session, model=MODEL_3)
+    async with llm.connect(LlmRequest(live_connect_config=config)) as connection:
+        await connection.send_content(user_text("Hello?"))
+        out = await collect(connection, until=2)
+    assert not transport.connects[0].config.history_config.initial_history_in_client_content
+    assert out[-1].output_transcription.text == "Still here."
 
 
 async def test_history_ending_with_the_user_asks_for_an_answer() -> None:
@@ -437,12 +478,13 @@ async def test_empty_history_sends_nothing_and_late_history_is_refused() -> None
             await connection.send_history([user_text("too late")])
 
 
-async def test_gemini3_always_gets_the_history_flag_and_takes_text_as_realtime() -> None:
+async def test_gemini3_without_history_has_no_history_flag_and_takes_text_as_realtime() -> None:
     session = double.ScriptedSession()
     llm, transport = gemini(session, model=MODEL_3)
     async with llm.connect(LlmRequest()) as connection:
         await connection.send_content(user_text("What's up?"))
-    assert transport.connects[0].config.history_config.initial_history_in_client_content is True
+    # With the flag and no seed the service would wait for one, deaf to everything.
+    assert transport.connects[0].config.history_config is None
     [message] = session.sent
     assert message.realtime_input.text == "What's up?"
     assert message.client_content is None
@@ -475,7 +517,7 @@ async def test_realtime_routing() -> None:
     session = double.ScriptedSession()
     llm, _ = gemini(session)
     image = types.Blob(data=b"\xff\xd8\xff", mime_type="image/jpeg")
-    async with llm.connect(LlmRequest()) as connection:
+    async with llm.connect(MANUAL) as connection:
         await connection.send_realtime(MIC)
         await connection.send_realtime(image)
         await connection.send_realtime(types.ActivityStart())

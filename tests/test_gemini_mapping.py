@@ -131,6 +131,18 @@ def test_server_final_is_used_and_not_duplicated() -> None:
     assert finals(out, "input") == ["Good night"]
 
 
+def test_a_revised_final_replaces_the_fragments_instead_of_doubling_them() -> None:
+    mapper = ServerMessageMapper()
+    out = feed_all(
+        mapper,
+        double.output_transcript(" what is the"),
+        double.output_transcript(" whether in paris"),
+        double.output_transcript("What is the weather in Paris?", finished=True),
+        double.turn_complete(),
+    )
+    assert finals(out, "output") == ["What is the weather in Paris?"]
+
+
 def test_interruption_mid_generation_is_its_own_flag_and_closes_the_turn() -> None:
     mapper = ServerMessageMapper()
     out = feed_all(
@@ -292,16 +304,31 @@ def test_is_gemini3(model: str, expected: bool) -> None:
 
 def test_history_flag_rule() -> None:
     config = types.LiveConnectConfig(response_modalities=[types.Modality.AUDIO])
-    # 2.x without history: the caller's config, untouched.
-    assert prepare_connect_config(config, model="gemini-2.5-flash", has_history=False) is config
-    # With history, or on any Gemini 3 model: the flag is set on a copy.
-    for model, has_history in [("gemini-2.5-flash", True), ("gemini-3.1-flash-live", False)]:
-        prepared = prepare_connect_config(config, model=model, has_history=has_history)
-        assert prepared.history_config.initial_history_in_client_content is True
-        assert prepared.response_modalities == [types.Modality.AUDIO]
+    # Without history, or on 2.x: the caller's config, untouched.
+    for model, has_history in [("gemini-2.5-flash", False), ("gemini-2.5-flash", True),
+                               ("gemini-3.1-flash-live", False)]:
+        assert prepare_connect_config(config, model=model, has_history=has_history) is config
+    # A fresh Gemini 3 connection that seeds history: the flag, on a copy.
+    prepared = prepare_connect_config(config, model="gemini-3.1-flash-live", has_history=True)
+    assert prepared.history_config.initial_history_in_client_content is True
+    assert prepared.response_modalities == [types.Modality.AUDIO]
     assert config.history_config is None
-    # An explicit choice is the caller's.
+    # An explicit choice on a fresh connection is the caller's.
     explicit = types.LiveConnectConfig(
         history_config=types.HistoryConfig(initial_history_in_client_content=False)
     )
     assert prepare_connect_config(explicit, model="gemini-3-x", has_history=True) is explicit
+    # Never on a resumed connection, whoever set it.
+    resumed = types.LiveConnectConfig(
+        history_config=types.HistoryConfig(initial_history_in_client_content=True),
+        session_resumption=types.SessionResumptionConfig(handle="h"),
+    )
+    cleared = prepare_connect_config(resumed, model="gemini-3-x", has_history=True)
+    assert not cleared.history_config.initial_history_in_client_content
+
+
+def test_initial_history_mode_always_completes_the_seed() -> None:
+    user = types.Content(role="user", parts=[types.Part(text="hi")])
+    model = types.Content(role="model", parts=[types.Part(text="hello")])
+    assert history_turns([user, model], initial_history_mode=True)[1] is True
+    assert history_turns([user, model])[1] is False
