@@ -84,10 +84,16 @@ class LiveClient:
         token: str | None = None,
         history: Sequence[types.Content] = (),
         input_rate: int = DEFAULT_INPUT_RATE,
+        turn_taking: str = "auto",
         origin: str | None = None,
         open_timeout: float = 10.0,
     ) -> AsyncIterator[LiveClient]:
-        """Open the socket, start the session, and close both when done."""
+        """Open the socket, start the session, and close both when done.
+
+        `turn_taking="manual"` means this client marks the user's turns itself
+        with `activity_start()` / `activity_end()`; with "auto" the model's voice
+        detection decides.
+        """
         async with ws_connect(
             url,
             origin=origin,  # type: ignore[arg-type]
@@ -97,7 +103,14 @@ class LiveClient:
         ) as ws:
             with contextlib.suppress(ConnectionClosed):  # a refusal may come first
                 await ws.send(
-                    encode(SessionStart(token=token, history=tuple(history), input_rate=input_rate))
+                    encode(
+                        SessionStart(
+                            token=token,
+                            history=tuple(history),
+                            input_rate=input_rate,
+                            turn_taking=turn_taking,
+                        )
+                    )
                 )
             started = await cls._await_started(ws)
             client = cls(ws, started)

@@ -131,12 +131,29 @@ class Agent:
         return config
 
     def request(
-        self, history: Sequence[types.Content] = (), *, resume_handle: str | None = None
+        self,
+        history: Sequence[types.Content] = (),
+        *,
+        resume_handle: str | None = None,
+        manual_activity: bool = False,
     ) -> LlmRequest:
-        """The request for one model connection; `resume_handle` resumes a session."""
+        """The request for one model connection; `resume_handle` resumes a session.
+
+        `manual_activity` turns the model's own voice detection off, so that the
+        client's activity signals mark the user's turns (the model rejects those
+        signals while its detection is on).
+        """
         config = self.live_connect_config()
         if resume_handle is not None:
             config.session_resumption = types.SessionResumptionConfig(handle=resume_handle)
+        if manual_activity:
+            ric = config.realtime_input_config or types.RealtimeInputConfig()
+            aad = ric.automatic_activity_detection or types.AutomaticActivityDetection()
+            config.realtime_input_config = ric.model_copy(
+                update={
+                    "automatic_activity_detection": aad.model_copy(update={"disabled": True})
+                }
+            )
         return LlmRequest(
             model=self.model,
             contents=list(history),
@@ -174,6 +191,14 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _is_async(tool: Any) -> bool:
+    """An async function, a partial of one, or an object whose `__call__` is async."""
+    if inspect.iscoroutinefunction(tool):
+        return True
+    call = getattr(type(tool), "__call__", None)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
 async def run_tool(tool: ToolFunction, args: Mapping[str, Any], timeout: float) -> dict[str, Any]:
     """Run one tool call and always produce a response for the model.
 
@@ -189,12 +214,14 @@ async def run_tool(tool: ToolFunction, args: Mapping[str, Any], timeout: float) 
         return {"error": f"{name} was called with arguments it does not take: {exc}"}
     try:
         with anyio.fail_after(timeout):
-            if inspect.iscoroutinefunction(tool):
+            if _is_async(tool):
                 result = await tool(**args)
             else:
                 result = await anyio.to_thread.run_sync(
                     lambda: tool(**args), abandon_on_cancel=True
                 )
+                if inspect.isawaitable(result):  # a sync wrapper around a coroutine
+                    result = await result
     except TimeoutError:
         return {"error": f"{name} did not finish within {timeout:g} s"}
     except Exception as exc:  # a tool's failure is the model's information, not ours

@@ -24,8 +24,12 @@ __all__ = [
     "ActivityStart",
     "AudioEnd",
     "ClientMessage",
+    "CodeEvent",
+    "CodeResultEvent",
+    "DataEvent",
     "ErrorEvent",
     "GenerationComplete",
+    "Grounding",
     "ProtocolError",
     "ServerEvent",
     "SessionClose",
@@ -45,6 +49,7 @@ __all__ = [
     "TranscriptOutput",
     "TurnComplete",
     "TurnInterrupted",
+    "UnknownEvent",
     "Usage",
     "encode",
     "parse_client_message",
@@ -56,6 +61,7 @@ OUTPUT_RATE = 24_000
 MIN_INPUT_RATE = 8_000
 MAX_INPUT_RATE = 48_000
 MAX_TEXT_CHARS = 32_768
+TURN_TAKING = ("auto", "manual")
 
 
 class ProtocolError(Exception):
@@ -77,12 +83,19 @@ class ProtocolError(Exception):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SessionStart:
-    """Must come first. `history` seeds the conversation once."""
+    """Must come first. `history` seeds the conversation once.
+
+    `turn_taking` is who decides when the user's turn ends: "auto" (the model's
+    own voice detection) or "manual" (the client sends `activity.start` and
+    `activity.end`; the model's detection is turned off for the session). The
+    model takes one or the other for a whole connection, never both.
+    """
 
     type: ClassVar[str] = "session.start"
     token: str | None = None
     history: tuple[types.Content, ...] = ()
     input_rate: int = DEFAULT_INPUT_RATE
+    turn_taking: str = "auto"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
@@ -93,6 +106,8 @@ class SessionStart:
                 c.model_dump(mode="json", exclude_none=True) for c in self.history
             ]
         out["input_audio"] = {"rate": self.input_rate}
+        if self.turn_taking != "auto":
+            out["turn_taking"] = self.turn_taking
         return out
 
 
@@ -219,7 +234,13 @@ def _parse_session_start(obj: Mapping[str, Any]) -> SessionStart:
         if obj.get("input_audio") is not None
         else DEFAULT_INPUT_RATE
     )
-    return SessionStart(token=token, history=history, input_rate=rate)
+    turn_taking = obj.get("turn_taking", "auto")
+    if turn_taking not in TURN_TAKING:
+        raise ProtocolError(
+            "invalid_field",
+            f"session.start: 'turn_taking' must be one of {', '.join(map(repr, TURN_TAKING))}",
+        )
+    return SessionStart(token=token, history=history, input_rate=rate, turn_taking=turn_taking)
 
 
 def _parse_text(obj: Mapping[str, Any]) -> Text:
@@ -265,6 +286,10 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(
             "invalid_json", f"text frames must be JSON objects; this one is not JSON ({exc})"
+        ) from None
+    except RecursionError:
+        raise ProtocolError(
+            "invalid_json", "text frames must be JSON objects; this one is nested too deeply"
         ) from None
     if not isinstance(obj, dict):
         raise ProtocolError(
@@ -399,6 +424,56 @@ class Usage:
     cached_tokens: int | None = None
     thoughts_tokens: int | None = None
     tool_use_prompt_tokens: int | None = None
+    by_modality: dict[str, dict[str, int]] | None = None
+    """Per kind ("prompt", "response", "cached", "tool_use_prompt"), tokens per
+    modality ("AUDIO", "TEXT", ...) where the model reports them: audio and text
+    are priced differently."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Grounding:
+    """Sources the model grounded its reply on (Google Search and the like)."""
+
+    type: ClassVar[str] = "grounding"
+    metadata: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CodeEvent:
+    """Code the model wrote and ran (the code-execution tool)."""
+
+    type: ClassVar[str] = "code"
+    code: str
+    language: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CodeResultEvent:
+    """The outcome and output of code the model ran."""
+
+    type: ClassVar[str] = "code.result"
+    output: str
+    outcome: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DataEvent:
+    """A non-audio file the model produced (an image, say), as base64."""
+
+    type: ClassVar[str] = "data"
+    mime_type: str
+    data: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UnknownEvent:
+    """An event type this client does not know (a newer server): kept, not fatal."""
+
+    type: str
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.data, "type": self.type}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -454,11 +529,16 @@ ServerEvent: TypeAlias = (
     | GenerationComplete
     | TurnComplete
     | Usage
+    | Grounding
+    | CodeEvent
+    | CodeResultEvent
+    | DataEvent
     | SessionGoAway
     | SessionReconnecting
     | SessionResumed
     | ErrorEvent
     | SessionClosed
+    | UnknownEvent
 )
 
 _SERVER_EVENTS: dict[str, type[Any]] = {
@@ -475,6 +555,10 @@ _SERVER_EVENTS: dict[str, type[Any]] = {
         GenerationComplete,
         TurnComplete,
         Usage,
+        Grounding,
+        CodeEvent,
+        CodeResultEvent,
+        DataEvent,
         SessionGoAway,
         SessionReconnecting,
         SessionResumed,
@@ -505,12 +589,30 @@ def encode(message: ClientMessage | ServerEvent) -> str:
 
 
 def parse_server_event(raw: str | bytes) -> ServerEvent:
-    """Parse one server text frame (for clients); unknown types raise `ProtocolError`."""
-    obj = json.loads(raw)
+    """Parse one server text frame (for clients).
+
+    An event of a type this version does not know, or whose fields it cannot
+    read, comes back as `UnknownEvent` rather than an exception: a newer server
+    must not break an older client. Only a frame that is not a JSON object
+    raises `ProtocolError`.
+    """
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError("invalid_json", f"server frame is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("invalid_json", "server frame is not a JSON object")
     kind = obj.get("type")
-    cls = _SERVER_EVENTS.get(kind)
+    cls = _SERVER_EVENTS.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ProtocolError("unknown_type", f"unknown server event type {kind!r}")
+        return UnknownEvent(str(kind), obj)
+    try:
+        return _event_from_json(cls, obj)
+    except (KeyError, TypeError, ValueError):
+        return UnknownEvent(str(kind), obj)
+
+
+def _event_from_json(cls: type[Any], obj: Mapping[str, Any]) -> ServerEvent:
     from_json = getattr(cls, "from_json", None)
     if from_json is not None:
         return from_json(obj)

@@ -18,11 +18,10 @@ import hmac
 import http
 import json
 import logging
-import math
 import mimetypes
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -38,6 +37,7 @@ from websockets.http11 import Request, Response
 from live.agent import Agent, run_tool
 from live.errors import (
     ConfigurationError,
+    ConnectionClosedError,
     InvalidArgumentError,
     LiveError,
     QuotaExhaustedError,
@@ -70,6 +70,17 @@ from live.session import (
     SendEvent,
     SessionCore,
     ToUpstream,
+)
+from live.supervisor import (
+    CLOSED,
+    GiveUp,
+    HandOver,
+    Outcome,
+    Resume,
+    Stall,
+    Supervisor,
+    Wait,
+    wait_seconds,
 )
 
 __all__ = ["LiveServer", "ServerConfig", "tune_gc_for_serving"]
@@ -130,7 +141,6 @@ class ServerConfig:
     audio_coalesce_frames: int = 5
     outbound_audio_seconds: float = 10.0
     audio_lead: float | None = 0.5
-    late_audio_window: float = 1.5
     stall_timeout: float = 20.0
     handover_margin: float = 1.0
     reconnect_attempts: int = 5
@@ -161,12 +171,17 @@ class _Link:
         self.sending = anyio.CancelScope()
         self.sender_done = anyio.Event()
         self.go_away_at: float | None = None
-        self.outcome: LiveError | str | None = None
+        self.outcome: Outcome | None = None
+        # Retired from the conversation: what it still receives is discarded.
+        self.muted = False
         self._scope = scope
         self._poke = poke
 
-    def end(self, outcome: LiveError | str) -> None:
-        """The connection ended (a `LiveError`, or "closed" for a normal close)."""
+    def end(self, outcome: Outcome) -> None:
+        """The connection ended (a `LiveError`, or CLOSED for a normal close).
+
+        The first outcome is kept; it is the same whichever pump saw the end.
+        """
         if self.outcome is None:
             self.outcome = outcome
         self._scope.cancel()
@@ -200,6 +215,7 @@ class ClientSession:
             max_audio=self.config.audio_queue_frames
         )
         self.core: SessionCore | None = None
+        self.manual_activity = False
         self.end_reason: str | None = None
         self.close_code = CLOSE_NORMAL
         self.audio_frames_in = 0
@@ -259,11 +275,12 @@ class ClientSession:
                 start = await self._await_start()
             if self.end_reason is not None or start is None:
                 return
+            self.manual_activity = start.turn_taking == "manual" or self.server.agent_manual_activity
             self.core = SessionCore(
                 input_rate=start.input_rate,
                 server_tools=frozenset(self.server.agent.tools_by_name),
                 client_tool_timeout=self.server.agent.client_tool_timeout,
-                late_audio_window=self.config.late_audio_window,
+                manual_activity=self.manual_activity,
             )
             with anyio.CancelScope() as scope:
                 # Cancelling this scope ends every task of the session; each model
@@ -310,16 +327,15 @@ class ClientSession:
     async def _converse(self, start: SessionStart) -> None:
         """Open the first model connection, start the client pumps, then supervise.
 
-        The client's socket outlives model connections: on go-away the session
-        hands over to a new connection at a safe point before the deadline; on a
-        recoverable failure or a stall it resumes with the newest handle, with
-        backoff and a bounded budget. Input the client sends meanwhile waits in
+        The client's socket outlives model connections. What to do when one
+        ends, stalls or is announced to end is decided by `live.supervisor`;
+        this loop performs the steps. Input the client sends meanwhile waits in
         the upstream queue and is sent on the new connection; history is never
         sent again.
         """
         core = self.core
         assert core is not None
-        link = await self._tg.start(self._connection, self.server.agent.request(start.history))
+        link = await self._tg.start(self._connection, self._request(start.history))
         if start.history:
             await link.conn.send_history(list(start.history))
         await self._send_now(SessionStarted(self.id, self.model, start.input_rate))
@@ -328,111 +344,116 @@ class ClientSession:
         self._tg.start_soon(self._read_client)
         self._tg.start_soon(self._write_client)
         self._tg.start_soon(self._watch_idle)
-        policy = ReconnectPolicy(
-            max_failures=self.config.reconnect_attempts, stable_after=self.config.stable_after
+        supervisor = Supervisor(
+            handover_margin=self.config.handover_margin,
+            stall_timeout=self.config.stall_timeout,
+            policy=ReconnectPolicy(
+                max_failures=self.config.reconnect_attempts, stable_after=self.config.stable_after
+            ),
         )
-        policy.connected(self.clock())
+        supervisor.connected(self.clock())
         while True:
             now = self.clock()
-            if link.outcome is not None:
-                link = await self._recover(link, policy)
-            elif link.go_away_at is not None and (
-                core.at_safe_point or now >= link.go_away_at - self.config.handover_margin
-            ):
-                link = await self._hand_over(link, policy)
-            elif core.stalled(now, self.config.stall_timeout):
-                message = (
-                    f"the model has not answered for {self.config.stall_timeout:g} s; "
-                    "resuming the session on a new connection"
-                )
-                self._event(ErrorEvent("model_stalled", message))
+            step = supervisor.next_step(
+                now,
+                outcome=link.outcome,
+                go_away_at=link.go_away_at,
+                safe_point=core.at_safe_point,
+                awaiting_reply_since=core.awaiting_reply_since,
+                has_handle=core.resumption_handle is not None,
+            )
+            if isinstance(step, Wait):
+                await self._wait_for_news(wait_seconds(step, now))
+            elif isinstance(step, HandOver):
+                link = await self._hand_over(link, supervisor)
+            elif isinstance(step, Stall):
+                self._event(ErrorEvent("model_stalled", step.message))
                 link.end(RecoverableConnectionError("the model stalled"))
-                link = await self._recover(link, policy)
+            elif isinstance(step, Resume):
+                link = await self._resume(link, step, supervisor)
             else:
-                await self._wait_for_news(link)
+                raise step.error
 
-    async def _wait_for_news(self, link: _Link) -> None:
+    def _request(
+        self, history: Sequence[types.Content] = (), resume_handle: str | None = None
+    ) -> LlmRequest:
+        return self.server.agent.request(
+            history, resume_handle=resume_handle, manual_activity=self.manual_activity
+        )
+
+    async def _wait_for_news(self, timeout: float) -> None:
         """Sleep until something the supervisor acts on may have changed.
 
         Woken by the connection ending, by a go-away, and (during a go-away or
         while a reply is owed) by each change of turn or tool state; otherwise by
         the timer of the nearest deadline.
         """
-        core = self.core
-        assert core is not None
-        deadlines = []
-        if link.go_away_at is not None:
-            deadlines.append(link.go_away_at - self.config.handover_margin)
-        if core.awaiting_reply_since is not None:
-            deadlines.append(core.awaiting_reply_since + self.config.stall_timeout + 0.01)
         self._news = anyio.Event()
-        timeout = max(0.0, min(deadlines) - self.clock()) if deadlines else math.inf
         with anyio.move_on_after(timeout):
             await self._news.wait()
 
     def _poke(self) -> None:
         self._news.set()
 
-    async def _recover(self, link: _Link, policy: ReconnectPolicy) -> _Link:
-        """The connection ended: resume on a new one, or end the session."""
+    async def _retire(self, link: _Link) -> None:
+        """Take a connection out of the conversation: nothing more goes to it or
+        comes from it, and its sender has stopped (the upstream queue has one
+        sender at a time). It closes upstream in its own time."""
+        link.muted = True
+        link.stop()
+        await link.sender_done.wait()
+
+    async def _resume(self, link: _Link, step: Resume, supervisor: Supervisor) -> _Link:
+        """The connection ended: resume on a new one, retrying as the supervisor says."""
         core = self.core
         assert core is not None
-        outcome = link.outcome
-        link.stop()
-        if isinstance(outcome, LiveError) and not outcome.recoverable:
-            raise outcome
+        await self._retire(link)
         await self._apply(core.connection_lost())
-        why = str(outcome) if isinstance(outcome, LiveError) else "the model closed the connection"
-        # A close the model announced with go-away is its normal way of ending a
-        # connection: resume at once. Every other end counts against the budget,
-        # so a model that keeps closing cannot make the session spin.
-        announced = outcome == "closed" and link.go_away_at is not None
         while True:
-            if core.resumption_handle is None:
-                raise RecoverableConnectionError(
-                    f"{why}, and the session cannot be resumed (the model gave no resumption handle)"
-                )
-            delay = policy.failed(self.clock())
-            if delay is None:
-                raise RecoverableConnectionError(
-                    f"{why}; gave up after {policy.max_failures} attempts to resume"
-                )
-            if announced:
-                delay, announced = 0.0, False
-            self._event(SessionReconnecting(why))
-            log.info("session %s reconnecting: %s", self.id, why)
-            await anyio.sleep(delay)
+            self._event(SessionReconnecting(step.reason))
+            log.info("session %s reconnecting: %s", self.id, step.reason)
+            await anyio.sleep(step.delay)
             try:
                 new = await self._open_resumed()
             except LiveError as exc:
-                if not exc.recoverable:
-                    raise
-                outcome, why = exc, str(exc)
+                next_step = supervisor.reconnect_failed(
+                    self.clock(), exc, has_handle=core.resumption_handle is not None
+                )
+                if isinstance(next_step, GiveUp):
+                    raise next_step.error from exc
+                assert isinstance(next_step, Resume)
+                step = next_step
                 continue
-            policy.connected(self.clock())
+            supervisor.connected(self.clock())
             return new
 
-    async def _hand_over(self, link: _Link, policy: ReconnectPolicy) -> _Link:
-        """Go-away: move to a new connection before the old one is closed."""
+    async def _hand_over(self, link: _Link, supervisor: Supervisor) -> _Link:
+        """Go-away: move to a new connection before the old one is closed.
+
+        The old connection takes nothing more once the hand-over starts, and
+        what it still sends is discarded: a reply cut at the deadline ends for
+        the client with `turn.complete` (`connection_lost`), and nothing of it
+        follows; a call it makes now is one the resumed state never made.
+        """
         core = self.core
         assert core is not None
         self._event(SessionReconnecting("the model connection is about to close (go-away)"))
-        await link.stop_sending()  # nothing more may reach the old connection
+        link.muted = True
+        await link.stop_sending()
         await self._apply(core.connection_lost())
         try:
             new = await self._open_resumed()
         except LiveError as exc:
-            link.end(exc)
-            return await self._recover(link, policy)
+            link.end(exc)  # the supervisor decides: retry with backoff, or give up
+            return link
         link.stop()
-        policy.connected(self.clock())
+        supervisor.connected(self.clock())
         return new
 
     async def _open_resumed(self) -> _Link:
         core = self.core
         assert core is not None
-        request = self.server.agent.request(resume_handle=core.resumption_handle)
-        link = await self._tg.start(self._connection, request)
+        link = await self._tg.start(self._connection, self._request(resume_handle=core.resumption_handle))
         self.reconnects += 1
         self._event(SessionResumed())
         await self._apply(core.connection_resumed(self.clock()))
@@ -444,11 +465,16 @@ class ClientSession:
     ) -> None:
         """One model connection and its two pumps, for as long as it lasts."""
         async with self.server.llm.connect(request) as conn:
-            async with anyio.create_task_group() as tg:
-                link = _Link(conn, tg.cancel_scope, self._poke)
-                tg.start_soon(self._send_upstream, link)
-                tg.start_soon(self._receive_upstream, link)
-                task_status.started(link)
+            link: _Link | None = None
+            try:
+                async with anyio.create_task_group() as tg:
+                    link = _Link(conn, tg.cancel_scope, self._poke)
+                    tg.start_soon(self._send_upstream, link)
+                    tg.start_soon(self._receive_upstream, link)
+                    task_status.started(link)
+            finally:
+                if link is not None:
+                    link.sender_done.set()
 
     def _model_failed(self, exc: LiveError) -> None:
         self.finish(f"model: {exc}", CLOSE_INTERNAL, ErrorEvent(_error_code(exc), str(exc), True))
@@ -582,15 +608,19 @@ class ClientSession:
                             )
                         elif isinstance(items[0], types.Content):
                             # Tool results and turns go whole or not at all.
+                            content = core.for_connection(items[0])
                             with anyio.CancelScope(shield=True):
-                                await conn.send_content(items[0])
-                            core.content_sent(items[0])
+                                await conn.send_content(content)
+                            core.content_sent(content)
                         else:
                             await send_realtime(items[0])
                     except BaseException:
                         queue.release()
                         raise
                     queue.commit()
+        except ConnectionClosedError as exc:
+            # The close as the receiver would classify it, whoever saw it first.
+            link.end(exc.cause if exc.cause is not None else CLOSED)
         except LiveError as exc:
             link.end(exc)
         finally:
@@ -601,6 +631,8 @@ class ClientSession:
         assert core is not None
         try:
             async for response in link.conn.receive():
+                if link.muted:
+                    continue  # retired: nothing of it reaches the conversation
                 now = self.clock()
                 if response.go_away_time_left is not None:
                     link.go_away_at = now + response.go_away_time_left
@@ -615,7 +647,7 @@ class ClientSession:
         except LiveError as exc:
             link.end(exc)
             return
-        link.end("closed")
+        link.end(CLOSED)
 
     async def _watch_idle(self) -> None:
         idle = self.config.idle_timeout
@@ -707,6 +739,11 @@ class LiveServer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.agent = agent
+        aad = (agent.live_connect_config().realtime_input_config or types.RealtimeInputConfig())
+        detection = aad.automatic_activity_detection
+        # The agent itself turned the model's voice detection off: every session
+        # marks turns with activity signals.
+        self.agent_manual_activity = bool(detection is not None and detection.disabled)
         # The seconds every deadline of every session is measured in; the same
         # clock as anyio's sleeps (a test runs sessions in virtual time with
         # trio's MockClock and `trio.current_time`).

@@ -8,19 +8,34 @@ and interruptions lives here, where a test can drive it without sockets.
 
 Turn state: `LISTENING -> RESPONDING -> (INTERRUPTED | LISTENING)`. After the model
 reports `interrupted`, audio of the interrupted generation is dropped — both what
-is still queued for the client (`FlushAudio`) and what arrives late — until the
-interrupted turn is closed by `turn_complete`, the client starts a new turn of its
-own (text, activity end, tool result), or `late_audio_window` seconds pass (some
-servers never close an interrupted turn).
+is still queued for the client (`FlushAudio`) and what arrives late — until that
+generation is over: its turn is closed by `turn_complete`, the model calls a tool,
+the model shows it is hearing the user's new turn (input transcription or voice
+activity after the interruption), or the client starts a turn of its own (text,
+activity end, tool result). The drop is keyed to the generation, never to a clock,
+so a quick answer to a short barge-in keeps its start.
 
 Tool calls: `PENDING -> (ANSWERED | CANCELLED | TIMED_OUT)`. Every call the model
 makes gets exactly one response, unless the model cancels it first.
+
+Model connections come and go under one session (go-away, drops). Each has an
+`epoch`; a tool call belongs to the epoch that issued it. A resumed connection
+continues from the state behind its resumption handle, and a handle is never
+issued while a call is unanswered, so a connection that did not issue a call
+never gets its function response (the service rejects one whose call it never
+made). Instead, the result goes to the new connection as context the model
+reads: a short user-role note saying which tool ran, with what, and what it
+returned. The same holds for results that reached the old connection but that
+no handle since covers. A typed turn the model has not finished answering, and
+that no handle covers, is sent again on the new connection.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import enum
+import json
 import uuid
 from typing import Any, TypeAlias
 
@@ -28,6 +43,10 @@ from google.genai import types
 
 from live.llm import AUDIO_STREAM_END, LlmResponse, RealtimeInput
 from live.protocol import (
+    CodeEvent,
+    CodeResultEvent,
+    DataEvent,
+    Grounding,
     ActivityEnd,
     ActivityStart,
     AudioEnd,
@@ -149,7 +168,12 @@ Action: TypeAlias = (
 class _ToolCall:
     name: str
     runs_on: str
+    args: dict[str, Any]
+    epoch: int
     state: ToolState = ToolState.PENDING
+    response: dict[str, Any] | None = None
+    sent_epoch: int | None = None  # the epoch whose connection took the response
+    covered: bool = False  # a resumable handle issued after the response holds it
 
 
 def function_response_content(call_id: str, name: str, response: dict[str, Any]) -> types.Content:
@@ -164,7 +188,44 @@ def function_response_content(call_id: str, name: str, response: dict[str, Any])
     )
 
 
+def tool_context_content(
+    results: list[tuple[str, dict[str, Any], dict[str, Any]]],
+) -> types.Content:
+    """What a model on a new connection is told of tool calls it cannot answer for.
+
+    A user-role text (the one kind of input every model takes mid-session),
+    marked as context so the model does not take it for the user's words.
+    """
+    lines = [
+        "[Context, not said by the user: the connection to you was restored. Before "
+        "that, you called these tools and they ran; use their results.]"
+    ]
+    for name, args, response in results:
+        lines.append(
+            f"- {name}({json.dumps(args, ensure_ascii=False, default=str)}) returned "
+            f"{json.dumps(response, ensure_ascii=False, default=str)}"
+        )
+    return types.Content(role="user", parts=[types.Part(text="\n".join(lines))])
+
+
+_USAGE_DETAILS = (
+    ("prompt", "prompt_tokens_details"),
+    ("response", "response_tokens_details"),
+    ("cached", "cache_tokens_details"),
+    ("tool_use_prompt", "tool_use_prompt_tokens_details"),
+)
+
+
 def _usage_event(usage: types.UsageMetadata) -> Usage:
+    by_modality: dict[str, dict[str, int]] = {}
+    for kind, field in _USAGE_DETAILS:
+        details = getattr(usage, field, None) or []
+        counts: dict[str, int] = {}
+        for item in details:
+            modality = item.modality.value if item.modality is not None else "UNSPECIFIED"
+            counts[modality] = counts.get(modality, 0) + (item.token_count or 0)
+        if counts:
+            by_modality[kind] = counts
     return Usage(
         prompt_tokens=usage.prompt_token_count,
         response_tokens=usage.response_token_count,
@@ -172,6 +233,7 @@ def _usage_event(usage: types.UsageMetadata) -> Usage:
         cached_tokens=usage.cached_content_token_count,
         thoughts_tokens=usage.thoughts_token_count,
         tool_use_prompt_tokens=usage.tool_use_prompt_token_count,
+        by_modality=by_modality or None,
     )
 
 
@@ -180,6 +242,9 @@ class SessionCore:
 
     `server_tools` names the tools the server runs; calls for any other name go to
     the client. `client_tool_timeout` bounds how long a client-run call may take.
+    `manual_activity` says the client marks the user's turns itself
+    (`activity.start` / `activity.end`); otherwise those messages are refused
+    with an error, since the model rejects them while its own detection is on.
     """
 
     def __init__(
@@ -188,22 +253,25 @@ class SessionCore:
         input_rate: int,
         server_tools: frozenset[str] = frozenset(),
         client_tool_timeout: float = 30.0,
-        late_audio_window: float = 1.5,
+        manual_activity: bool = False,
     ) -> None:
         self.input_mime = f"audio/pcm;rate={input_rate}"
         # Copied per frame: half the cost of model_construct, the same Blob.
         self._audio_blob = types.Blob.model_construct(data=b"", mime_type=self.input_mime)
         self.server_tools = server_tools
         self.client_tool_timeout = client_tool_timeout
-        self.late_audio_window = late_audio_window
+        self.manual_activity = manual_activity
         self.turn = TurnState.LISTENING
         self.tools: dict[str, _ToolCall] = {}
         self.resumption_handle: str | None = None
         self.late_audio_dropped = 0
         self.awaiting_reply_since: float | None = None
-        self._owed_turn: types.Content | None = None
-        self._replay: types.Content | None = None
-        self._interrupted_at = 0.0
+        self.epoch = 0
+        self.user_speaking = False
+        self._hearing_user = False  # input transcription fragments not yet finalized
+        self._owed_turn: types.Content | None = None  # sent, and no handle holds it yet
+        self._owed_answered = False  # its reply was completed
+        self._replay: list[types.Content] = []
 
     # -------------------------------------------------------------- client side
 
@@ -246,13 +314,26 @@ class SessionCore:
             return [CloseSession("client closed the session")]
         if isinstance(message, AudioEnd):
             return [ToUpstream(AUDIO_STREAM_END)]
+        if isinstance(message, (ActivityStart, ActivityEnd)) and not self.manual_activity:
+            return [
+                SendEvent(
+                    ErrorEvent(
+                        "activity_not_enabled",
+                        f"{message.type} was ignored: in this session the model's own voice "
+                        "detection decides when the user's turn ends; to mark turns "
+                        "yourself, start the session with \"turn_taking\": \"manual\"",
+                    )
+                )
+            ]
         if isinstance(message, ActivityStart):
+            self.user_speaking = True
             return [ToUpstream(types.ActivityStart())]
         # What follows starts a new user turn of the client's own: late audio of an
         # interrupted reply can no longer be on its way, and the model owes a reply.
         self._end_interruption()
         self.awaiting_reply_since = now
         if isinstance(message, ActivityEnd):
+            self.user_speaking = False
             return [ToUpstream(types.ActivityEnd())]
         if isinstance(message, Text):
             content = types.Content(role="user", parts=[types.Part(text=message.text)])
@@ -293,6 +374,7 @@ class SessionCore:
                 )
             ]
         call.state = ToolState.ANSWERED
+        call.response = message.response
         return [
             CancelTool(message.id),
             ToUpstream(function_response_content(message.id, call.name, message.response)),
@@ -311,17 +393,18 @@ class SessionCore:
             or response.generation_complete
         ):
             self.awaiting_reply_since = None  # the model is answering
-            self._owed_turn = None
         if response.interrupted:
             # First: audio bundled with the interruption belongs to the old reply.
             self.turn = TurnState.INTERRUPTED
-            self._interrupted_at = now
+            self._owed_answered = True  # the user cut the reply short: not to be replayed
             actions.append(FlushAudio())
             actions.append(SendEvent(TurnInterrupted()))
-        elif (
-            self.turn is TurnState.INTERRUPTED
-            and now - self._interrupted_at > self.late_audio_window
+        elif self.turn is TurnState.INTERRUPTED and (
+            response.voice_activity is not None
+            or (response.input_transcription is not None and response.input_transcription.text)
         ):
+            # The model is hearing the user's new turn: the interrupted generation
+            # is over, and what follows answers the new turn.
             self._end_interruption()
 
         content = response.content
@@ -331,10 +414,23 @@ class SessionCore:
         if response.output_transcription is not None and self.turn is TurnState.LISTENING:
             self.turn = TurnState.RESPONDING  # a reply has begun, audio or not
 
+        if response.grounding_metadata is not None:
+            actions.append(
+                SendEvent(
+                    Grounding(response.grounding_metadata.model_dump(mode="json", exclude_none=True))
+                )
+            )
+        if response.voice_activity is not None:
+            kind = response.voice_activity.voice_activity_type
+            if kind is types.VoiceActivityType.ACTIVITY_START:
+                self.user_speaking = True
+            elif kind is types.VoiceActivityType.ACTIVITY_END:
+                self.user_speaking = False
         if response.input_transcription is not None:
             t = response.input_transcription
             if t.text or t.finished:
                 actions.append(SendEvent(TranscriptInput(t.text or "", bool(t.finished))))
+            self._hearing_user = not t.finished and bool(t.text or self._hearing_user)
         if response.output_transcription is not None:
             t = response.output_transcription
             if t.text or t.finished:
@@ -344,6 +440,7 @@ class SessionCore:
         if response.generation_complete:
             actions.append(SendEvent(GenerationComplete()))
         if response.turn_complete:
+            self._owed_answered = True
             self.turn = TurnState.LISTENING
             reason = response.turn_complete_reason
             actions.append(SendEvent(TurnComplete(reason.value if reason else None)))
@@ -353,8 +450,7 @@ class SessionCore:
             actions.append(SendEvent(SessionGoAway(response.go_away_time_left)))
         update = response.session_resumption_update
         if update is not None and update.resumable and update.new_handle:
-            self.resumption_handle = update.new_handle
-            self._owed_turn = None  # the state behind this handle holds the turn
+            self._handle_issued(update.new_handle)
         if response.error_code or response.error_message:
             actions.append(
                 SendEvent(
@@ -366,18 +462,42 @@ class SessionCore:
             )
         return actions
 
+    def _handle_issued(self, handle: str) -> None:
+        """A resumable handle: the state behind it holds everything sent so far."""
+        self.resumption_handle = handle
+        self._owed_turn = None
+        for call in self.tools.values():
+            if call.sent_epoch == self.epoch or call.state is ToolState.CANCELLED:
+                call.covered = True
+
     def _map_part(self, part: types.Part, partial: bool, actions: list[Action]) -> None:
         blob = part.inline_data
         if blob is not None and blob.data:
-            if (blob.mime_type or "audio/").startswith("audio/"):
+            mime = blob.mime_type or "audio/"
+            if mime.startswith("audio/"):
                 if self.turn is TurnState.INTERRUPTED:
                     self.late_audio_dropped += 1
                     return
                 self.turn = TurnState.RESPONDING
                 actions.append(SendAudio(blob.data))
+            elif self.turn is not TurnState.INTERRUPTED:
+                data = base64.b64encode(blob.data).decode("ascii")
+                actions.append(SendEvent(DataEvent(mime, data)))
             return
         if part.function_call is not None:
             actions.extend(self._tool_call(part.function_call))
+            return
+        if self.turn is TurnState.INTERRUPTED:
+            return  # text or code of the interrupted generation
+        if part.executable_code is not None:
+            code = part.executable_code
+            language = code.language.value if code.language is not None else None
+            actions.append(SendEvent(CodeEvent(code.code or "", language)))
+            return
+        if part.code_execution_result is not None:
+            result = part.code_execution_result
+            outcome = result.outcome.value if result.outcome is not None else None
+            actions.append(SendEvent(CodeResultEvent(result.output or "", outcome)))
             return
         if part.text and not part.thought:
             if self.turn is TurnState.LISTENING:
@@ -393,8 +513,9 @@ class SessionCore:
         name = call.name or ""
         runs_on = "server" if name in self.server_tools else "client"
         self._forget_closed_calls()
-        self.tools[call_id] = _ToolCall(name=name, runs_on=runs_on)
-        event = SendEvent(ToolCallEvent(call_id, name, dict(call.args or {}), runs_on))
+        args = dict(call.args or {})
+        self.tools[call_id] = _ToolCall(name=name, runs_on=runs_on, args=args, epoch=self.epoch)
+        event = SendEvent(ToolCallEvent(call_id, name, args, runs_on))
         if runs_on == "server":
             return [event, RunTool(call)]
         return [event, AwaitClientTool(call, self.client_tool_timeout)]
@@ -421,6 +542,7 @@ class SessionCore:
         if call is None or call.state is not ToolState.PENDING:
             return []
         call.state = ToolState.ANSWERED
+        call.response = response
         self.awaiting_reply_since = now
         return [
             ToUpstream(function_response_content(call_id, call.name, response)),
@@ -439,6 +561,7 @@ class SessionCore:
             f"{self.client_tool_timeout:g} s"
         )
         response = {"error": message}
+        call.response = response
         return [
             ToUpstream(function_response_content(call_id, call.name, response)),
             SendEvent(ErrorEvent("tool_timeout", f"tool call {call_id!r}: {message}")),
@@ -448,46 +571,116 @@ class SessionCore:
     def pending_tool_calls(self) -> list[str]:
         return [i for i, c in self.tools.items() if c.state is ToolState.PENDING]
 
-    def content_sent(self, content: types.Content) -> None:
-        """A content reached the model; a typed user turn is then owed a reply."""
-        if content.role == "user" and content.parts and content.parts[0].text is not None:
+    def for_connection(self, content: types.Content) -> types.Content:
+        """What of `content` the current connection may take, decided as it is sent.
+
+        Function responses to calls an earlier connection issued become a context
+        note: this connection never made those calls and would reject the
+        responses. Everything else goes as it is.
+        """
+        parts = content.parts or []
+        if not parts or parts[0].function_response is None:
+            return content
+        own: list[types.Part] = []
+        foreign: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        for part in parts:
+            fr = part.function_response
+            call = self.tools.get(fr.id or "") if fr is not None else None
+            if fr is not None and call is not None and call.epoch != self.epoch:
+                foreign.append((call.name, call.args, dict(fr.response or {})))
+                call.covered = True  # told to this connection; a handle will hold it
+                call.sent_epoch = None
+            else:
+                own.append(part)
+        if not foreign:
+            return content
+        if own:
+            # Both in one content cannot happen (calls answered together were
+            # issued together); keep the own responses rather than mix kinds.
+            return content.model_copy(update={"parts": own})
+        return tool_context_content(foreign)
+
+    def content_sent(self, content: types.Content, now: float | None = None) -> None:
+        """A content reached the model's connection.
+
+        A typed user turn (or a context note) is then owed a reply; function
+        responses are recorded as taken by this connection, until a handle
+        covers them.
+        """
+        parts = content.parts or []
+        if not parts:
+            return
+        if parts[0].function_response is not None:
+            for part in parts:
+                fr = part.function_response
+                call = self.tools.get(fr.id or "") if fr is not None else None
+                if call is not None:
+                    call.sent_epoch = self.epoch
+                    call.covered = False
+            return
+        if content.role == "user" and parts[0].text is not None:
             self._owed_turn = content
+            self._owed_answered = False
 
     def connection_lost(self) -> list[Action]:
         """The model connection is going away; a new one (resumed) will follow.
 
         A reply cut short will not go on: the client hears `turn.complete` with
-        reason `connection_lost`. A typed turn the model never answered, and that
-        no handle issued since holds, is kept to be sent again on resume.
+        reason `connection_lost`, and nothing more of that reply. What the next
+        connection must be told is gathered: results of calls the old one took
+        but no handle covers, and a typed turn it never finished answering.
         """
         actions: list[Action] = []
         if self.turn is not TurnState.LISTENING:
             actions.append(SendEvent(TurnComplete("connection_lost")))
         self.turn = TurnState.LISTENING
-        if self._owed_turn is not None:
-            self._replay, self._owed_turn = self._owed_turn, None
+        self.user_speaking = False
+        self._hearing_user = False
+        self.epoch += 1
+        uncovered = [
+            (c.name, c.args, c.response or {})
+            for c in self.tools.values()
+            if c.sent_epoch is not None and not c.covered and c.response is not None
+        ]
+        for call in self.tools.values():
+            if call.sent_epoch is not None and not call.covered:
+                call.sent_epoch = None
+                call.covered = True
+        replay: list[types.Content] = []
+        if uncovered:
+            replay.append(tool_context_content(uncovered))
+        if self._owed_turn is not None and not self._owed_answered:
+            replay.append(self._owed_turn)
+        self._owed_turn = None
+        if replay:
+            self._replay = [_joined_turn(replay)]
         return actions
 
     def connection_resumed(self, now: float) -> list[Action]:
-        """A resumed connection took over: resend the unanswered typed turn.
+        """A resumed connection took over: send what it must be told first.
 
-        Pending tool calls stay pending (their results go to the new
-        connection), and a reply still owed is timed from now.
+        Pending tool calls stay pending (their results reach the new
+        connection as context), and a reply still owed is timed from now.
         """
         if self.awaiting_reply_since is not None:
             self.awaiting_reply_since = now
-        replay, self._replay = self._replay, None
-        return [ToUpstream(replay)] if replay is not None else []
+        replay, self._replay = self._replay, []
+        if replay:
+            self.awaiting_reply_since = now
+        return [ToUpstream(item) for item in replay]
 
     @property
     def at_safe_point(self) -> bool:
-        """Nothing in flight: no reply owed or being generated, no call unanswered.
+        """Nothing in flight: no reply owed or being generated, no call unanswered,
+        and the user is not in the middle of saying something.
 
         The moment to replace the model connection without losing anything.
         """
         return (
             self.turn is TurnState.LISTENING
             and self.awaiting_reply_since is None
+            and not self.user_speaking
+            and not self._hearing_user
             and not self.pending_tool_calls
         )
 
@@ -500,13 +693,26 @@ class SessionCore:
         """Bound the call table: closed calls are kept only to explain late results."""
         if len(self.tools) <= 2 * keep:
             return
-        closed = [i for i, c in self.tools.items() if c.state is not ToolState.PENDING]
+        # Never a call whose response is queued or uncovered (it may still have to
+        # be told to a new connection), unless the table is far past its bound.
+        far_past = len(self.tools) > 4 * keep
+        closed = [
+            i
+            for i, c in self.tools.items()
+            if c.state is not ToolState.PENDING and (c.covered or far_past)
+        ]
         for call_id in closed[: len(closed) - keep]:
             del self.tools[call_id]
 
     def _end_interruption(self) -> None:
         if self.turn is TurnState.INTERRUPTED:
             self.turn = TurnState.LISTENING
+
+
+def _joined_turn(contents: list[types.Content]) -> types.Content:
+    """Several user texts as one turn, so the model answers them once."""
+    parts = [part for content in contents for part in (content.parts or [])]
+    return types.Content(role="user", parts=parts)
 
 
 @dataclasses.dataclass

@@ -77,3 +77,23 @@ def test_session_started_says_both_audio_formats():
     frame = json.loads(p.encode(p.SessionStarted("abc", "m", 16_000)))
     assert frame["input_audio"] == {"rate": 16_000, "encoding": "pcm16le"}
     assert frame["output_audio"] == {"rate": 24_000, "encoding": "pcm16le"}
+
+
+def test_an_event_type_this_client_does_not_know_is_kept_not_fatal():
+    event = p.parse_server_event('{"type": "avatar.frame", "seq": 3}')
+    assert isinstance(event, p.UnknownEvent)
+    assert event.type == "avatar.frame" and event.data["seq"] == 3
+    # A known type missing a field it needs is kept the same way.
+    assert isinstance(p.parse_server_event('{"type": "turn.interrupted_by"}'), p.UnknownEvent)
+    assert isinstance(p.parse_server_event('{"type": "tool.call", "id": "x"}'), p.UnknownEvent)
+    # Extra fields a newer server adds to a known event are ignored.
+    assert p.parse_server_event('{"type": "turn.complete", "seq": 9}') == p.TurnComplete()
+
+
+def test_turn_taking_is_declared_at_session_start():
+    start = p.parse_client_message('{"type": "session.start", "turn_taking": "manual"}')
+    assert start.turn_taking == "manual"
+    assert json.loads(p.encode(start))["turn_taking"] == "manual"
+    with pytest.raises(p.ProtocolError) as info:
+        p.parse_client_message('{"type": "session.start", "turn_taking": "sometimes"}')
+    assert info.value.code == "invalid_field"

@@ -126,7 +126,10 @@ async def test_a_1011_in_the_middle_of_a_generation_resumes_without_replaying_hi
         assert "1011" in reconnecting.reason
         assert said(await say(client, "Go on"), "on the new line")
     assert resume_handles(transport) == [None, "h1"]
-    assert transport.sessions[1].client_contents[0].turns[0].parts[0].text == "Go on"  # no history
+    # The handle predates the question whose reply was cut: it is asked again,
+    # then the conversation goes on; the history is never sent again.
+    texts = [c.turns[0].parts[0].text for c in transport.sessions[1].client_contents]
+    assert texts == ["Tell me something", "Go on"]
 
 
 async def test_a_dropped_connection_without_a_close_frame_resumes_and_replays_held_audio():
@@ -226,3 +229,128 @@ async def test_a_model_that_keeps_closing_normally_cannot_make_the_session_spin(
     error = next(e for e in events if isinstance(e, p.ErrorEvent))
     assert error.fatal and "gave up after 2 attempts" in error.message
     assert len(transport.connects) == 3
+
+
+# -- what a close reading against the protocol found -------------------------------------
+
+
+def notes(session: double.ScriptedSession) -> list[str]:
+    """Texts a connection was given as client content (2.x) or realtime text (3.x)."""
+    texts = [part.text for c in session.client_contents for t in c.turns or [] for part in t.parts or [] if part.text]
+    return texts + [r.text for r in session.realtime_inputs if r.text]
+
+
+async def test_a_call_pending_at_a_drop_reaches_the_resumed_model_as_context_not_a_response():
+    released = anyio.Event()
+
+    async def book_table(time: str) -> dict:
+        """Book a table (a side effect: it must never be lost or repeated)."""
+        await released.wait()
+        return {"booked": time}
+
+    agent = Agent(name="r", model="gemini-2.5-flash", tools=[book_table])
+    first = double.ScriptedSession(handle("h1"))
+    first.on_client_content(double.tool_call("book_table", {"time": "8pm"}, id="b1"), double.Close(1011, "Internal error"))
+    second = double.ScriptedSession()
+    second.on_client_content(*reply("Your table is booked for 8pm."), times=None)
+    llm, transport = gemini(first, second)
+    async with running(agent, llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("A table at 8pm, please.")
+        await collect(client, lambda e: isinstance(e, p.SessionResumed))
+        released.set()  # the tool finishes after the model connection was replaced
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None)
+    assert said(events, "Your table is booked for 8pm.")
+    assert not any(isinstance(e, p.ErrorEvent) for e in events)
+    # The resumed connection never issued b1: no function response goes to it
+    # (the service would close with 1007), but it learns what ran.
+    assert second.tool_responses == []
+    assert any("book_table" in t and '"booked": "8pm"' in t for t in notes(second))
+    assert second.server_close is None
+
+
+async def test_a_call_pending_at_a_go_away_deadline_reaches_the_new_connection_as_context():
+    released = anyio.Event()
+
+    async def check_stock(item: str) -> dict:
+        """How many of an item are in stock."""
+        await released.wait()
+        return {"item": item, "count": 3}
+
+    agent = Agent(name="shop", model="gemini-2.5-flash", tools=[check_stock])
+    first = double.ScriptedSession(handle("h1"))
+    first.on_client_content(double.tool_call("check_stock", {"item": "kettle"}, id="t1"), double.go_away(0.4))
+    second = answering("Three kettles.")
+    llm, transport = gemini(first, second)
+    async with running(agent, llm, handover_margin=0.2) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("Any kettles?")
+        await collect(client, lambda e: isinstance(e, p.SessionResumed))  # at the deadline, call pending
+        released.set()
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None)
+    assert said(events, "Three kettles.")
+    assert first.tool_responses == [] and second.tool_responses == []
+    assert any('"count": 3' in t for t in notes(second))
+
+
+async def test_a_close_the_sender_sees_first_is_still_recoverable():
+    first = double.ScriptedSession(handle("h1"))
+    llm, transport = gemini(first, answering())
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url) as client:
+        first.drop(1011, "Internal error", seen_by="sender")
+        await client.send_audio(MIC)  # the sender meets the dead socket first
+        events = await collect(client, lambda e: isinstance(e, p.SessionResumed))
+        assert said(await say(client, "Still there?"), "on the new line")
+    assert not any(isinstance(e, p.ErrorEvent) and e.fatal for e in events)
+    assert resume_handles(transport) == [None, "h1"]
+
+
+async def test_a_go_away_waits_for_the_end_of_the_users_sentence():
+    first = double.ScriptedSession(handle("h1"))
+    llm, transport = gemini(first, answering())
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url) as client:
+        first.push(double.input_transcript("I would like"), double.go_away(5))
+        await collect(client, lambda e: isinstance(e, p.SessionGoAway))
+        with anyio.move_on_after(0.5) as waited:
+            await collect(client, lambda e: isinstance(e, p.SessionReconnecting), timeout=1)
+        assert waited.cancelled_caught  # the user is still speaking: no hand-over yet
+        first.push(double.input_transcript(" a tea", finished=True))
+        await collect(client, lambda e: isinstance(e, p.SessionResumed))
+    assert resume_handles(transport) == [None, "h1"]
+
+
+async def test_activity_signals_are_refused_unless_the_session_takes_turns_manually():
+    first = double.ScriptedSession(handle("h1"))
+    manual = double.ScriptedSession(handle("h2"))
+    manual.on_activity_end(*reply("Heard you."))
+    llm, transport = gemini(first, manual)
+    agent = Agent(name="a", model="gemini-2.5-flash")
+    async with running(agent, llm) as (_, url):
+        async with LiveClient.connect(url) as client:
+            await client.activity_start()
+            [error] = [e for e in await collect(client, lambda e: isinstance(e, p.ErrorEvent))
+                       if isinstance(e, p.ErrorEvent)]
+            assert error.code == "activity_not_enabled" and not error.fatal
+        async with LiveClient.connect(url, turn_taking="manual") as client:
+            await client.activity_start()
+            await client.send_audio(MIC)
+            await client.activity_end()
+            events = await collect(client, lambda e: isinstance(e, p.TurnComplete))
+    assert said(events, "Heard you.")
+    assert first.server_close is None and first.realtime_inputs == []  # nothing went upstream
+    config = transport.connects[1].config
+    assert config.realtime_input_config.automatic_activity_detection.disabled is True
+
+
+async def test_nothing_of_a_cut_reply_follows_its_turn_complete():
+    endless = [double.Pause(0.02), double.audio(b"\x07\x00" * 480), double.output_transcript("blah ")] * 40
+    first = double.ScriptedSession(handle("h1"))
+    first.on_client_content(double.go_away(0.3), *endless)
+    second = answering("Fresh start.")
+    llm, _ = gemini(first, second)
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm, handover_margin=0.1) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("Talk to me")
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None, timeout=8)
+    cut = next(i for i, e in enumerate(events) if isinstance(e, p.TurnComplete) and e.reason == "connection_lost")
+    after = events[cut + 1:]
+    assert b"\x07\x00" * 4 not in b"".join(e.data for e in after if hasattr(e, "data") and isinstance(e.data, bytes))
+    assert not any(isinstance(e, p.TranscriptOutput) and "blah" in e.text for e in after)
+    assert said(after, "Fresh start.")  # the question, asked again, is answered

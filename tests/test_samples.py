@@ -98,3 +98,19 @@ async def test_the_order_desk_answers_with_a_server_tool_and_shows_a_card_on_the
     first, second = session.tool_responses
     assert first.function_responses[0].response["eta"] == "Thursday"
     assert second.function_responses[0].response == {"shown": True}
+
+
+@pytest.mark.anyio
+async def test_an_async_callable_object_runs_as_async():
+    import anyio
+
+    from live.agent import run_tool
+
+    class Lookup:
+        """A tool as an object with an async __call__ (a common way to carry a client)."""
+
+        async def __call__(self, key: str) -> dict:
+            await anyio.sleep(0)
+            return {"key": key, "found": True}
+
+    assert await run_tool(Lookup(), {"key": "a"}, timeout=1.0) == {"key": "a", "found": True}

@@ -97,11 +97,25 @@ def test_interruption_flushes_and_drops_late_audio_until_the_turn_closes():
     assert isinstance(s.model_response(audio(), now=2.0)[0], SendAudio)
 
 
-def test_late_audio_window_bounds_the_drop_when_no_turn_end_comes():
-    s = core(late_audio_window=0.5)
+def test_a_quick_answer_to_a_short_barge_in_keeps_its_start():
+    s = core()
     s.model_response(LlmResponse(interrupted=True), now=0.0)
-    assert s.model_response(audio(), now=0.3) == []
-    assert isinstance(s.model_response(audio(), now=0.6)[0], SendAudio)
+    # The model hears the user's new turn: the interrupted generation is over...
+    s.model_response(LlmResponse(input_transcription=types.Transcription(text="stop")), now=0.2)
+    # ...so the answer that follows 0.1 s later plays from its first chunk.
+    assert isinstance(s.model_response(audio(), now=0.3)[0], SendAudio)
+    assert s.late_audio_dropped == 0
+
+
+def test_late_audio_is_dropped_by_generation_not_by_clock():
+    s = core()
+    s.model_response(LlmResponse(interrupted=True), now=0.0)
+    # Nothing has shown a new turn: audio is still the interrupted generation's,
+    # however late it comes.
+    assert s.model_response(audio(), now=5.0) == []
+    s.model_response(LlmResponse(voice_activity=types.VoiceActivity(
+        voice_activity_type=types.VoiceActivityType.ACTIVITY_END)), now=5.1)
+    assert isinstance(s.model_response(audio(), now=5.2)[0], SendAudio)
 
 
 def test_a_client_turn_ends_the_drop_early():
@@ -204,9 +218,21 @@ def test_a_turn_held_by_a_newer_handle_or_already_answered_is_not_sent_again():
     assert s.connection_resumed(now=1.0) == []
     [up] = s.client_text('{"type": "text", "text": "Again"}', now=2.0)
     s.content_sent(up.item)
+    s.model_response(audio(), now=2.1)
+    s.model_response(LlmResponse(turn_complete=True), now=2.2)  # answered in full
+    s.connection_lost()
+    assert s.connection_resumed(now=3.0) == []
+
+
+def test_a_question_whose_reply_was_cut_by_a_drop_is_asked_again():
+    s = core()
+    [up] = s.client_text('{"type": "text", "text": "Again"}', now=2.0)
+    s.content_sent(up.item)
     s.model_response(audio(), now=2.1)  # the reply began, then the connection dropped
     assert s.connection_lost() == [SendEvent(p.TurnComplete("connection_lost"))]
-    assert s.connection_resumed(now=3.0) == []
+    # The resumed handle predates the question: without it the model never answers.
+    assert s.connection_resumed(now=3.0) == [ToUpstream(up.item)]
+    assert s.awaiting_reply_since == 3.0
 
 
 def test_safe_point_waits_for_owed_replies_running_tools_and_replies_in_progress():
@@ -238,3 +264,107 @@ def test_reconnect_policy_backs_off_gives_up_and_forgives_after_a_stable_period(
     policy.connected(1)
     policy.failed(100)  # the connection had stayed up 99 s: the count starts again
     assert policy.failures == 1
+
+
+def handle(h: str) -> LlmResponse:
+    return LlmResponse(
+        session_resumption_update=types.LiveServerSessionResumptionUpdate(new_handle=h, resumable=True)
+    )
+
+
+def test_a_result_for_a_call_of_an_earlier_connection_goes_as_context_never_as_a_response():
+    s = core()
+    s.model_response(call("get_weather", call_id="w1", city="Paris"), now=0.0)
+    s.connection_lost()  # the call was pending: the resumed handle predates it
+    s.connection_resumed(now=1.0)
+    [up, _] = s.tool_finished("w1", {"temp_c": 21}, now=2.0)
+    sent = s.for_connection(up.item)
+    assert all(part.function_response is None for part in sent.parts)
+    note = sent.parts[0].text
+    assert "get_weather" in note and '"Paris"' in note and '"temp_c": 21' in note
+    s.content_sent(sent)
+    assert not s.at_safe_point  # the model owes a reply to the note
+
+
+def test_a_result_of_the_current_connection_goes_as_a_function_response():
+    s = core()
+    s.model_response(call("get_weather", call_id="w1", city="Paris"), now=0.0)
+    [up, _] = s.tool_finished("w1", {"temp_c": 21}, now=1.0)
+    assert s.for_connection(up.item) is up.item
+
+
+def test_a_result_the_old_connection_took_but_no_handle_holds_is_told_again():
+    s = core()
+    s.model_response(call("get_weather", call_id="w1", city="Oslo"), now=0.0)
+    [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=1.0)
+    s.content_sent(s.for_connection(up.item))
+    s.connection_lost()  # before any handle after the response
+    [resend] = s.connection_resumed(now=2.0)
+    assert '"sky": "snow"' in resend.item.parts[0].text
+
+
+def test_a_result_a_handle_holds_is_not_told_again():
+    s = core()
+    s.model_response(call("get_weather", call_id="w1", city="Oslo"), now=0.0)
+    [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=1.0)
+    s.content_sent(up.item)
+    s.model_response(handle("h9"), now=1.5)
+    s.connection_lost()
+    assert s.connection_resumed(now=2.0) == []
+
+
+def test_activity_signals_need_manual_turn_taking():
+    s = core()
+    [event] = events(s.client_text('{"type": "activity.start"}', now=0.0))
+    assert event.code == "activity_not_enabled" and not event.fatal
+    manual = core(manual_activity=True)
+    [up] = manual.client_text('{"type": "activity.start"}', now=0.0)
+    assert isinstance(up.item, types.ActivityStart)
+    assert not manual.at_safe_point  # the user is speaking
+
+
+def test_no_handover_point_while_the_user_is_speaking():
+    s = core()
+    s.model_response(LlmResponse(input_transcription=types.Transcription(text="I would like")), now=0.0)
+    assert not s.at_safe_point
+    s.model_response(LlmResponse(input_transcription=types.Transcription(text="I would like tea", finished=True)), now=1.0)
+    assert s.at_safe_point
+    s.model_response(LlmResponse(voice_activity=types.VoiceActivity(
+        voice_activity_type=types.VoiceActivityType.ACTIVITY_START)), now=2.0)
+    assert not s.at_safe_point
+
+
+def test_usage_keeps_tokens_per_modality():
+    s = core()
+    usage = types.UsageMetadata(
+        prompt_token_count=30,
+        prompt_tokens_details=[
+            types.ModalityTokenCount(modality=types.MediaModality.AUDIO, token_count=25),
+            types.ModalityTokenCount(modality=types.MediaModality.TEXT, token_count=5),
+        ],
+        response_tokens_details=[types.ModalityTokenCount(modality=types.MediaModality.AUDIO, token_count=9)],
+    )
+    [event] = events(s.model_response(LlmResponse(usage_metadata=usage), now=0.0))
+    assert event.by_modality == {"prompt": {"AUDIO": 25, "TEXT": 5}, "response": {"AUDIO": 9}}
+
+
+def test_grounding_code_and_images_reach_the_client():
+    s = core()
+    content = types.Content(role="model", parts=[
+        types.Part(executable_code=types.ExecutableCode(code="print(2+2)", language=types.Language.PYTHON)),
+        types.Part(code_execution_result=types.CodeExecutionResult(outcome=types.Outcome.OUTCOME_OK, output="4")),
+        types.Part(inline_data=types.Blob(data=b"\x89PNG", mime_type="image/png")),
+    ])
+    grounding = types.GroundingMetadata(web_search_queries=["weather paris"])
+    got = events(s.model_response(LlmResponse(content=content, grounding_metadata=grounding), now=0.0))
+    assert got == [
+        p.CodeEvent("print(2+2)", "PYTHON"),
+        p.CodeResultEvent("4", "OUTCOME_OK"),
+        p.DataEvent("image/png", "iVBORw=="),
+        p.Grounding({"web_search_queries": ["weather paris"]}),
+    ]
+
+
+def test_deeply_nested_json_is_an_error_not_a_crash():
+    [event] = events(core().client_text("[" * 100_000, now=0.0))
+    assert event.code == "invalid_json" and not event.fatal
