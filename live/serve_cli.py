@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-sessions", type=_positive(int), default=100, help="concurrent sessions (default 100)")
     limits.add_argument("--max-frame-bytes", type=_positive(int), default=1 << 20, help="largest client frame (default 1 MiB)")
     limits.add_argument("--idle-timeout", type=_positive(float), default=300.0, help="seconds without client input before a session ends (default 300)")
-    limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser Origin allowed besides same-origin and localhost pages (repeatable; * allows any)")
+    limits.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a Host name the server answers to besides its bind address (bound to loopback or 0.0.0.0: localhost, 127.0.0.1, [::1]); others get 403, which stops DNS rebinding (repeatable; .example.com allows subdomains)")
+    limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser page Origin allowed besides pages on an allowed host, e.g. https://app.example (repeatable; * allows any)")
     limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="shared token required in session.start (default: $LIVE_TOKEN; none if unset)")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
@@ -119,6 +120,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         max_sessions=args.max_sessions,
         max_frame_bytes=args.max_frame_bytes,
         idle_timeout=args.idle_timeout,
+        allowed_hosts=tuple(args.allow_host),
         allowed_origins=tuple(args.allow_origin),
         token=args.token or None,
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,

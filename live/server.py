@@ -13,6 +13,7 @@ client) and `/client/*` (its ES modules).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import hmac
 import http
@@ -36,6 +37,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from live.agent import Agent, run_tool
+from live.auth import HostPolicy, host_name
 from live.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -77,7 +79,6 @@ __all__ = ["LiveServer", "ServerConfig", "tune_gc_for_serving"]
 log = logging.getLogger("live.server")
 
 WEB_ROOT = Path(__file__).resolve().parent.parent / "clients" / "web"
-LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 # Close codes this server uses (RFC 6455 and IANA registry).
 CLOSE_NORMAL = 1000
@@ -96,8 +97,12 @@ class ServerConfig:
     - `max_frame_bytes`: a larger client frame gets a `frame_too_large` error and
       closes the socket with 1009.
     - `idle_timeout`: a session whose client sends nothing for this long ends.
-    - `allowed_origins`: browser Origins allowed besides the same origin and
-      localhost; `("*",)` allows any.
+    - `allowed_hosts`: `Host` names answered besides the bind address (or, bound
+      to loopback or a wildcard address, localhost, 127.0.0.1 and [::1]); any
+      other Host gets 403 before anything else (DNS rebinding). A leading dot
+      allows subdomains; `("*",)` allows any.
+    - `allowed_origins`: browser Origins allowed besides pages on an allowed
+      host; `("*",)` allows any.
     - `token`: when set, `session.start` must carry it.
     - `audio_queue_frames`: client audio frames waiting for the model (two
       seconds of 20 ms frames, enough to cover a change of model connection);
@@ -124,6 +129,7 @@ class ServerConfig:
     max_sessions: int = 100
     max_frame_bytes: int = 1 << 20
     idle_timeout: float = 300.0
+    allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     token: str | None = None
     audio_queue_frames: int = 100
@@ -710,25 +716,54 @@ class LiveServer:
 
     # ------------------------------------------------------------------ HTTP
 
-    def _origin_allowed(self, request: Request) -> bool:
-        origin = request.headers.get("Origin")
-        if origin is None:
-            return True  # not a browser: Origin is how browsers identify pages
-        allowed = self.config.allowed_origins
-        if "*" in allowed or origin in allowed:
-            return True
-        parts = urlsplit(origin)
-        if parts.hostname in LOCAL_HOSTS:
-            return True
-        return parts.netloc.lower() == (request.headers.get("Host") or "").lower()
+    @functools.cached_property
+    def host_policy(self) -> HostPolicy:
+        config = self.config
+        return HostPolicy.for_bind(config.host, config.allowed_hosts, config.allowed_origins)
+
+    def _refuse(
+        self, connection: ServerConnection, status: http.HTTPStatus, why: str, body: str
+    ) -> Response:
+        log.warning("refused HTTP request from %s: %s (%d)", _peer(connection), why, status.value)
+        return _response(status, body.encode())
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """Check the Host, then the Origin, then route; refusals come before anything else."""
+        hosts = request.headers.get_all("Host")
+        if len(hosts) != 1:
+            why = "no Host header" if not hosts else f"{len(hosts)} Host headers"
+            return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+        host = host_name(hosts[0])
+        if host is None:
+            why = f"malformed Host header {hosts[0][:100]!r}"
+            return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
         path = urlsplit(request.path).path
+        policy = self.host_policy
+        if not policy.host_allowed(host):
+            if path == "/healthz":
+                # Probes address the server by whatever name or IP they have;
+                # they learn it is up, and nothing else.
+                return _response(http.HTTPStatus.OK, b'{"status": "ok"}', "application/json")
+            return self._refuse(
+                connection,
+                http.HTTPStatus.FORBIDDEN,
+                f"Host {host[:100]!r} not allowed",
+                f"Host {host[:100]!r} is not allowed here (allowed: {policy.describe()}); "
+                "if this is the server's name, start it with --allow-host NAME\n",
+            )
         if path == "/live":
-            if not self._origin_allowed(request):
-                return _response(
+            origins = request.headers.get_all("Origin")
+            if len(origins) > 1:
+                why = f"{len(origins)} Origin headers"
+                return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+            # A request without Origin is not from a browser page (browsers
+            # always send it on WebSocket handshakes).
+            if origins and not policy.origin_allowed(origins[0]):
+                return self._refuse(
+                    connection,
                     http.HTTPStatus.FORBIDDEN,
-                    b"Origin not allowed: start the server with --allow-origin for this page\n",
+                    f"Origin {origins[0][:100]!r} not allowed",
+                    "Origin not allowed: start the server with --allow-origin for this page\n",
                 )
             return None
         if path == "/healthz":
@@ -840,6 +875,14 @@ def tune_gc_for_serving(young: int = 10_000) -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(young, middle, old)
+
+
+def _peer(connection: ServerConnection) -> str:
+    try:
+        address = connection.remote_address
+    except Exception:
+        return "?"
+    return str(address[0]) if address else "?"
 
 
 def _bound_port(server: Server) -> int:
