@@ -23,6 +23,7 @@ import anyio.abc
 from live.agent import Agent
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.registry import LlmRegistry, default_registry
+from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.server import LiveServer, ServerConfig, tune_gc_for_serving
 
 DEFAULT_MODEL = "local/echo"
@@ -76,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="server processes sharing the port (SO_REUSEPORT, Linux), about one core each; "
         "--max-sessions applies to each (default 1)",
     )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    seeing = parser.add_argument_group("seeing what it does")
+    seeing.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port instead of the serving port (0 picks a free one)")
+    seeing.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     # Set by the first process on the workers it starts.
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     return parser
@@ -126,6 +129,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
         stall_timeout=args.stall_timeout,
         reuse_port=args.workers > 1,
+        metrics_port=args.metrics_port,
     )
     return LiveServer(agent, llm, config)
 
@@ -152,7 +156,10 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
         if args.worker_index:
             print("ready", flush=True)  # read by the first process (see _start_workers)
             return
-        workers = await _start_workers(argv, port, args.workers - 1)
+        extra = ["--port", str(port)]
+        if server.metrics_port is not None:
+            extra += ["--metrics-port", str(server.metrics_port)]
+        workers = await _start_workers([*argv, *extra], args.workers - 1)
         host = server.config.host
         shown = f"[{host}]" if ":" in host else host
         count = f" in {args.workers} processes" if args.workers > 1 else ""
@@ -161,6 +168,8 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
             f"http://{shown}:{port}/  (WebSocket ws://{shown}:{port}/live)",
             flush=True,
         )
+        if server.metrics_port is not None:
+            print(f"live: metrics on http://{shown}:{server.metrics_port}/metrics", flush=True)
         tg.start_soon(_stop_workers_with, server, workers)
         if server.agent.model == DEFAULT_MODEL and (
             os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
@@ -168,15 +177,14 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
             print("live: an API key is set; pass --model gemini-... to talk to Gemini", flush=True)
 
 
-async def _start_workers(argv: list[str], port: int, count: int) -> list[subprocess.Popen[bytes]]:
+async def _start_workers(argv: list[str], count: int) -> list[subprocess.Popen[bytes]]:
     """The other processes of `--workers`: the same command, on the port now bound.
 
     Returns once each one listens, so the port is shared from the first client on.
     """
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "live.cli", "serve", *argv, "--port", str(port),
-             "--worker-index", str(index)],
+            [sys.executable, "-m", "live.cli", "serve", *argv, "--worker-index", str(index)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
         )
@@ -214,6 +222,7 @@ async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[
                 if worker.poll() is None:
                     worker.kill()
                     worker.wait()
+                worker_stopped(worker.pid)
 
 
 def main(argv: list[str]) -> int:
@@ -223,6 +232,22 @@ def main(argv: list[str]) -> int:
         level=getattr(logging, args.log_level),
         format=f"%(asctime)s %(levelname)s %(name)s{worker}: %(message)s",
     )
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        print(f"live serve: --metrics-port must be a port number, not {args.metrics_port}", file=sys.stderr)
+        return 2
+    metrics_dir = None
+    if args.workers > 1 and not args.worker_index and not multiprocess_enabled():
+        # Before any metric exists: every process writes its figures here, and
+        # /metrics on any of them adds them up.
+        metrics_dir = enable_multiprocess()
+    try:
+        return _run(args, argv)
+    finally:
+        if metrics_dir is not None:
+            remove_multiprocess_dir(metrics_dir)
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         server = resolve(args, default_registry())
     except UsageError as exc:

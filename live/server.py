@@ -12,6 +12,7 @@ client) and `/client/*` (its ES modules).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -46,6 +47,8 @@ from live.errors import (
     RecoverableConnectionError,
 )
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
+from live.metrics import Metrics
+from live.observe import Measured, SessionObserver
 from live.protocol import (
     ErrorEvent,
     ProtocolError,
@@ -122,6 +125,8 @@ class ServerConfig:
       the count resets once a connection stayed up `stable_after` seconds.
     - `reuse_port`: share the port with other server processes (SO_REUSEPORT,
       Linux): the kernel spreads new connections across them.
+    - `metrics_port`: serve `/metrics` on this port (0: a free one) instead of
+      the serving port, so it can stay private.
     """
 
     host: str = "127.0.0.1"
@@ -143,6 +148,12 @@ class ServerConfig:
     stable_after: float = 60.0
     shutdown_grace: float = 2.0
     reuse_port: bool = False
+    metrics_port: int | None = None
+
+    @property
+    def metrics_on_serving_port(self) -> bool:
+        """`/metrics` is on the serving port unless a port of its own was given."""
+        return self.metrics_port is None
 
 
 def _error_code(exc: LiveError) -> str:
@@ -214,15 +225,24 @@ class ClientSession:
         self._log_started = False
         self._news = anyio.Event()
         self.reconnects = 0
+        self.obs = SessionObserver(
+            server.metrics,
+            model=self.model,
+            agent=server.agent.name,
+            tools=[*server.agent.tools_by_name, *(d.name or "" for d in server.agent.client_tools)],
+        )
 
     # ------------------------------------------------------------------ helpers
 
     async def _send_now(self, event: ServerEvent) -> None:
         """Send outside the outbox (before the pumps run, or after they stopped)."""
+        self.obs.event(event)
+        frame = encode(event)
         try:
-            await self.ws.send(encode(event))
+            await self.ws.send(frame)
         except ConnectionClosed:
-            pass
+            return
+        self.obs.frame_out(frame, time.monotonic())
 
     def finish(
         self, reason: str, close_code: int = CLOSE_NORMAL, error: ErrorEvent | None = None
@@ -254,6 +274,7 @@ class ClientSession:
     async def run(self) -> None:
         started = time.monotonic()
         start: SessionStart | None = None
+        self.obs.opened()
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -294,6 +315,12 @@ class ClientSession:
                     await self._send_now(self._final_error)
                 await self._send_now(SessionClosed(reason))
                 await self.ws.close(self.close_code, reason[:120])
+            self.obs.ended(
+                reason,
+                self._final_error,
+                late_dropped=self.core.late_audio_dropped if self.core else 0,
+                flushed=self.outbox.flushed_frames,
+            )
             if self._log_started:
                 log.info(
                     "session %s ended model=%s duration=%.1fs reason=%s audio_in=%d "
@@ -326,6 +353,7 @@ class ClientSession:
         if start.history:
             await link.conn.send_history(list(start.history))
         await self._send_now(SessionStarted(self.id, self.model, start.input_rate))
+        self.obs.started(time.monotonic())
         log.info("session %s started model=%s input_rate=%d", self.id, self.model, start.input_rate)
         self._log_started = True
         self._tg.start_soon(self._read_client)
@@ -349,6 +377,7 @@ class ClientSession:
                     "resuming the session on a new connection"
                 )
                 self._event(ErrorEvent("model_stalled", message))
+                self.obs.reconnecting("stalled")
                 link.end(RecoverableConnectionError("the model stalled"))
                 link = await self._recover(link, policy)
             else:
@@ -390,6 +419,8 @@ class ClientSession:
         # connection: resume at once. Every other end counts against the budget,
         # so a model that keeps closing cannot make the session spin.
         announced = outcome == "closed" and link.go_away_at is not None
+        if outcome == "closed":
+            self.obs.reconnecting("go_away" if announced else "closed")
         while True:
             if core.resumption_handle is None:
                 raise RecoverableConnectionError(
@@ -420,6 +451,7 @@ class ClientSession:
         core = self.core
         assert core is not None
         self._event(SessionReconnecting("the model connection is about to close (go-away)"))
+        self.obs.reconnecting("go_away")
         await link.stop_sending()  # nothing more may reach the old connection
         await self._apply(core.connection_lost())
         try:
@@ -437,6 +469,7 @@ class ClientSession:
         request = self.server.agent.request(resume_handle=core.resumption_handle)
         link = await self._tg.start(self._connection, request)
         self.reconnects += 1
+        self.obs.resumed()
         self._event(SessionResumed())
         await self._apply(core.connection_resumed(time.monotonic()))
         log.info("session %s resumed (connection %d)", self.id, self.reconnects + 1)
@@ -446,7 +479,7 @@ class ClientSession:
         self, request: LlmRequest, *, task_status: TaskStatus[_Link] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """One model connection and its two pumps, for as long as it lasts."""
-        async with self.server.llm.connect(request) as conn:
+        async with self.server.measured_llm.connect(request) as conn:
             async with anyio.create_task_group() as tg:
                 link = _Link(conn, tg.cancel_scope, self._poke)
                 tg.start_soon(self._send_upstream, link)
@@ -466,6 +499,7 @@ class ClientSession:
                     self.finish("client disconnected before session.start")
                     return None
                 self._last_client_frame = time.monotonic()
+                self.obs.frame_in()
                 if len(frame) > self.config.max_frame_bytes:
                     self._frame_too_large(len(frame))
                     return None
@@ -522,6 +556,7 @@ class ClientSession:
         try:
             async for frame in self.ws:
                 self._last_client_frame = time.monotonic()
+                self.obs.frame_in()
                 if len(frame) > max_frame:
                     self._frame_too_large(len(frame))
                     return
@@ -535,6 +570,7 @@ class ClientSession:
                         continue
                     self.audio_frames_in += 1
                     if self.upstream.put_audio(blob):
+                        self.obs.audio_overflow()
                         self._report_drops()
                 else:
                     await self._apply(core.client_text(frame, time.monotonic()))
@@ -559,9 +595,13 @@ class ClientSession:
     async def _write_client(self) -> None:
         outbox = self.outbox
         send = self.ws.send
+        sent = self.obs.frame_out
+        clock = time.monotonic
         try:
             while True:
-                await send(await outbox.get())
+                frame = await outbox.get()
+                await send(frame)
+                sent(frame, clock())
         except ConnectionClosed:
             self.finish(self.end_reason or "client disconnected")
 
@@ -608,6 +648,8 @@ class ClientSession:
                 if response.go_away_time_left is not None:
                     link.go_away_at = now + response.go_away_time_left
                 owed = core.awaiting_reply_since
+                if response.voice_activity is not None:
+                    self.obs.model_response(response, now)
                 await self._apply(core.model_response(response, now))
                 # Wake the supervisor only for what it acts on: a go-away, or the
                 # owed reply arriving (not every audio chunk after it).
@@ -632,17 +674,21 @@ class ClientSession:
                 )
                 self.finish("idle timeout")
                 return
+            self.obs.drops(self.core.late_audio_dropped if self.core else 0, self.outbox.flushed_frames)
             await anyio.sleep(min(remaining, 1.0))
 
     # ------------------------------------------------------------------ actions
 
     def _event(self, event: ServerEvent) -> None:
+        self.obs.event(event)
         try:
             self.outbox.put_event(encode(event))
         except OutboxOverflow as exc:
             self.finish(f"client too slow: {exc}", CLOSE_POLICY)
 
     async def _apply(self, actions: list[Any]) -> None:
+        if actions:
+            self.obs.actions(actions, time.monotonic())
         for action in actions:
             if isinstance(action, SendAudio):
                 await self.outbox.put_audio(action.data)
@@ -706,12 +752,17 @@ class LiveServer:
         agent: Agent,
         llm: BaseLlm,
         config: ServerConfig | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.agent = agent
         self.llm = llm
         self.config = config or ServerConfig()
+        self.metrics = metrics if metrics is not None else Metrics()
+        # What the sessions use: the model, counted (connects, messages, tokens).
+        self.measured_llm: BaseLlm = Measured(llm, self.metrics)
         self.sessions: set[ClientSession] = set()
         self.port: int | None = None
+        self.metrics_port: int | None = None
         self._stop = anyio.Event()
 
     # ------------------------------------------------------------------ HTTP
@@ -782,7 +833,19 @@ class LiveServer:
             return _response(http.HTTPStatus.OK, _PLAIN_PAGE.encode(), "text/html; charset=utf-8")
         if path.startswith("/client/"):
             return self._static(path.removeprefix("/client/"))
+        if path == "/metrics" and self.config.metrics_on_serving_port:
+            return self.metrics_response()
         return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
+
+    def metrics_response(self) -> Response:
+        body, content_type = self.metrics.exposition()
+        return _response(http.HTTPStatus.OK, body, content_type)
+
+    def _metrics_only(self, connection: ServerConnection, request: Request) -> Response:
+        """The `--metrics-port` listener: `/metrics` and nothing else."""
+        if urlsplit(request.path).path == "/metrics":
+            return self.metrics_response()
+        return _response(http.HTTPStatus.NOT_FOUND, b"not found: this port serves /metrics\n")
 
     def _static(self, name: str) -> Response:
         root = WEB_ROOT.resolve()
@@ -796,6 +859,9 @@ class LiveServer:
 
     # ------------------------------------------------------------------ sockets
 
+    async def _refuse_socket(self, ws: ServerConnection) -> None:
+        await ws.close(CLOSE_POLICY, "this port serves /metrics only")
+
     async def _handle(self, ws: ServerConnection) -> None:
         session = ClientSession(self, ws)
         if len(self.sessions) >= self.config.max_sessions:
@@ -808,6 +874,7 @@ class LiveServer:
                 )
             )
             await ws.close(CLOSE_TRY_LATER, "at capacity")
+            session.obs.ended("at capacity", ErrorEvent("capacity", "", True))
             return
         self.sessions.add(session)
         try:
@@ -835,8 +902,20 @@ class LiveServer:
             reuse_port=config.reuse_port or None,
             ping_interval=20,
             ping_timeout=20,
-        ) as server:
+        ) as server, contextlib.AsyncExitStack() as stack:
             self.port = _bound_port(server)
+            if config.metrics_port is not None:
+                metrics_server = await stack.enter_async_context(
+                    serve(
+                        self._refuse_socket,
+                        config.host,
+                        config.metrics_port,
+                        process_request=self._metrics_only,
+                        server_header="live",
+                        reuse_port=config.reuse_port or None,
+                    )
+                )
+                self.metrics_port = _bound_port(metrics_server)
             task_status.started(self.port)
             await self._stop.wait()
             for session in list(self.sessions):
