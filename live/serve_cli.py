@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from live import logs
 from live.agent import Agent
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.registry import LlmRegistry, default_registry
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     seeing = parser.add_argument_group("seeing what it does")
     seeing.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port instead of the serving port (0 picks a free one)")
     seeing.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    seeing.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line, with the session id (default text)")
     # Set by the first process on the workers it starts.
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     return parser
@@ -227,11 +229,7 @@ async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    worker = f"[worker {args.worker_index}]" if args.workers > 1 else ""
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format=f"%(asctime)s %(levelname)s %(name)s{worker}: %(message)s",
-    )
+    logs.configure(args.log_level, args.log_format, args.worker_index if args.workers > 1 else None)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         print(f"live serve: --metrics-port must be a port number, not {args.metrics_port}", file=sys.stderr)
         return 2

@@ -47,6 +47,7 @@ from live.errors import (
     RecoverableConnectionError,
 )
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
+from live.logs import current_session
 from live.metrics import Metrics
 from live.observe import Measured, SessionObserver
 from live.protocol import (
@@ -274,6 +275,7 @@ class ClientSession:
     async def run(self) -> None:
         started = time.monotonic()
         start: SessionStart | None = None
+        current_session.set(self.id)  # this task's context: every line it logs names the session
         self.obs.opened()
         try:
             with anyio.CancelScope() as scope:
@@ -322,17 +324,21 @@ class ClientSession:
                 flushed=self.outbox.flushed_frames,
             )
             if self._log_started:
+                summary = {
+                    "model": self.model,
+                    "duration": round(time.monotonic() - started, 1),
+                    "reason": reason,
+                    "audio_in": self.audio_frames_in,
+                    "audio_dropped": self.upstream.dropped_audio,
+                    "late_audio_dropped": self.core.late_audio_dropped if self.core else 0,
+                    "reconnects": self.reconnects,
+                }
                 log.info(
                     "session %s ended model=%s duration=%.1fs reason=%s audio_in=%d "
                     "audio_dropped=%d late_audio_dropped=%d reconnects=%d",
                     self.id,
-                    self.model,
-                    time.monotonic() - started,
-                    reason,
-                    self.audio_frames_in,
-                    self.upstream.dropped_audio,
-                    self.core.late_audio_dropped if self.core else 0,
-                    self.reconnects,
+                    *summary.values(),
+                    extra={"fields": {"event": "session.ended", **summary}},
                 )
 
     # ------------------------------------------------------------------ the model side
