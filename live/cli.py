@@ -13,6 +13,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("live.serve_cli", "run the session server (WebSocket /live, browser page /)"),
     "emulator": ("connections.emulator.cli", "run a local Gemini Live endpoint over TLS"),
     "mic": ("clients.mic", "talk to a server from this terminal's microphone"),
+    "token": ("live.auth", "print a signed session token for a server started with --token-secret"),
 }
 
 

@@ -22,6 +22,7 @@ import anyio.abc
 
 from live import logs
 from live.agent import Agent
+from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.registry import LlmRegistry, default_registry
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
@@ -70,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--idle-timeout", type=_positive(float), default=300.0, help="seconds without client input before a session ends (default 300)")
     limits.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a Host name the server answers to besides its bind address (bound to loopback or 0.0.0.0: localhost, 127.0.0.1, [::1]); others get 403, which stops DNS rebinding (repeatable; .example.com allows subdomains)")
     limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser page Origin allowed besides pages on an allowed host, e.g. https://app.example (repeatable; * allows any)")
-    limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="shared token required in session.start (default: $LIVE_TOKEN; none if unset)")
+    limits.add_argument("--token-secret", default=os.environ.get("LIVE_TOKEN_SECRET"), help="secret (32+ bytes) that signs session tokens: session.start must carry a JWT minted with it (live token, live.auth.mint_token) (default: $LIVE_TOKEN_SECRET)")
+    limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="a static shared token for development, accepted in session.start (default: $LIVE_TOKEN; none if unset)")
+    limits.add_argument("--start-timeout", type=_positive(float), default=10.0, help="seconds a socket may take to send session.start (default 10)")
+    limits.add_argument("--max-pending", type=_positive(int), default=32, help="sockets waiting for session.start at once (default 32)")
+    limits.add_argument("--max-sessions-per-ip", type=_positive(int), default=10, help="sockets per client address (default 10)")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
     parser.add_argument(
@@ -115,6 +120,12 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             agent = agent.with_model(args.model)
     else:
         agent = Agent(name="assistant", model=args.model or DEFAULT_MODEL, instruction=DEFAULT_INSTRUCTION)
+    token_secret = args.token_secret or None
+    if token_secret is not None:
+        try:
+            check_secret(token_secret)
+        except ValueError as exc:
+            raise UsageError(f"--token-secret: {exc}") from None
     try:
         llm = registry.resolve(agent.model)
     except (UnknownModelError, AmbiguousModelError, LiveError) as exc:
@@ -128,6 +139,10 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         allowed_hosts=tuple(args.allow_host),
         allowed_origins=tuple(args.allow_origin),
         token=args.token or None,
+        token_secret=token_secret,
+        start_timeout=args.start_timeout,
+        max_pending=args.max_pending,
+        max_sessions_per_ip=args.max_sessions_per_ip,
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
         stall_timeout=args.stall_timeout,
         reuse_port=args.workers > 1,

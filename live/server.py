@@ -24,6 +24,7 @@ import math
 import mimetypes
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -38,7 +39,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from live.agent import Agent, run_tool
-from live.auth import HostPolicy, host_name
+from live.auth import Grant, HostPolicy, TokenRefused, host_name, verify_token
 from live.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -107,7 +108,17 @@ class ServerConfig:
       allows subdomains; `("*",)` allows any.
     - `allowed_origins`: browser Origins allowed besides pages on an allowed
       host; `("*",)` allows any.
-    - `token`: when set, `session.start` must carry it.
+    - `token`: a static shared token (for development); when set,
+      `session.start` may carry it.
+    - `token_secret`: when set, `session.start` (or the handshake's
+      `Authorization: Bearer`) must carry a JWT signed with it (`live.auth`);
+      with `token` also set, either opens a session.
+    - `start_timeout`: a socket that has not started a session this long after
+      its handshake is closed (`idle_timeout`, close 1008).
+    - `max_pending`: sockets waiting for `session.start` at once; one more gets
+      `pending_limit` and close 1013.
+    - `max_sessions_per_ip`: sockets (pending or in a session) per client
+      address; one more gets `address_limit` and close 1013.
     - `audio_queue_frames`: client audio frames waiting for the model (two
       seconds of 20 ms frames, enough to cover a change of model connection);
       beyond it the oldest is dropped and counted.
@@ -138,6 +149,10 @@ class ServerConfig:
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     token: str | None = None
+    token_secret: str | None = None
+    start_timeout: float = 10.0
+    max_pending: int = 32
+    max_sessions_per_ip: int = 10
     audio_queue_frames: int = 100
     audio_coalesce_frames: int = 5
     outbound_audio_seconds: float = 10.0
@@ -208,6 +223,8 @@ class ClientSession:
         self.config = server.config
         self.id = uuid.uuid4().hex[:12]
         self.model = server.agent.model
+        self.peer = _peer(ws)
+        self.grant: Grant | None = None
         self.outbox = ClientOutbox(
             max_audio_seconds=self.config.outbound_audio_seconds, lead=self.config.audio_lead
         )
@@ -282,7 +299,10 @@ class ClientSession:
                 self._scope = scope
                 if self.end_reason is not None:
                     scope.cancel()
-                start = await self._await_start()
+                try:
+                    start = await self._await_start()
+                finally:
+                    self.server.pending.discard(self)
             if self.end_reason is not None or start is None:
                 return
             self.core = SessionCore(
@@ -300,6 +320,8 @@ class ClientSession:
                     scope.cancel()
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
+                    if self.grant is not None and self.grant.max_duration is not None:
+                        tg.start_soon(self._limit_duration, self.grant.max_duration)
                     await self._converse(start)
         except* LiveError as group:
             self._model_failed(group.exceptions[0])  # type: ignore[arg-type]
@@ -497,7 +519,7 @@ class ClientSession:
 
     async def _await_start(self) -> SessionStart | None:
         """Read frames until a valid `session.start`; everything else gets an error."""
-        with anyio.move_on_after(self.config.idle_timeout):
+        with anyio.move_on_after(self.config.start_timeout):
             while True:
                 try:
                     frame = await self.ws.recv()
@@ -535,23 +557,56 @@ class ClientSession:
                         )
                     )
                     continue
-                if not self._token_ok(message.token):
-                    message_text = "session.start needs the server's token (missing or wrong)"
-                    self.finish(
-                        message_text, CLOSE_POLICY, ErrorEvent("unauthorized", message_text, True)
-                    )
+                refusal = self._authorize(message.token)
+                if refusal is not None:
+                    log.warning("session %s refused from %s: unauthorized: %s", self.id, self.peer, refusal)
+                    self.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
                     return None
+                if self.grant is not None:
+                    log.info(
+                        "session %s token accepted from %s subject=%s agent=%s max_duration=%s",
+                        self.id,
+                        self.peer,
+                        self.grant.subject,
+                        self.grant.agent,
+                        self.grant.max_duration,
+                    )
                 return message
         if self.end_reason is None:
-            message_text = f"no session.start within {self.config.idle_timeout:g} s"
-            self.finish(message_text, error=ErrorEvent("idle_timeout", message_text, True))
+            message_text = f"no session.start within {self.config.start_timeout:g} s"
+            log.warning("session %s closed from %s: %s", self.id, self.peer, message_text)
+            self.finish(message_text, CLOSE_POLICY, ErrorEvent("idle_timeout", message_text, True))
         return None
 
-    def _token_ok(self, token: str | None) -> bool:
-        expected = self.config.token
-        if expected is None:
-            return True
-        return token is not None and hmac.compare_digest(token.encode(), expected.encode())
+    def _authorize(self, token: str | None) -> str | None:
+        """None if a session may start (the token's grant kept); otherwise why not.
+
+        Never says or logs the token itself.
+        """
+        config = self.config
+        if config.token is None and config.token_secret is None:
+            return None
+        if token is None:
+            token = _bearer(self.ws)
+        if not token:
+            return (
+                "session.start needs a token (its 'token' field, or Authorization: Bearer "
+                "on the handshake)"
+            )
+        if config.token is not None and hmac.compare_digest(token.encode(), config.token.encode()):
+            return None
+        if config.token_secret is None:
+            return "session.start needs the server's token (this one is wrong)"
+        try:
+            self.grant = verify_token(token, config.token_secret, agent=self.server.agent.name)
+        except TokenRefused as exc:
+            return str(exc)
+        return None
+
+    async def _limit_duration(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        message = f"the session reached the {seconds:g} s its token allows (max_duration)"
+        self.finish(message, CLOSE_NORMAL, ErrorEvent("session_expired", message, True))
 
     # ------------------------------------------------------------------ the pumps
 
@@ -767,6 +822,9 @@ class LiveServer:
         # What the sessions use: the model, counted (connects, messages, tokens).
         self.measured_llm: BaseLlm = Measured(llm, self.metrics)
         self.sessions: set[ClientSession] = set()
+        # Sockets that have not sent session.start yet, and sockets per address.
+        self.pending: set[ClientSession] = set()
+        self.per_address: Counter[str] = Counter()
         self.port: int | None = None
         self.metrics_port: int | None = None
         self._stop = anyio.Event()
@@ -868,27 +926,53 @@ class LiveServer:
     async def _refuse_socket(self, ws: ServerConnection) -> None:
         await ws.close(CLOSE_POLICY, "this port serves /metrics only")
 
+    def _admission(self, session: ClientSession) -> ErrorEvent | None:
+        """Why a new socket may not wait for `session.start`, if it may not."""
+        config = self.config
+        if len(self.sessions) >= config.max_sessions:
+            return ErrorEvent(
+                "capacity",
+                f"the server is at its limit of {config.max_sessions} sessions; try again later",
+                True,
+            )
+        if len(self.pending) >= config.max_pending:
+            return ErrorEvent(
+                "pending_limit",
+                f"{config.max_pending} sockets are already waiting to start a session; "
+                "try again later",
+                True,
+            )
+        if self.per_address[session.peer] >= config.max_sessions_per_ip:
+            return ErrorEvent(
+                "address_limit",
+                f"your address already has {config.max_sessions_per_ip} sessions open "
+                "(the server's limit per address); close one and try again",
+                True,
+            )
+        return None
+
     async def _handle(self, ws: ServerConnection) -> None:
         session = ClientSession(self, ws)
-        if len(self.sessions) >= self.config.max_sessions:
-            await session._send_now(
-                ErrorEvent(
-                    "capacity",
-                    f"the server is at its limit of {self.config.max_sessions} sessions; "
-                    "try again later",
-                    True,
-                )
-            )
-            await ws.close(CLOSE_TRY_LATER, "at capacity")
-            session.obs.ended("at capacity", ErrorEvent("capacity", "", True))
+        refusal = self._admission(session)
+        if refusal is not None:
+            log.warning("refused a socket from %s: %s: %s", session.peer, refusal.code, refusal.message)
+            await session._send_now(refusal)
+            await ws.close(CLOSE_TRY_LATER, refusal.code)
+            session.obs.ended(refusal.code, refusal)
             return
         self.sessions.add(session)
+        self.pending.add(session)
+        self.per_address[session.peer] += 1
         try:
             if self._stop.is_set():
                 session.shutdown()
             await session.run()
         finally:
             self.sessions.discard(session)
+            self.pending.discard(session)
+            self.per_address[session.peer] -= 1
+            if self.per_address[session.peer] <= 0:
+                del self.per_address[session.peer]
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until `stop()`; then tell and close every session, and return."""
@@ -968,6 +1052,18 @@ def _peer(connection: ServerConnection) -> str:
     except Exception:
         return "?"
     return str(address[0]) if address else "?"
+
+
+def _bearer(ws: ServerConnection) -> str | None:
+    """The token of the handshake's `Authorization: Bearer` header (non-browser clients)."""
+    request = ws.request
+    if request is None:
+        return None
+    values = request.headers.get_all("Authorization")
+    if len(values) != 1:
+        return None
+    scheme, _, token = values[0].strip().partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 def _bound_port(server: Server) -> int:

@@ -7,15 +7,22 @@ or meant for someone else.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 
 import anyio
+import jwt
 import pytest
+from websockets.asyncio.client import connect as ws_connect
 
+from clients.client import LiveClient, SessionRefused
+from live import protocol as p
 from live.agent import Agent
-from live.auth import HostPolicy, host_name
+from live.auth import HostPolicy, host_name, mint_token, verify_token
+from live.cli import main as live_cli
 from live.registry import default_registry
-from serving import running
+from serving import collect, running
 
 pytestmark = pytest.mark.anyio
 
@@ -159,3 +166,155 @@ def test_host_headers_are_parsed_strictly():
     assert host_name("localhost.") == "localhost"
     for bad in ("", "a b", "user@host", "host:port", "host:123456", "[nothex]", "/path", "h:1:2"):
         assert host_name(bad) is None, bad
+
+
+# ---------------------------------------------------------------------- tokens
+
+SECRET = "a-test-secret-that-is-long-enough-for-hs256"
+
+
+async def refused(url: str, token: str | None) -> SessionRefused:
+    with pytest.raises(SessionRefused) as info:
+        async with LiveClient.connect(url, token=token):
+            pass
+    return info.value
+
+
+async def test_forged_expired_early_and_wrong_agent_tokens_are_refused_a_minted_one_works(caplog):
+    caplog.set_level(logging.DEBUG)
+    now = time.time()
+    cases = {
+        "signature": mint_token("another-secret-just-as-long-as-the-real-one", subject="eve"),
+        "expired": mint_token(SECRET, ttl=60, now=now - 120),
+        "not valid yet": mint_token(SECRET, not_before=now + 120),
+        "for agent 'other'": mint_token(SECRET, agent="other"),
+        "no 'exp'": jwt.encode({"sub": "eve"}, SECRET, algorithm="HS256"),
+        "not a valid signed token": "not.a.jwt",
+        "not signed with HS256": jwt.encode({"exp": now + 60}, None, algorithm="none"),
+        "needs a token": None,
+    }
+    events: list[str] = []
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        for why, token in cases.items():
+            refusal = await refused(url, token)
+            assert refusal.code == "unauthorized", why
+            assert why in refusal.message, (why, refusal.message)
+            events.append(refusal.message)
+        good = mint_token(SECRET, subject="user-42", agent="test", ttl=30)
+        async with LiveClient.connect(url, token=good) as client:
+            await client.send_text("hello")
+            seen = await collect(client, lambda e: isinstance(e, p.TurnComplete))
+            events += [repr(e) for e in seen]
+            assert any(isinstance(e, p.TextEvent) and "hello" in e.text for e in seen)
+    logged = [r.getMessage() for r in caplog.records if not r.name.startswith("websockets.client")]
+    assert any("subject=user-42" in line for line in logged)
+    assert sum("unauthorized" in line for line in logged) == len(cases)
+    # Neither the secret nor any token is ever said: not in a log line, not in an event.
+    for line in logged + events:
+        assert SECRET not in line
+        for token in [good, *cases.values()]:
+            if token:
+                assert token not in line
+                signature = token.split(".")[-1]
+                assert not signature or signature not in line  # not even the signature part
+
+
+async def test_the_static_development_token_still_works_beside_signed_ones():
+    async with running(AGENT, echo(), token="dev-token", token_secret=SECRET) as (_, url):
+        async with LiveClient.connect(url, token="dev-token"):
+            pass
+        async with LiveClient.connect(url, token=mint_token(SECRET)):
+            pass
+        assert (await refused(url, "dev-tokeN")).code == "unauthorized"
+
+
+async def test_a_non_browser_client_may_send_the_token_as_a_bearer_header():
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        for token, expected in ((mint_token(SECRET), "session.started"), ("forged", "error")):
+            async with ws_connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+                await ws.send(json.dumps({"type": "session.start"}))
+                with anyio.fail_after(5):
+                    first = json.loads(await ws.recv())
+                assert first["type"] == expected, first
+                if expected == "error":
+                    assert first["code"] == "unauthorized"
+
+
+async def test_a_tokens_max_duration_ends_the_session():
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        token = mint_token(SECRET, max_duration=0.5)
+        async with LiveClient.connect(url, token=token) as client:
+            started = time.monotonic()
+            events = await collect(client, lambda e: isinstance(e, p.SessionClosed), timeout=5)
+            lasted = time.monotonic() - started
+    error = next(e for e in events if isinstance(e, p.ErrorEvent))
+    assert error.code == "session_expired" and error.fatal and "max_duration" in error.message
+    assert 0.4 < lasted < 3
+
+
+def test_live_token_prints_a_token_the_server_accepts(capsys):
+    assert live_cli(["token", "--secret", SECRET, "--ttl", "60", "--subject", "ann", "--agent", "test"]) == 0
+    token = capsys.readouterr().out.strip()
+    grant = verify_token(token, SECRET, agent="test")
+    assert grant.subject == "ann" and grant.agent == "test"
+    assert grant.expires_at is not None and 50 < grant.expires_at - time.time() <= 60
+    assert live_cli(["token", "--secret", "short"]) == 2
+    assert "at least 32 bytes" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- before session.start
+
+
+async def first_event(ws) -> dict:
+    with anyio.fail_after(5):
+        while True:
+            frame = await ws.recv()
+            if isinstance(frame, str):
+                return json.loads(frame)
+
+
+async def test_a_socket_that_never_starts_is_closed_after_the_start_timeout(caplog):
+    caplog.set_level(logging.WARNING, "live.server")
+    async with running(AGENT, echo(), start_timeout=0.3) as (server, url):
+        async with ws_connect(url) as ws:
+            opened = time.monotonic()
+            event = await first_event(ws)
+            assert event["code"] == "idle_timeout" and "0.3 s" in event["message"]
+            with anyio.fail_after(5):
+                await ws.wait_closed()
+            waited = time.monotonic() - opened
+            assert ws.close_code == 1008
+        assert 0.25 < waited < 2
+        with anyio.fail_after(2):
+            while server.sessions or server.pending:  # the handler returns just after the close
+                await anyio.sleep(0.01)
+    assert any("no session.start within 0.3 s" in r.getMessage() for r in caplog.records)
+
+
+async def test_pending_sockets_and_sockets_per_address_are_limited(caplog):
+    caplog.set_level(logging.WARNING, "live.server")
+    async with running(AGENT, echo(), max_pending=2, max_sessions_per_ip=3) as (server, url):
+        async with ws_connect(url) as a, ws_connect(url) as b:
+            async with ws_connect(url) as c:
+                event = await first_event(c)
+                assert event["code"] == "pending_limit" and event["fatal"]
+                with anyio.fail_after(5):
+                    await c.wait_closed()
+                assert c.close_code == 1013
+            # A socket that starts its session is no longer pending.
+            await a.send(json.dumps({"type": "session.start"}))
+            assert (await first_event(a))["type"] == "session.started"
+            async with LiveClient.connect(url):
+                # Three from this address now (a, b and this one): a fourth is refused.
+                refusal = await refused(url, None)
+                assert refusal.code == "address_limit" and "3 sessions" in refusal.message
+            assert len(server.pending) == 1  # b
+        with anyio.fail_after(5):
+            while server.sessions:
+                await anyio.sleep(0.02)
+        assert not server.per_address
+        async with LiveClient.connect(url):  # the slots came back
+            pass
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("pending_limit" in line for line in lines)
+    assert any("address_limit" in line for line in lines)
