@@ -1,8 +1,9 @@
-"""Watching sessions: the model side as a decorator, the client side as an observer.
+"""Watching sessions: the model side as decorators, the client side as an observer.
 
-`Measured(llm)` is a `BaseLlm` that wraps another and counts what crosses the
-model connection (connects, messages, tokens from usage metadata). It holds no
-per-session state, so it works for any model and for in-process use of the
+`Measured(llm)` and `Recorded(llm)` are `BaseLlm`s that wrap another: the first
+counts what crosses the model connection (connects, messages, tokens from
+usage metadata), the second writes it to a session record. They hold no
+per-session state, so they work for any model and for in-process use of the
 contract without the server. `SessionObserver` is the server's half: it is
 told what one client session does (frames, actions of the session core, the
 end) and turns it into metrics: turn latency, interruptions, tool outcomes,
@@ -18,6 +19,7 @@ from typing import Any
 
 from google.genai import types
 
+from live.errors import LiveError
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, LlmResponse, RealtimeInput
 from live.metrics import Metrics, end_reason_code
 from live.protocol import (
@@ -28,9 +30,10 @@ from live.protocol import (
     TurnComplete,
     TurnInterrupted,
 )
+from live.record import SessionRecord, current_record
 from live.session import SendAudio, SendEvent, ToUpstream
 
-__all__ = ["Measured", "SessionObserver", "WrappedConnection"]
+__all__ = ["Measured", "Recorded", "SessionObserver", "WrappedConnection"]
 
 
 class WrappedConnection(BaseLlmConnection):
@@ -287,3 +290,77 @@ class SessionObserver:
     def resumed(self) -> None:
         self._metrics.reconnects.labels(self._reconnect_cause).inc()
         self._reconnect_cause = "connection_lost"
+
+
+class _RecordedConnection(WrappedConnection):
+    def __init__(self, inner: BaseLlmConnection, record: SessionRecord, conn: int) -> None:
+        super().__init__(inner)
+        self._record = record
+        self._conn = conn
+        self.error: LiveError | None = None
+        self.model_closed = False
+
+    async def send_history(self, history: Sequence[types.Content]) -> None:
+        await self.inner.send_history(history)
+        self._record.model_sent(self._conn, list(history))
+
+    async def send_content(self, content: types.Content) -> None:
+        await self.inner.send_content(content)
+        self._record.model_sent(self._conn, content)
+
+    async def send_realtime(self, input: RealtimeInput) -> None:
+        await self.inner.send_realtime(input)
+        self._record.model_sent(self._conn, input)
+
+    async def receive(self) -> AsyncIterator[LlmResponse]:  # type: ignore[override]
+        record, conn = self._record, self._conn
+        try:
+            async for response in self.inner.receive():
+                record.model_response(conn, response)
+                yield response
+        except LiveError as exc:
+            self.error = exc
+            raise
+        self.model_closed = True
+
+
+class Recorded(BaseLlm):
+    """`inner`, with what crosses each connection written to a session record.
+
+    The record is `record` when given (in-process use of the contract), else
+    the one the server set for the session being served (`current_record`);
+    with neither, connections pass through unrecorded.
+    """
+
+    def __init__(self, inner: BaseLlm, record: SessionRecord | None = None) -> None:
+        super().__init__(inner.model)
+        self.inner = inner
+        self.record = record
+
+    @contextlib.asynccontextmanager
+    async def connect(self, request: LlmRequest) -> AsyncIterator[BaseLlmConnection]:
+        record = self.record if self.record is not None else current_record.get()
+        if record is None:
+            async with self.inner.connect(request) as conn:
+                yield conn
+            return
+        resumption = request.live_connect_config.session_resumption
+        number = record.model_connect(
+            {"model": request.model or self.model, "resumed": bool(resumption and resumption.handle)}
+        )
+        wrapped: _RecordedConnection | None = None
+        failure: BaseException | None = None
+        try:
+            async with self.inner.connect(request) as conn:
+                wrapped = _RecordedConnection(conn, record, number)
+                yield wrapped
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            if wrapped is None:
+                record.model_end(number, failure, "connect_failed")
+            elif wrapped.error is not None:
+                record.model_end(number, wrapped.error, "error")
+            else:
+                record.model_end(number, None, "model_closed" if wrapped.model_closed else "server_closed")

@@ -25,6 +25,7 @@ from live.agent import Agent
 from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.registry import LlmRegistry, default_registry
+from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.server import LiveServer, ServerConfig, tune_gc_for_serving
 
@@ -85,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     seeing = parser.add_argument_group("seeing what it does")
     seeing.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port instead of the serving port (0 picks a free one)")
+    seeing.add_argument("--record", metavar="DIR", help="write a record of every session to DIR (events as JSONL, audio as WAV); read one with `live record show`")
+    seeing.add_argument("--record-session-mb", type=_positive(float), default=50.0, help="a session's record stops at this size (default 50 MB)")
+    seeing.add_argument("--record-total-mb", type=_positive(float), default=1024.0, help="no new session is recorded while DIR holds this much (default 1024 MB)")
     seeing.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     seeing.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line, with the session id (default text)")
     # Set by the first process on the workers it starts.
@@ -148,7 +152,17 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         reuse_port=args.workers > 1,
         metrics_port=args.metrics_port,
     )
-    return LiveServer(agent, llm, config)
+    recorder = None
+    if args.record:
+        try:
+            recorder = Recorder(
+                args.record,
+                session_cap=int(args.record_session_mb * 1e6),
+                total_cap=int(args.record_total_mb * 1e6),
+            )
+        except OSError as exc:
+            raise UsageError(f"--record {args.record}: {exc.strerror or exc}") from None
+    return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent)
 
 
 async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:

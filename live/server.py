@@ -50,7 +50,8 @@ from live.errors import (
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
 from live.logs import current_session
 from live.metrics import Metrics
-from live.observe import Measured, SessionObserver
+from live.observe import Measured, Recorded, SessionObserver
+from live.record import Recorder, SessionRecord, current_record
 from live.protocol import (
     ErrorEvent,
     ProtocolError,
@@ -243,6 +244,7 @@ class ClientSession:
         self._log_started = False
         self._news = anyio.Event()
         self.reconnects = 0
+        self.record: SessionRecord | None = None
         self.obs = SessionObserver(
             server.metrics,
             model=self.model,
@@ -261,6 +263,8 @@ class ClientSession:
         except ConnectionClosed:
             return
         self.obs.frame_out(frame, time.monotonic())
+        if self.record is not None:
+            self.record.server_frame(frame)
 
     def finish(
         self, reason: str, close_code: int = CLOSE_NORMAL, error: ErrorEvent | None = None
@@ -305,6 +309,7 @@ class ClientSession:
                     self.server.pending.discard(self)
             if self.end_reason is not None or start is None:
                 return
+            self._start_record(start)
             self.core = SessionCore(
                 input_rate=start.input_rate,
                 server_tools=frozenset(self.server.agent.tools_by_name),
@@ -339,6 +344,8 @@ class ClientSession:
                     await self._send_now(self._final_error)
                 await self._send_now(SessionClosed(reason))
                 await self.ws.close(self.close_code, reason[:120])
+            if self.record is not None:
+                self.record.close(reason)
             self.obs.ended(
                 reason,
                 self._final_error,
@@ -514,6 +521,16 @@ class ClientSession:
                 tg.start_soon(self._receive_upstream, link)
                 task_status.started(link)
 
+    def _start_record(self, start: SessionStart) -> None:
+        """With `--record`: open this session's record; the model side finds it too."""
+        recorder = self.server.recorder
+        if recorder is None:
+            return
+        self.record = recorder.start(self.id, self.server.record_header(start), input_rate=start.input_rate)
+        if self.record is not None:
+            current_record.set(self.record)  # read by Recorded(llm) in this session's tasks
+            self.record.client_event(start.to_json())
+
     def _model_failed(self, exc: LiveError) -> None:
         self.finish(f"model: {exc}", CLOSE_INTERNAL, ErrorEvent(_error_code(exc), str(exc), True))
 
@@ -621,6 +638,11 @@ class ClientSession:
                 if len(frame) > max_frame:
                     self._frame_too_large(len(frame))
                     return
+                if self.record is not None:
+                    if isinstance(frame, bytes):
+                        self.record.client_audio(frame)
+                    else:
+                        self.record.client_text(frame)
                 if isinstance(frame, bytes):
                     if not frame:
                         continue
@@ -663,6 +685,8 @@ class ClientSession:
                 frame = await outbox.get()
                 await send(frame)
                 sent(frame, clock())
+                if self.record is not None:
+                    self.record.server_frame(frame)
         except ConnectionClosed:
             self.finish(self.end_reason or "client disconnected")
 
@@ -814,13 +838,17 @@ class LiveServer:
         llm: BaseLlm,
         config: ServerConfig | None = None,
         metrics: Metrics | None = None,
+        recorder: Recorder | None = None,
+        agent_spec: str | None = None,
     ) -> None:
         self.agent = agent
         self.llm = llm
         self.config = config or ServerConfig()
         self.metrics = metrics if metrics is not None else Metrics()
-        # What the sessions use: the model, counted (connects, messages, tokens).
-        self.measured_llm: BaseLlm = Measured(llm, self.metrics)
+        self.recorder = recorder
+        self.agent_spec = agent_spec  # MODULE:ATTR, when known: a replay loads the agent from it
+        # What the sessions use: the model, recorded when asked, and counted.
+        self.measured_llm: BaseLlm = Measured(Recorded(llm) if recorder else llm, self.metrics)
         self.sessions: set[ClientSession] = set()
         # Sockets that have not sent session.start yet, and sockets per address.
         self.pending: set[ClientSession] = set()
@@ -900,6 +928,23 @@ class LiveServer:
         if path == "/metrics" and self.config.metrics_on_serving_port:
             return self.metrics_response()
         return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
+
+    def record_header(self, start: SessionStart) -> dict[str, Any]:
+        """What a record says about its session: enough to replay it."""
+        config = self.config
+        return {
+            "model": self.agent.model,
+            "agent": self.agent.name,
+            "agent_spec": self.agent_spec,
+            "input_rate": start.input_rate,
+            "config": {
+                "audio_lead": config.audio_lead,
+                "stall_timeout": config.stall_timeout,
+                "late_audio_window": config.late_audio_window,
+                "idle_timeout": config.idle_timeout,
+                "handover_margin": config.handover_margin,
+            },
+        }
 
     def metrics_response(self) -> Response:
         body, content_type = self.metrics.exposition()
