@@ -148,7 +148,8 @@ def _sent_to_json(item: types.Content | RealtimeInput | list[types.Content]) -> 
     if isinstance(item, types.Content):
         return {"content": item.model_dump(mode="json", exclude_none=True)}
     if isinstance(item, types.Blob):
-        return {"audio": len(item.data or b""), "mime_type": item.mime_type}
+        kind = "audio" if (item.mime_type or "").startswith("audio/") else "blob"
+        return {kind: len(item.data or b""), "mime_type": item.mime_type}
     if isinstance(item, types.ActivityStart):
         return {"activity_start": True}
     if isinstance(item, types.ActivityEnd):
@@ -159,6 +160,20 @@ def _sent_to_json(item: types.Content | RealtimeInput | list[types.Content]) -> 
 
 
 # ---------------------------------------------------------------- writing
+
+
+def _close_reason(error: BaseException) -> str | None:
+    """The model's own close reason behind `error`, for a replay to close with.
+
+    Taken from the SDK error it came from, and only when it appears as is in
+    the error's message: a connection removes secrets from its messages, so a
+    reason that does not appear there is not written either.
+    """
+    details = getattr(error.__cause__, "details", None)
+    message = getattr(error, "message", None)
+    if isinstance(details, str) and isinstance(message, str) and details and details in message:
+        return details
+    return None
 
 
 class _Wav:
@@ -286,6 +301,9 @@ class SessionRecord:
             code = getattr(error, "close_code", None)
             if code is not None:
                 entry["close_code"] = code
+            reason = _close_reason(error)
+            if reason is not None:
+                entry["reason"] = reason
         self._line(entry)
 
     # -- end -----------------------------------------------------------------------
