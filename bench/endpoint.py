@@ -181,7 +181,14 @@ async def main(mode: str, port: int = 0, workers: int = 1) -> None:
             server = LiveServer(
                 agent,
                 Gemini(MODEL, transport=transport),
-                ServerConfig(port=port, max_sessions=100_000, reuse_port=workers > 1),
+                # Every simulated client comes from this machine, all at once.
+                ServerConfig(
+                    port=port,
+                    max_sessions=100_000,
+                    max_pending=100_000,
+                    max_sessions_per_ip=100_000,
+                    reuse_port=workers > 1,
+                ),
             )
             port = await tg.start(server.serve)
         else:

@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import io
 import json
 import os
 import signal
@@ -127,8 +128,13 @@ class JitterBuffer:
         return True
 
     def mark_end(self) -> None:
-        """The reply is complete: play what is queued without waiting for the prebuffer."""
-        self._ending = True
+        """The reply is complete: play what is queued without waiting for the prebuffer.
+
+        On an empty buffer this does nothing: the next reply still waits for
+        its own prebuffer.
+        """
+        if self._buf:
+            self._ending = True
 
     def flush(self) -> int:
         """Drop everything queued (barge-in); returns the samples dropped."""
@@ -245,15 +251,21 @@ class ConversationView:
 
     On a terminal, transcript fragments update one line in place and each
     turn's final text is kept; elsewhere (a pipe, a log) only final lines are
-    written, so the output reads as a plain transcript.
+    written, so the output reads as a plain transcript. Every word is printed
+    once: a partial that had to be kept (a tool call or the other side came
+    between) is not printed again when its final arrives, only what it lacked.
+    Status lines (the gate, reconnects) go above the line being spoken and
+    leave it in place. The live line is cut to the terminal's width, since
+    `\r\x1b[2K` can only clear the row the cursor is on.
     """
 
     YOU = "you ▸ "
     AGENT = "agent ▸ "
 
-    def __init__(self, out: TextIO, *, tty: bool | None = None) -> None:
+    def __init__(self, out: TextIO, *, tty: bool | None = None, width: int | None = None) -> None:
         self.out = out
         self.tty = out.isatty() if tty is None else tty
+        self._width = width  # None: ask the terminal each time (it may be resized)
         self._live: str | None = None  # the line being rewritten (tty only)
         self._partial: dict[str, str] = {"you": "", "agent": ""}
         self._shown: dict[str, str] = {"you": "", "agent": ""}  # partial text already kept
@@ -276,20 +288,46 @@ class ConversationView:
         self.out.write(text + "\n")
         self.out.flush()
 
+    def _columns(self) -> int:
+        if self._width is not None:
+            return self._width
+        try:
+            return os.get_terminal_size(self.out.fileno()).columns
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return 80
+
     def _set_live(self, text: str) -> None:
         if not self.tty:
             return
+        room = max(self._columns() - 1, 8)  # the last column would wrap on some terminals
+        if len(text) > room:
+            side = self._prefix(self._active or "you")
+            text = side + "…" + text[len(text) - (room - len(side) - 1):]
         self.out.write("\r\x1b[2K" + text)
         self.out.flush()
         self._live = text
 
     def _commit_partial(self) -> None:
-        """Keep the live partial line (the other side started talking)."""
-        if self._active is not None and self._partial[self._active]:
-            side = self._active
-            self._write(self._prefix(side) + self._partial[side].strip())
-            self._shown[side] = self._partial[side]
+        """Keep the live partial line (a tool call or the other side came between).
+
+        Only a terminal shows partials; in a pipe they wait for their final.
+        """
+        side = self._active
         self._active = None
+        if side is None or not self.tty or not self._partial[side].strip():
+            return
+        self._keep(side, self._partial[side])
+
+    def _keep(self, side: str, text: str) -> None:
+        """Write `text` as a kept line, less what of it was already kept."""
+        shown, whole = _normalize(self._shown[side]), _normalize(text)
+        self._shown[side] = text
+        if not whole or whole == shown:
+            return
+        if shown and whole.startswith(shown):
+            self._write(self._prefix(side) + "… " + whole[len(shown):].strip())
+        else:
+            self._write(self._prefix(side) + whole)
 
     def _prefix(self, side: str) -> str:
         return self.YOU if side == "you" else self.AGENT
@@ -297,8 +335,11 @@ class ConversationView:
     # -- what the client calls
 
     def status(self, text: str) -> None:
-        self._commit_partial()
-        self.line(f"· {text}")
+        """A status line above the transcript being spoken, which stays live."""
+        live = self._live
+        self._write(f"· {text}")
+        if live is not None and self._active is not None:
+            self._set_live(self._prefix(self._active) + self._partial[self._active].strip())
 
     def transcript(self, side: str, text: str, final: bool) -> None:
         if not final:
@@ -311,11 +352,9 @@ class ConversationView:
         if self._active == side:
             self._clear_live()
             self._active = None
-        already = _normalize(self._shown[side])
+        self._keep(side, text)
         self._partial[side] = ""
         self._shown[side] = ""
-        if text.strip() and _normalize(text) != already:
-            self._write(self._prefix(side) + text.strip())
 
     def event(self, event: ServerEvent) -> None:
         if isinstance(event, TranscriptInput):
@@ -324,7 +363,7 @@ class ConversationView:
             self.transcript("agent", event.text, event.final)
         elif isinstance(event, TextEvent):
             if not event.partial:
-                self.line(self.AGENT + event.text.strip())
+                self.transcript("agent", event.text, True)
             else:
                 self.transcript("agent", event.text, False)
         elif isinstance(event, ToolCallEvent):
@@ -335,7 +374,7 @@ class ConversationView:
         elif isinstance(event, ToolCancelled):
             self.line(f"  ✗ tool calls cancelled: {', '.join(event.ids)}")
         elif isinstance(event, TurnInterrupted):
-            self._commit_partial()
+            # Finals of the interrupted turn may still follow: keep the partials for them.
             self.line("— interrupted")
         elif isinstance(event, TurnComplete):
             self._flush_partials()
@@ -352,11 +391,12 @@ class ConversationView:
             self._flush_partials()
 
     def _flush_partials(self) -> None:
-        """A turn ended without final transcripts: keep what was heard."""
-        self._commit_partial()
+        """A turn ended without final transcripts: keep what was heard, once."""
+        self._clear_live()
+        self._active = None
         for side in ("you", "agent"):
-            if self._partial[side] and self._partial[side] != self._shown[side]:
-                self._write(self._prefix(side) + self._partial[side].strip())
+            if self._partial[side].strip():
+                self._keep(side, self._partial[side])
             self._partial[side] = ""
             self._shown[side] = ""
 
@@ -585,7 +625,10 @@ class Conversation:
                 continue
             if isinstance(event, TurnInterrupted):
                 self.playback.flush()
-            elif isinstance(event, GenerationComplete):
+            elif isinstance(event, GenerationComplete | TurnComplete):
+                # A turn can end without `generation.complete` (the model's
+                # connection was lost): its tail must still play, or the gate
+                # would wait for it forever.
                 self.playback.mark_end()
             elif isinstance(event, ToolCallEvent) and event.runs_on == "client":
                 # This terminal runs no tools; answer at once so the model does not wait.

@@ -1,4 +1,4 @@
-"""The `live` command: `live serve`, `live emulator`, `live mic`.
+"""The `live` command: `live serve`, `live emulator`, `live mic`, `live record`, `live replay`.
 
 Each subcommand lives in the module that implements it and owns its own
 arguments; this dispatcher only imports the one that was asked for.
@@ -13,6 +13,9 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("live.serve_cli", "run the session server (WebSocket /live, browser page /)"),
     "emulator": ("connections.emulator.cli", "run a local Gemini Live endpoint over TLS"),
     "mic": ("clients.mic", "talk to a server from this terminal's microphone"),
+    "token": ("live.auth", "print a signed session token for a server started with --token-secret"),
+    "record": ("live.record_cli", "read session records (`live record show FILE`)"),
+    "replay": ("live.replay", "replay a session record against the server and compare"),
 }
 
 

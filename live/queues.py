@@ -180,6 +180,7 @@ class ClientOutbox:
         self._space = anyio.Event()
         self._new_event = type(self._wake)  # see UpstreamQueue
         self.flushed_bytes = 0
+        self.flushed_frames = 0
 
     def put_event(self, frame: str) -> None:
         if self._events >= self._max_events:
@@ -208,7 +209,9 @@ class ClientOutbox:
         """Drop all queued audio (the user barged in); returns the bytes dropped."""
         dropped = self._audio_bytes
         if dropped:
-            self._frames = collections.deque(f for f in self._frames if isinstance(f, str))
+            kept = collections.deque(f for f in self._frames if isinstance(f, str))
+            self.flushed_frames += len(self._frames) - len(kept)
+            self._frames = kept
             self._audio_bytes = 0
             self.flushed_bytes += dropped
             self._space.set()

@@ -20,9 +20,13 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from live import logs
 from live.agent import Agent
+from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.registry import LlmRegistry, default_registry
+from live.record import Recorder
+from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.server import LiveServer, ServerConfig, tune_gc_for_serving
 
 DEFAULT_MODEL = "local/echo"
@@ -66,8 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-sessions", type=_positive(int), default=100, help="concurrent sessions (default 100)")
     limits.add_argument("--max-frame-bytes", type=_positive(int), default=1 << 20, help="largest client frame (default 1 MiB)")
     limits.add_argument("--idle-timeout", type=_positive(float), default=300.0, help="seconds without client input before a session ends (default 300)")
-    limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser Origin allowed besides same-origin and localhost pages (repeatable; * allows any)")
-    limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="shared token required in session.start (default: $LIVE_TOKEN; none if unset)")
+    limits.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a Host name the server answers to besides its bind address (bound to loopback or 0.0.0.0: localhost, 127.0.0.1, [::1]); others get 403, which stops DNS rebinding (repeatable; .example.com allows subdomains)")
+    limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser page Origin allowed besides pages on an allowed host, e.g. https://app.example (repeatable; * allows any)")
+    limits.add_argument("--token-secret", default=os.environ.get("LIVE_TOKEN_SECRET"), help="secret (32+ bytes) that signs session tokens: session.start must carry a JWT minted with it (live token, live.auth.mint_token) (default: $LIVE_TOKEN_SECRET)")
+    limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="a static shared token for development, accepted in session.start (default: $LIVE_TOKEN; none if unset)")
+    limits.add_argument("--start-timeout", type=_positive(float), default=10.0, help="seconds a socket may take to send session.start (default 10)")
+    limits.add_argument("--max-pending", type=_positive(int), default=32, help="sockets waiting for session.start at once (default 32)")
+    limits.add_argument("--max-sessions-per-ip", type=_positive(int), default=10, help="sockets per client address (default 10)")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
     parser.add_argument(
@@ -75,7 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="server processes sharing the port (SO_REUSEPORT, Linux), about one core each; "
         "--max-sessions applies to each (default 1)",
     )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    seeing = parser.add_argument_group("seeing what it does")
+    seeing.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port instead of the serving port (0 picks a free one)")
+    seeing.add_argument("--record", metavar="DIR", help="write a record of every session to DIR (events as JSONL, audio as WAV); read one with `live record show`")
+    seeing.add_argument("--record-session-mb", type=_positive(float), default=50.0, help="a session's record stops at this size (default 50 MB)")
+    seeing.add_argument("--record-total-mb", type=_positive(float), default=1024.0, help="no new session is recorded while DIR holds this much (default 1024 MB)")
+    seeing.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    seeing.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line, with the session id (default text)")
     # Set by the first process on the workers it starts.
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     return parser
@@ -109,6 +124,12 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             agent = agent.with_model(args.model)
     else:
         agent = Agent(name="assistant", model=args.model or DEFAULT_MODEL, instruction=DEFAULT_INSTRUCTION)
+    token_secret = args.token_secret or None
+    if token_secret is not None:
+        try:
+            check_secret(token_secret)
+        except ValueError as exc:
+            raise UsageError(f"--token-secret: {exc}") from None
     try:
         llm = registry.resolve(agent.model)
     except (UnknownModelError, AmbiguousModelError, LiveError) as exc:
@@ -119,13 +140,29 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         max_sessions=args.max_sessions,
         max_frame_bytes=args.max_frame_bytes,
         idle_timeout=args.idle_timeout,
+        allowed_hosts=tuple(args.allow_host),
         allowed_origins=tuple(args.allow_origin),
         token=args.token or None,
+        token_secret=token_secret,
+        start_timeout=args.start_timeout,
+        max_pending=args.max_pending,
+        max_sessions_per_ip=args.max_sessions_per_ip,
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
         stall_timeout=args.stall_timeout,
         reuse_port=args.workers > 1,
+        metrics_port=args.metrics_port,
     )
-    return LiveServer(agent, llm, config)
+    recorder = None
+    if args.record:
+        try:
+            recorder = Recorder(
+                args.record,
+                session_cap=int(args.record_session_mb * 1e6),
+                total_cap=int(args.record_total_mb * 1e6),
+            )
+        except OSError as exc:
+            raise UsageError(f"--record {args.record}: {exc.strerror or exc}") from None
+    return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent)
 
 
 async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:
@@ -150,7 +187,10 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
         if args.worker_index:
             print("ready", flush=True)  # read by the first process (see _start_workers)
             return
-        workers = await _start_workers(argv, port, args.workers - 1)
+        extra = ["--port", str(port)]
+        if server.metrics_port is not None:
+            extra += ["--metrics-port", str(server.metrics_port)]
+        workers = await _start_workers([*argv, *extra], args.workers - 1)
         host = server.config.host
         shown = f"[{host}]" if ":" in host else host
         count = f" in {args.workers} processes" if args.workers > 1 else ""
@@ -159,6 +199,8 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
             f"http://{shown}:{port}/  (WebSocket ws://{shown}:{port}/live)",
             flush=True,
         )
+        if server.metrics_port is not None:
+            print(f"live: metrics on http://{shown}:{server.metrics_port}/metrics", flush=True)
         tg.start_soon(_stop_workers_with, server, workers)
         if server.agent.model == DEFAULT_MODEL and (
             os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
@@ -166,15 +208,14 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
             print("live: an API key is set; pass --model gemini-... to talk to Gemini", flush=True)
 
 
-async def _start_workers(argv: list[str], port: int, count: int) -> list[subprocess.Popen[bytes]]:
+async def _start_workers(argv: list[str], count: int) -> list[subprocess.Popen[bytes]]:
     """The other processes of `--workers`: the same command, on the port now bound.
 
     Returns once each one listens, so the port is shared from the first client on.
     """
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "live.cli", "serve", *argv, "--port", str(port),
-             "--worker-index", str(index)],
+            [sys.executable, "-m", "live.cli", "serve", *argv, "--worker-index", str(index)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
         )
@@ -212,15 +253,28 @@ async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[
                 if worker.poll() is None:
                     worker.kill()
                     worker.wait()
+                worker_stopped(worker.pid)
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    worker = f"[worker {args.worker_index}]" if args.workers > 1 else ""
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format=f"%(asctime)s %(levelname)s %(name)s{worker}: %(message)s",
-    )
+    logs.configure(args.log_level, args.log_format, args.worker_index if args.workers > 1 else None)
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        print(f"live serve: --metrics-port must be a port number, not {args.metrics_port}", file=sys.stderr)
+        return 2
+    metrics_dir = None
+    if args.workers > 1 and not args.worker_index and not multiprocess_enabled():
+        # Before any metric exists: every process writes its figures here, and
+        # /metrics on any of them adds them up.
+        metrics_dir = enable_multiprocess()
+    try:
+        return _run(args, argv)
+    finally:
+        if metrics_dir is not None:
+            remove_multiprocess_dir(metrics_dir)
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         server = resolve(args, default_registry())
     except UsageError as exc:

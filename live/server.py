@@ -12,7 +12,9 @@ client) and `/client/*` (its ES modules).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import gc
 import hmac
 import http
@@ -21,6 +23,7 @@ import logging
 import mimetypes
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +38,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from live.agent import Agent, run_tool
+from live.auth import Grant, HostPolicy, TokenRefused, host_name, verify_token
 from live.errors import (
     ConfigurationError,
     ConnectionClosedError,
@@ -44,6 +48,10 @@ from live.errors import (
     RecoverableConnectionError,
 )
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
+from live.logs import current_session
+from live.metrics import Metrics
+from live.observe import Measured, Recorded, SessionObserver
+from live.record import Recorder, SessionRecord, current_record
 from live.protocol import (
     ErrorEvent,
     ProtocolError,
@@ -88,7 +96,6 @@ __all__ = ["LiveServer", "ServerConfig", "tune_gc_for_serving"]
 log = logging.getLogger("live.server")
 
 WEB_ROOT = Path(__file__).resolve().parent.parent / "clients" / "web"
-LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 # Close codes this server uses (RFC 6455 and IANA registry).
 CLOSE_NORMAL = 1000
@@ -107,9 +114,23 @@ class ServerConfig:
     - `max_frame_bytes`: a larger client frame gets a `frame_too_large` error and
       closes the socket with 1009.
     - `idle_timeout`: a session whose client sends nothing for this long ends.
-    - `allowed_origins`: browser Origins allowed besides the same origin and
-      localhost; `("*",)` allows any.
-    - `token`: when set, `session.start` must carry it.
+    - `allowed_hosts`: `Host` names answered besides the bind address (or, bound
+      to loopback or a wildcard address, localhost, 127.0.0.1 and [::1]); any
+      other Host gets 403 before anything else (DNS rebinding). A leading dot
+      allows subdomains; `("*",)` allows any.
+    - `allowed_origins`: browser Origins allowed besides pages on an allowed
+      host; `("*",)` allows any.
+    - `token`: a static shared token (for development); when set,
+      `session.start` may carry it.
+    - `token_secret`: when set, `session.start` (or the handshake's
+      `Authorization: Bearer`) must carry a JWT signed with it (`live.auth`);
+      with `token` also set, either opens a session.
+    - `start_timeout`: a socket that has not started a session this long after
+      its handshake is closed (`idle_timeout`, close 1008).
+    - `max_pending`: sockets waiting for `session.start` at once; one more gets
+      `pending_limit` and close 1013.
+    - `max_sessions_per_ip`: sockets (pending or in a session) per client
+      address; one more gets `address_limit` and close 1013.
     - `audio_queue_frames`: client audio frames waiting for the model (two
       seconds of 20 ms frames, enough to cover a change of model connection);
       beyond it the oldest is dropped and counted.
@@ -128,6 +149,8 @@ class ServerConfig:
       the count resets once a connection stayed up `stable_after` seconds.
     - `reuse_port`: share the port with other server processes (SO_REUSEPORT,
       Linux): the kernel spreads new connections across them.
+    - `metrics_port`: serve `/metrics` on this port (0: a free one) instead of
+      the serving port, so it can stay private.
     """
 
     host: str = "127.0.0.1"
@@ -135,8 +158,13 @@ class ServerConfig:
     max_sessions: int = 100
     max_frame_bytes: int = 1 << 20
     idle_timeout: float = 300.0
+    allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
     token: str | None = None
+    token_secret: str | None = None
+    start_timeout: float = 10.0
+    max_pending: int = 32
+    max_sessions_per_ip: int = 10
     audio_queue_frames: int = 100
     audio_coalesce_frames: int = 5
     outbound_audio_seconds: float = 10.0
@@ -147,6 +175,12 @@ class ServerConfig:
     stable_after: float = 60.0
     shutdown_grace: float = 2.0
     reuse_port: bool = False
+    metrics_port: int | None = None
+
+    @property
+    def metrics_on_serving_port(self) -> bool:
+        """`/metrics` is on the serving port unless a port of its own was given."""
+        return self.metrics_port is None
 
 
 def _error_code(exc: LiveError) -> str:
@@ -206,6 +240,8 @@ class ClientSession:
         self.id = uuid.uuid4().hex[:12]
         self.model = server.agent.model
         self.clock = server.clock
+        self.peer = _peer(ws)
+        self.grant: Grant | None = None
         self.outbox = ClientOutbox(
             max_audio_seconds=self.config.outbound_audio_seconds,
             lead=self.config.audio_lead,
@@ -227,15 +263,27 @@ class ClientSession:
         self._log_started = False
         self._news = anyio.Event()
         self.reconnects = 0
+        self.record: SessionRecord | None = None
+        self.obs = SessionObserver(
+            server.metrics,
+            model=self.model,
+            agent=server.agent.name,
+            tools=[*server.agent.tools_by_name, *(d.name or "" for d in server.agent.client_tools)],
+        )
 
     # ------------------------------------------------------------------ helpers
 
     async def _send_now(self, event: ServerEvent) -> None:
         """Send outside the outbox (before the pumps run, or after they stopped)."""
+        self.obs.event(event)
+        frame = encode(event)
         try:
-            await self.ws.send(encode(event))
+            await self.ws.send(frame)
         except ConnectionClosed:
-            pass
+            return
+        self.obs.frame_out(frame, self.clock())
+        if self.record is not None:
+            self.record.server_frame(frame)
 
     def finish(
         self, reason: str, close_code: int = CLOSE_NORMAL, error: ErrorEvent | None = None
@@ -267,15 +315,21 @@ class ClientSession:
     async def run(self) -> None:
         started = self.clock()
         start: SessionStart | None = None
+        current_session.set(self.id)  # this task's context: every line it logs names the session
+        self.obs.opened()
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 if self.end_reason is not None:
                     scope.cancel()
-                start = await self._await_start()
+                try:
+                    start = await self._await_start()
+                finally:
+                    self.server.pending.discard(self)
             if self.end_reason is not None or start is None:
                 return
             self.manual_activity = start.turn_taking == "manual" or self.server.agent_manual_activity
+            self._start_record(start)
             self.core = SessionCore(
                 input_rate=start.input_rate,
                 server_tools=frozenset(self.server.agent.tools_by_name),
@@ -291,6 +345,8 @@ class ClientSession:
                     scope.cancel()
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
+                    if self.grant is not None and self.grant.max_duration is not None:
+                        tg.start_soon(self._limit_duration, self.grant.max_duration)
                     await self._converse(start)
         except* LiveError as group:
             self._model_failed(group.exceptions[0])  # type: ignore[arg-type]
@@ -308,18 +364,30 @@ class ClientSession:
                     await self._send_now(self._final_error)
                 await self._send_now(SessionClosed(reason))
                 await self.ws.close(self.close_code, reason[:120])
+            if self.record is not None:
+                self.record.close(reason)
+            self.obs.ended(
+                reason,
+                self._final_error,
+                late_dropped=self.core.late_audio_dropped if self.core else 0,
+                flushed=self.outbox.flushed_frames,
+            )
             if self._log_started:
+                summary = {
+                    "model": self.model,
+                    "duration": round(self.clock() - started, 1),
+                    "reason": reason,
+                    "audio_in": self.audio_frames_in,
+                    "audio_dropped": self.upstream.dropped_audio,
+                    "late_audio_dropped": self.core.late_audio_dropped if self.core else 0,
+                    "reconnects": self.reconnects,
+                }
                 log.info(
                     "session %s ended model=%s duration=%.1fs reason=%s audio_in=%d "
                     "audio_dropped=%d late_audio_dropped=%d reconnects=%d",
                     self.id,
-                    self.model,
-                    self.clock() - started,
-                    reason,
-                    self.audio_frames_in,
-                    self.upstream.dropped_audio,
-                    self.core.late_audio_dropped if self.core else 0,
-                    self.reconnects,
+                    *summary.values(),
+                    extra={"fields": {"event": "session.ended", **summary}},
                 )
 
     # ------------------------------------------------------------------ the model side
@@ -339,6 +407,7 @@ class ClientSession:
         if start.history:
             await link.conn.send_history(list(start.history))
         await self._send_now(SessionStarted(self.id, self.model, start.input_rate))
+        self.obs.started(self.clock())
         log.info("session %s started model=%s input_rate=%d", self.id, self.model, start.input_rate)
         self._log_started = True
         self._tg.start_soon(self._read_client)
@@ -368,6 +437,7 @@ class ClientSession:
                 link = await self._hand_over(link, supervisor)
             elif isinstance(step, Stall):
                 self._event(ErrorEvent("model_stalled", step.message))
+                self.obs.reconnecting("stalled")
                 link.end(RecoverableConnectionError("the model stalled"))
             elif isinstance(step, Resume):
                 link = await self._resume(link, step, supervisor)
@@ -407,6 +477,8 @@ class ClientSession:
         """The connection ended: resume on a new one, retrying as the supervisor says."""
         core = self.core
         assert core is not None
+        if link.outcome == CLOSED:
+            self.obs.reconnecting("go_away" if link.go_away_at is not None else "closed")
         await self._retire(link)
         await self._apply(core.connection_lost())
         while True:
@@ -439,6 +511,7 @@ class ClientSession:
         assert core is not None
         self._event(SessionReconnecting("the model connection is about to close (go-away)"))
         link.muted = True
+        self.obs.reconnecting("go_away")
         await link.stop_sending()
         await self._apply(core.connection_lost())
         try:
@@ -455,6 +528,7 @@ class ClientSession:
         assert core is not None
         link = await self._tg.start(self._connection, self._request(resume_handle=core.resumption_handle))
         self.reconnects += 1
+        self.obs.resumed()
         self._event(SessionResumed())
         await self._apply(core.connection_resumed(self.clock()))
         log.info("session %s resumed (connection %d)", self.id, self.reconnects + 1)
@@ -464,7 +538,7 @@ class ClientSession:
         self, request: LlmRequest, *, task_status: TaskStatus[_Link] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """One model connection and its two pumps, for as long as it lasts."""
-        async with self.server.llm.connect(request) as conn:
+        async with self.server.measured_llm.connect(request) as conn:
             link: _Link | None = None
             try:
                 async with anyio.create_task_group() as tg:
@@ -476,12 +550,22 @@ class ClientSession:
                 if link is not None:
                     link.sender_done.set()
 
+    def _start_record(self, start: SessionStart) -> None:
+        """With `--record`: open this session's record; the model side finds it too."""
+        recorder = self.server.recorder
+        if recorder is None:
+            return
+        self.record = recorder.start(self.id, self.server.record_header(start), input_rate=start.input_rate)
+        if self.record is not None:
+            current_record.set(self.record)  # read by Recorded(llm) in this session's tasks
+            self.record.client_event(start.to_json())
+
     def _model_failed(self, exc: LiveError) -> None:
         self.finish(f"model: {exc}", CLOSE_INTERNAL, ErrorEvent(_error_code(exc), str(exc), True))
 
     async def _await_start(self) -> SessionStart | None:
         """Read frames until a valid `session.start`; everything else gets an error."""
-        with anyio.move_on_after(self.config.idle_timeout):
+        with anyio.move_on_after(self.config.start_timeout):
             while True:
                 try:
                     frame = await self.ws.recv()
@@ -489,6 +573,7 @@ class ClientSession:
                     self.finish("client disconnected before session.start")
                     return None
                 self._last_client_frame = self.clock()
+                self.obs.frame_in()
                 if len(frame) > self.config.max_frame_bytes:
                     self._frame_too_large(len(frame))
                     return None
@@ -518,23 +603,56 @@ class ClientSession:
                         )
                     )
                     continue
-                if not self._token_ok(message.token):
-                    message_text = "session.start needs the server's token (missing or wrong)"
-                    self.finish(
-                        message_text, CLOSE_POLICY, ErrorEvent("unauthorized", message_text, True)
-                    )
+                refusal = self._authorize(message.token)
+                if refusal is not None:
+                    log.warning("session %s refused from %s: unauthorized: %s", self.id, self.peer, refusal)
+                    self.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
                     return None
+                if self.grant is not None:
+                    log.info(
+                        "session %s token accepted from %s subject=%s agent=%s max_duration=%s",
+                        self.id,
+                        self.peer,
+                        self.grant.subject,
+                        self.grant.agent,
+                        self.grant.max_duration,
+                    )
                 return message
         if self.end_reason is None:
-            message_text = f"no session.start within {self.config.idle_timeout:g} s"
-            self.finish(message_text, error=ErrorEvent("idle_timeout", message_text, True))
+            message_text = f"no session.start within {self.config.start_timeout:g} s"
+            log.warning("session %s closed from %s: %s", self.id, self.peer, message_text)
+            self.finish(message_text, CLOSE_POLICY, ErrorEvent("idle_timeout", message_text, True))
         return None
 
-    def _token_ok(self, token: str | None) -> bool:
-        expected = self.config.token
-        if expected is None:
-            return True
-        return token is not None and hmac.compare_digest(token.encode(), expected.encode())
+    def _authorize(self, token: str | None) -> str | None:
+        """None if a session may start (the token's grant kept); otherwise why not.
+
+        Never says or logs the token itself.
+        """
+        config = self.config
+        if config.token is None and config.token_secret is None:
+            return None
+        if token is None:
+            token = _bearer(self.ws)
+        if not token:
+            return (
+                "session.start needs a token (its 'token' field, or Authorization: Bearer "
+                "on the handshake)"
+            )
+        if config.token is not None and hmac.compare_digest(token.encode(), config.token.encode()):
+            return None
+        if config.token_secret is None:
+            return "session.start needs the server's token (this one is wrong)"
+        try:
+            self.grant = verify_token(token, config.token_secret, agent=self.server.agent.name)
+        except TokenRefused as exc:
+            return str(exc)
+        return None
+
+    async def _limit_duration(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        message = f"the session reached the {seconds:g} s its token allows (max_duration)"
+        self.finish(message, CLOSE_NORMAL, ErrorEvent("session_expired", message, True))
 
     # ------------------------------------------------------------------ the pumps
 
@@ -545,9 +663,15 @@ class ClientSession:
         try:
             async for frame in self.ws:
                 self._last_client_frame = self.clock()
+                self.obs.frame_in()
                 if len(frame) > max_frame:
                     self._frame_too_large(len(frame))
                     return
+                if self.record is not None:
+                    if isinstance(frame, bytes):
+                        self.record.client_audio(frame)
+                    else:
+                        self.record.client_text(frame)
                 if isinstance(frame, bytes):
                     if not frame:
                         continue
@@ -558,6 +682,7 @@ class ClientSession:
                         continue
                     self.audio_frames_in += 1
                     if self.upstream.put_audio(blob):
+                        self.obs.audio_overflow()
                         self._report_drops()
                 else:
                     await self._apply(core.client_text(frame, self.clock()))
@@ -582,9 +707,15 @@ class ClientSession:
     async def _write_client(self) -> None:
         outbox = self.outbox
         send = self.ws.send
+        sent = self.obs.frame_out
+        clock = self.clock
         try:
             while True:
-                await send(await outbox.get())
+                frame = await outbox.get()
+                await send(frame)
+                sent(frame, clock())
+                if self.record is not None:
+                    self.record.server_frame(frame)
         except ConnectionClosed:
             self.finish(self.end_reason or "client disconnected")
 
@@ -637,6 +768,8 @@ class ClientSession:
                 if response.go_away_time_left is not None:
                     link.go_away_at = now + response.go_away_time_left
                 owed = core.awaiting_reply_since
+                if response.voice_activity is not None:
+                    self.obs.model_response(response, now)
                 await self._apply(core.model_response(response, now))
                 # Wake the supervisor only for what it acts on: a go-away, or the
                 # owed reply arriving (not every audio chunk after it).
@@ -661,17 +794,21 @@ class ClientSession:
                 )
                 self.finish("idle timeout")
                 return
+            self.obs.drops(self.core.late_audio_dropped if self.core else 0, self.outbox.flushed_frames)
             await anyio.sleep(min(remaining, 1.0))
 
     # ------------------------------------------------------------------ actions
 
     def _event(self, event: ServerEvent) -> None:
+        self.obs.event(event)
         try:
             self.outbox.put_event(encode(event))
         except OutboxOverflow as exc:
             self.finish(f"client too slow: {exc}", CLOSE_POLICY)
 
     async def _apply(self, actions: list[Any]) -> None:
+        if actions:
+            self.obs.actions(actions, self.clock())
         for action in actions:
             if isinstance(action, SendAudio):
                 await self.outbox.put_audio(action.data)
@@ -735,6 +872,9 @@ class LiveServer:
         agent: Agent,
         llm: BaseLlm,
         config: ServerConfig | None = None,
+        metrics: Metrics | None = None,
+        recorder: Recorder | None = None,
+        agent_spec: str | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -750,31 +890,69 @@ class LiveServer:
         self.clock = clock
         self.llm = llm
         self.config = config or ServerConfig()
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.recorder = recorder
+        self.agent_spec = agent_spec  # MODULE:ATTR, when known: a replay loads the agent from it
+        # What the sessions use: the model, recorded when asked, and counted.
+        self.measured_llm: BaseLlm = Measured(Recorded(llm) if recorder else llm, self.metrics)
         self.sessions: set[ClientSession] = set()
+        # Sockets that have not sent session.start yet, and sockets per address.
+        self.pending: set[ClientSession] = set()
+        self.per_address: Counter[str] = Counter()
         self.port: int | None = None
+        self.metrics_port: int | None = None
         self._stop = anyio.Event()
 
     # ------------------------------------------------------------------ HTTP
 
-    def _origin_allowed(self, request: Request) -> bool:
-        origin = request.headers.get("Origin")
-        if origin is None:
-            return True  # not a browser: Origin is how browsers identify pages
-        allowed = self.config.allowed_origins
-        if "*" in allowed or origin in allowed:
-            return True
-        parts = urlsplit(origin)
-        if parts.hostname in LOCAL_HOSTS:
-            return True
-        return parts.netloc.lower() == (request.headers.get("Host") or "").lower()
+    @functools.cached_property
+    def host_policy(self) -> HostPolicy:
+        config = self.config
+        return HostPolicy.for_bind(config.host, config.allowed_hosts, config.allowed_origins)
+
+    def _refuse(
+        self, connection: ServerConnection, status: http.HTTPStatus, why: str, body: str
+    ) -> Response:
+        log.warning("refused HTTP request from %s: %s (%d)", _peer(connection), why, status.value)
+        return _response(status, body.encode())
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """Check the Host, then the Origin, then route; refusals come before anything else."""
+        hosts = request.headers.get_all("Host")
+        if len(hosts) != 1:
+            why = "no Host header" if not hosts else f"{len(hosts)} Host headers"
+            return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+        host = host_name(hosts[0])
+        if host is None:
+            why = f"malformed Host header {hosts[0][:100]!r}"
+            return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
         path = urlsplit(request.path).path
+        policy = self.host_policy
+        if not policy.host_allowed(host):
+            if path == "/healthz":
+                # Probes address the server by whatever name or IP they have;
+                # they learn it is up, and nothing else.
+                return _response(http.HTTPStatus.OK, b'{"status": "ok"}', "application/json")
+            return self._refuse(
+                connection,
+                http.HTTPStatus.FORBIDDEN,
+                f"Host {host[:100]!r} not allowed",
+                f"Host {host[:100]!r} is not allowed here (allowed: {policy.describe()}); "
+                "if this is the server's name, start it with --allow-host NAME\n",
+            )
         if path == "/live":
-            if not self._origin_allowed(request):
-                return _response(
+            origins = request.headers.get_all("Origin")
+            if len(origins) > 1:
+                why = f"{len(origins)} Origin headers"
+                return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+            # A request without Origin is not from a browser page (browsers
+            # always send it on WebSocket handshakes).
+            if origins and not policy.origin_allowed(origins[0]):
+                return self._refuse(
+                    connection,
                     http.HTTPStatus.FORBIDDEN,
-                    b"Origin not allowed: start the server with --allow-origin for this page\n",
+                    f"Origin {origins[0][:100]!r} not allowed",
+                    "Origin not allowed: start the server with --allow-origin for this page\n",
                 )
             return None
         if path == "/healthz":
@@ -793,7 +971,35 @@ class LiveServer:
             return _response(http.HTTPStatus.OK, _PLAIN_PAGE.encode(), "text/html; charset=utf-8")
         if path.startswith("/client/"):
             return self._static(path.removeprefix("/client/"))
+        if path == "/metrics" and self.config.metrics_on_serving_port:
+            return self.metrics_response()
         return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
+
+    def record_header(self, start: SessionStart) -> dict[str, Any]:
+        """What a record says about its session: enough to replay it."""
+        config = self.config
+        return {
+            "model": self.agent.model,
+            "agent": self.agent.name,
+            "agent_spec": self.agent_spec,
+            "input_rate": start.input_rate,
+            "config": {
+                "audio_lead": config.audio_lead,
+                "stall_timeout": config.stall_timeout,
+                "idle_timeout": config.idle_timeout,
+                "handover_margin": config.handover_margin,
+            },
+        }
+
+    def metrics_response(self) -> Response:
+        body, content_type = self.metrics.exposition()
+        return _response(http.HTTPStatus.OK, body, content_type)
+
+    def _metrics_only(self, connection: ServerConnection, request: Request) -> Response:
+        """The `--metrics-port` listener: `/metrics` and nothing else."""
+        if urlsplit(request.path).path == "/metrics":
+            return self.metrics_response()
+        return _response(http.HTTPStatus.NOT_FOUND, b"not found: this port serves /metrics\n")
 
     def _static(self, name: str) -> Response:
         root = WEB_ROOT.resolve()
@@ -807,26 +1013,56 @@ class LiveServer:
 
     # ------------------------------------------------------------------ sockets
 
+    async def _refuse_socket(self, ws: ServerConnection) -> None:
+        await ws.close(CLOSE_POLICY, "this port serves /metrics only")
+
+    def _admission(self, session: ClientSession) -> ErrorEvent | None:
+        """Why a new socket may not wait for `session.start`, if it may not."""
+        config = self.config
+        if len(self.sessions) >= config.max_sessions:
+            return ErrorEvent(
+                "capacity",
+                f"the server is at its limit of {config.max_sessions} sessions; try again later",
+                True,
+            )
+        if len(self.pending) >= config.max_pending:
+            return ErrorEvent(
+                "pending_limit",
+                f"{config.max_pending} sockets are already waiting to start a session; "
+                "try again later",
+                True,
+            )
+        if self.per_address[session.peer] >= config.max_sessions_per_ip:
+            return ErrorEvent(
+                "address_limit",
+                f"your address already has {config.max_sessions_per_ip} sessions open "
+                "(the server's limit per address); close one and try again",
+                True,
+            )
+        return None
+
     async def _handle(self, ws: ServerConnection) -> None:
         session = ClientSession(self, ws)
-        if len(self.sessions) >= self.config.max_sessions:
-            await session._send_now(
-                ErrorEvent(
-                    "capacity",
-                    f"the server is at its limit of {self.config.max_sessions} sessions; "
-                    "try again later",
-                    True,
-                )
-            )
-            await ws.close(CLOSE_TRY_LATER, "at capacity")
+        refusal = self._admission(session)
+        if refusal is not None:
+            log.warning("refused a socket from %s: %s: %s", session.peer, refusal.code, refusal.message)
+            await session._send_now(refusal)
+            await ws.close(CLOSE_TRY_LATER, refusal.code)
+            session.obs.ended(refusal.code, refusal)
             return
         self.sessions.add(session)
+        self.pending.add(session)
+        self.per_address[session.peer] += 1
         try:
             if self._stop.is_set():
                 session.shutdown()
             await session.run()
         finally:
             self.sessions.discard(session)
+            self.pending.discard(session)
+            self.per_address[session.peer] -= 1
+            if self.per_address[session.peer] <= 0:
+                del self.per_address[session.peer]
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until `stop()`; then tell and close every session, and return."""
@@ -846,8 +1082,20 @@ class LiveServer:
             reuse_port=config.reuse_port or None,
             ping_interval=20,
             ping_timeout=20,
-        ) as server:
+        ) as server, contextlib.AsyncExitStack() as stack:
             self.port = _bound_port(server)
+            if config.metrics_port is not None:
+                metrics_server = await stack.enter_async_context(
+                    serve(
+                        self._refuse_socket,
+                        config.host,
+                        config.metrics_port,
+                        process_request=self._metrics_only,
+                        server_header="live",
+                        reuse_port=config.reuse_port or None,
+                    )
+                )
+                self.metrics_port = _bound_port(metrics_server)
             task_status.started(self.port)
             await self._stop.wait()
             for session in list(self.sessions):
@@ -886,6 +1134,26 @@ def tune_gc_for_serving(young: int = 10_000) -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(young, middle, old)
+
+
+def _peer(connection: ServerConnection) -> str:
+    try:
+        address = connection.remote_address
+    except Exception:
+        return "?"
+    return str(address[0]) if address else "?"
+
+
+def _bearer(ws: ServerConnection) -> str | None:
+    """The token of the handshake's `Authorization: Bearer` header (non-browser clients)."""
+    request = ws.request
+    if request is None:
+        return None
+    values = request.headers.get_all("Authorization")
+    if len(values) != 1:
+        return None
+    scheme, _, token = values[0].strip().partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 def _bound_port(server: Server) -> int:

@@ -10,14 +10,17 @@ import anyio
 from clients.client import AudioFrame, LiveClient
 from live.agent import Agent
 from live.llm import BaseLlm
+from live.record import Recorder
 from live.server import LiveServer, ServerConfig
 
 
 @contextlib.asynccontextmanager
-async def running(agent: Agent, llm: BaseLlm, **config) -> AsyncIterator[tuple[LiveServer, str]]:
+async def running(
+    agent: Agent, llm: BaseLlm, *, recorder: Recorder | None = None, **config
+) -> AsyncIterator[tuple[LiveServer, str]]:
     """A server on a free port; yields it and its `/live` URL; stops it on exit."""
     config.setdefault("audio_lead", None)
-    server = LiveServer(agent, llm, ServerConfig(port=0, **config))
+    server = LiveServer(agent, llm, ServerConfig(port=0, **config), recorder=recorder)
     async with anyio.create_task_group() as tg:
         port = await tg.start(server.serve)
         try:

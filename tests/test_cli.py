@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -73,7 +74,8 @@ async def test_a_signal_stops_the_server_and_every_session_is_told(sig):
 @pytest.mark.anyio
 async def test_workers_share_the_port_and_stop_together():
     proc = subprocess.Popen(
-        [*LIVE, "serve", "--port", "0", "--workers", "2"],
+        # All 16 clients come from this machine's address.
+        [*LIVE, "serve", "--port", "0", "--workers", "2", "--max-sessions-per-ip", "16"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
     )
     try:
@@ -109,3 +111,36 @@ async def test_workers_share_the_port_and_stop_together():
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # closed connections may linger
         probe.bind(("127.0.0.1", port))  # fails while any process still listens on the port
         probe.listen()
+
+
+@pytest.mark.anyio
+async def test_json_logs_name_the_session_on_every_line_and_never_the_token():
+    secret = "s3cret-token-value"
+    proc = subprocess.Popen(
+        [*LIVE, "serve", "--port", "0", "--log-format", "json", "--token", secret],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+    )
+    try:
+        line = await anyio.to_thread.run_sync(proc.stdout.readline)
+        port = int(re.search(r"ws://127\.0\.0\.1:(\d+)/live", line).group(1))
+        async with LiveClient.connect(f"ws://127.0.0.1:{port}/live", token=secret) as client:
+            session_id = client.session.session_id
+            await client.send_raw("{not json")
+            await collect(client, lambda e: isinstance(e, p.ErrorEvent), timeout=10)
+            await client.send_raw('{"type": "session.close"}')
+            await collect(client, lambda e: isinstance(e, p.SessionClosed), timeout=10)
+        proc.send_signal(signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=10)) == 0
+        log = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert secret not in log
+    lines = [json.loads(text) for text in log.splitlines()]  # every line is one JSON object
+    assert all({"time", "level", "logger", "message"} <= set(entry) for entry in lines)
+    mine = [entry for entry in lines if entry.get("session") == session_id]
+    assert mine[0]["message"].startswith(f"session {session_id} started")
+    [ended] = [entry for entry in mine if entry.get("event") == "session.ended"]
+    assert (ended["reason"], ended["model"]) == ("client closed the session", "local/echo")
+    assert ended["message"].startswith(f"session {session_id} ended")

@@ -80,6 +80,14 @@ def test_jitter_buffer_plays_a_short_reply_out_once_it_is_complete():
     assert jb.underruns == 0 and not jb.audible
 
 
+def test_a_reply_end_on_an_empty_buffer_does_not_rob_the_next_reply_of_its_prebuffer():
+    jb = JitterBuffer(rate=24000, prebuffer_ms=100)
+    jb.mark_end()  # generation.complete after everything had already played
+    jb.push(samples(600))  # the first 25 ms of the next reply
+    assert jb.pull(480) == bytes(960)  # still prebuffering: no click-prone start
+    assert not jb.playing
+
+
 def test_jitter_buffer_flush_drops_everything_at_once():
     jb = JitterBuffer(rate=24000, prebuffer_ms=100)
     jb.push(samples(24000))
@@ -123,6 +131,60 @@ def test_gate_tail_restarts_when_more_reply_audio_arrives():
 def test_headphones_gate_never_mutes():
     gate = MicGate(half_duplex=False)
     assert gate.update(0.0, True) is None and gate.is_open
+
+
+class _ScriptedClient:
+    """What `Conversation` uses of `LiveClient`, replaying a fixed list of events."""
+
+    def __init__(self, events: list) -> None:
+        self._events = events
+        self.sent: list = []
+
+    async def events(self):
+        for event in self._events:
+            yield event
+
+    async def send_audio(self, pcm: bytes) -> None:
+        self.sent.append(pcm)
+
+    async def audio_end(self) -> None:
+        self.sent.append("audio.end")
+
+    async def send_tool_result(self, *args) -> None:
+        self.sent.append(args)
+
+
+class _NoAudioDevices:
+    """What `Conversation` uses of `AudioIO`, without devices: the test pulls the speaker."""
+
+    def __init__(self) -> None:
+        self.frames = FrameQueue()
+        self.playback = mic.Playback(JitterBuffer(rate=24000, prebuffer_ms=100))
+        self.output_latency = 0.0
+
+    def to_speaker(self, pcm: bytes) -> bytes:
+        return pcm
+
+    def to_server(self, pcm: bytes) -> bytes:
+        return pcm
+
+
+@pytest.mark.anyio
+async def test_a_turn_cut_by_a_lost_model_connection_still_plays_out_and_reopens_the_microphone():
+    """`turn.complete` (connection_lost) comes without `generation.complete`: the
+    tail of the reply, shorter than the prebuffer, must still play, or the
+    half-duplex gate stays closed for good."""
+    audio = _NoAudioDevices()
+    events = [mic.AudioFrame(samples(1200)), p.TurnComplete("connection_lost")]
+    conversation = mic.Conversation(_ScriptedClient(events), audio, ConversationView(io.StringIO()),
+                                    headphones=False)
+    await conversation._receive()
+    assert audio.playback.audible()
+    assert conversation.gate.update(0.0, audio.playback.audible()) == "closed"
+    played = b"".join(audio.playback.buffer.pull(480) for _ in range(3))
+    assert played[: 2 * 1200] == samples(1200)  # the 50 ms tail played
+    assert not audio.playback.audible()
+    assert conversation.gate.update(0.5, audio.playback.audible()) == "opened"
 
 
 # --------------------------------------------------------------------------- frame queue
@@ -201,6 +263,58 @@ def test_view_keeps_partials_of_a_turn_that_ends_without_finals():
     view.event(p.TranscriptOutput(" sentence", False))
     view.event(p.TurnComplete())
     assert out.getvalue().splitlines() == ["agent ▸ Half a sentence", "— turn complete"]
+
+
+def test_gate_status_lines_do_not_print_the_users_words_twice():
+    for tty in (True, False):
+        out = io.StringIO()
+        view = ConversationView(out, tty=tty)
+        view.event(p.TranscriptInput("Hello there,", False))
+        view.status("agent speaking — microphone muted")
+        view.event(p.TranscriptInput(" can you hear me?", False))
+        view.status("listening")
+        view.event(p.TranscriptInput("Hello there, can you hear me?", True))
+        view.event(p.TurnComplete())
+        screen = _render_terminal(out.getvalue())
+        assert screen == [
+            "· agent speaking — microphone muted",
+            "· listening",
+            "you ▸ Hello there, can you hear me?",
+            "— turn complete",
+        ], (tty, screen)
+
+
+def test_a_partial_kept_for_a_tool_call_is_not_printed_again_by_its_final():
+    out = io.StringIO()
+    view = ConversationView(out, tty=True)
+    view.event(p.TranscriptOutput("Let me look", False))
+    view.event(p.ToolCallEvent("c1", "lookup", {}, "server"))
+    view.event(p.TranscriptOutput(" that up. Done.", False))
+    view.event(p.TranscriptOutput("Let me look that up. Done.", True))
+    view.event(p.TurnInterrupted())
+    view.event(p.TurnComplete())
+    assert _render_terminal(out.getvalue()) == [
+        "agent ▸ Let me look",
+        "⚙ lookup({})",
+        "agent ▸ … that up. Done.",
+        "— interrupted",
+        "— turn complete",
+    ]
+
+
+def test_a_partial_wider_than_the_terminal_stays_on_one_row():
+    """`\\r\\x1b[2K` clears only the cursor's row: a wrapped live line would
+    leave its earlier rows behind on every redraw."""
+    out = io.StringIO()
+    view = ConversationView(out, tty=True, width=40)
+    words = "one two three four five six seven eight nine ten eleven twelve".split()
+    for word in words:
+        view.event(p.TranscriptInput(" " + word, False))
+    redraws = [chunk for chunk in out.getvalue().split("\r\x1b[2K") if chunk]
+    assert all(len(chunk) < 40 for chunk in redraws), redraws
+    assert redraws[-1].endswith("eleven twelve") and "…" in redraws[-1]
+    view.event(p.TranscriptInput(" ".join(words), True))
+    assert _render_terminal(out.getvalue()) == ["you ▸ " + " ".join(words)]  # the final is whole
 
 
 def _render_terminal(text: str) -> list[str]:

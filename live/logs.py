@@ -1,0 +1,79 @@
+"""Log lines as text or as JSON, each carrying the id of the session it is about.
+
+The server sets `current_session` when a session starts; every line logged
+from that session's tasks (the server's, a tool's, the model connection's)
+then carries its id, with no change to the calls that log. `--log-format json`
+writes one object per line with the same facts as the text format (time,
+level, logger, message, the worker in a multi-process server), plus `session`
+and the structured `fields` a line passes as `extra={"fields": {...}}`.
+Nothing here adds request headers, tokens or keys: a line holds what its
+caller put in its message.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime
+import json
+import logging
+
+__all__ = ["JsonFormatter", "configure", "current_session"]
+
+current_session: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "live_session", default=None
+)
+
+
+class _SessionFilter(logging.Filter):
+    """Stamps each record with the session of the task that logged it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "session"):
+            record.session = current_session.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line."""
+
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, object] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if self.worker is not None:
+            out["worker"] = self.worker
+        session = getattr(record, "session", None)
+        if session is not None:
+            out["session"] = session
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                out.setdefault(key, value)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+def configure(level: str = "INFO", format: str = "text", worker: int | None = None) -> None:
+    """Set up the root logger for `live serve` (text or json)."""
+    handler = logging.StreamHandler()
+    handler.addFilter(_SessionFilter())
+    if format == "json":
+        handler.setFormatter(JsonFormatter(worker))
+    else:
+        tag = f"[worker {worker}]" if worker is not None else ""
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s %(name)s{tag}: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level))

@@ -1,0 +1,366 @@
+"""Watching sessions: the model side as decorators, the client side as an observer.
+
+`Measured(llm)` and `Recorded(llm)` are `BaseLlm`s that wrap another: the first
+counts what crosses the model connection (connects, messages, tokens from
+usage metadata), the second writes it to a session record. They hold no
+per-session state, so they work for any model and for in-process use of the
+contract without the server. `SessionObserver` is the server's half: it is
+told what one client session does (frames, actions of the session core, the
+end) and turns it into metrics: turn latency, interruptions, tool outcomes,
+errors, drops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+from google.genai import types
+
+from live.errors import LiveError
+from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, LlmResponse, RealtimeInput
+from live.metrics import Metrics, end_reason_code
+from live.protocol import (
+    ErrorEvent,
+    ServerEvent,
+    ToolCallEvent,
+    ToolCancelled,
+    TurnComplete,
+    TurnInterrupted,
+)
+from live.record import SessionRecord, current_record
+from live.session import SendAudio, SendEvent, ToUpstream
+
+__all__ = ["Measured", "Recorded", "SessionObserver", "WrappedConnection"]
+
+
+class WrappedConnection(BaseLlmConnection):
+    """A connection that forwards everything to `inner`; decorators override parts."""
+
+    def __init__(self, inner: BaseLlmConnection) -> None:
+        self.inner = inner
+
+    async def send_history(self, history: Sequence[types.Content]) -> None:
+        await self.inner.send_history(history)
+
+    async def send_content(self, content: types.Content) -> None:
+        await self.inner.send_content(content)
+
+    async def send_realtime(self, input: RealtimeInput) -> None:
+        await self.inner.send_realtime(input)
+
+    def receive(self) -> AsyncIterator[LlmResponse]:
+        return self.inner.receive()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class _MeasuredConnection(WrappedConnection):
+    def __init__(self, inner: BaseLlmConnection, metrics: Metrics, model: str) -> None:
+        super().__init__(inner)
+        self._metrics = metrics
+        self._model = model
+        self._out = metrics.model_messages.labels(model, "out")
+        self._in = metrics.model_messages.labels(model, "in")
+
+    async def send_history(self, history: Sequence[types.Content]) -> None:
+        await self.inner.send_history(history)
+        self._out.inc()
+
+    async def send_content(self, content: types.Content) -> None:
+        await self.inner.send_content(content)
+        self._out.inc()
+
+    async def send_realtime(self, input: RealtimeInput) -> None:
+        await self.inner.send_realtime(input)
+        self._out.inc()
+
+    async def receive(self) -> AsyncIterator[LlmResponse]:  # type: ignore[override]
+        count = self._in.inc
+        async for response in self.inner.receive():
+            count()
+            if response.usage_metadata is not None:
+                self._metrics.count_usage(self._model, response.usage_metadata)
+            yield response
+
+
+class Measured(BaseLlm):
+    """`inner`, with its connections counted in `metrics` (default: the process's).
+
+    Counts connects (and their outcome and time), messages each way, and tokens
+    from usage metadata by kind and modality, labelled with the model name.
+    """
+
+    def __init__(self, inner: BaseLlm, metrics: Metrics | None = None) -> None:
+        super().__init__(inner.model)
+        self.inner = inner
+        self.metrics = metrics if metrics is not None else Metrics.default()
+
+    @contextlib.asynccontextmanager
+    async def connect(self, request: LlmRequest) -> AsyncIterator[BaseLlmConnection]:
+        model = request.model or self.model
+        started = time.monotonic()
+        opened = False
+        try:
+            async with self.inner.connect(request) as conn:
+                opened = True
+                self.metrics.model_connects.labels(model, "ok").inc()
+                self.metrics.model_connect_seconds.labels(model).observe(time.monotonic() - started)
+                yield _MeasuredConnection(conn, self.metrics, model)
+        except BaseException as exc:
+            if not opened:
+                self.metrics.model_connects.labels(model, type(exc).__name__).inc()
+            raise
+
+
+def _tool_outcome(response: dict[str, Any], timed_out: bool) -> str:
+    if timed_out:
+        return "timeout"
+    error = response.get("error")
+    if error is None:
+        return "ok"
+    if isinstance(error, str) and "did not finish within" in error:
+        return "timeout"  # run_tool's words for a server tool past its deadline
+    return "error"
+
+
+class SessionObserver:
+    """Metrics of one client session, fed by the server's hooks.
+
+    Turn latency runs from the end of the user's turn (`activity.end`, a typed
+    turn, or the model's own voice detection saying speech ended) to the first
+    reply audio that left for the client; a turn answered without audio is not
+    timed. `tools` names the tools the agent declares: calls to anything else
+    are labelled `other`, so a model cannot grow the label set.
+    """
+
+    __slots__ = (
+        "_metrics", "_model", "_agent", "_tools", "_frames_in", "_frames_out",
+        "_turn_end", "_reply_audio_queued", "_started_at", "_calls",
+        "_reconnect_cause", "_counted_late", "_counted_flushed", "_opened",
+    )
+
+    def __init__(self, metrics: Metrics, *, model: str, agent: str, tools: Iterable[str]) -> None:
+        self._metrics = metrics
+        self._model = model
+        self._agent = agent
+        self._tools = frozenset(tools)
+        self._frames_in = metrics.frames_in.inc
+        self._frames_out = metrics.frames_out.inc
+        self._turn_end: float | None = None
+        self._reply_audio_queued = False
+        self._started_at: float | None = None
+        self._calls: dict[str, tuple[str, str, float]] = {}
+        self._reconnect_cause = "connection_lost"
+        self._counted_late = 0
+        self._counted_flushed = 0
+        self._opened = False
+
+    # -- life ------------------------------------------------------------------
+
+    def opened(self) -> None:
+        self._opened = True
+        self._metrics.sessions_active.inc()
+
+    def started(self, now: float) -> None:
+        """`session.start` was accepted: the first reply audio is timed from here."""
+        self._started_at = now
+
+    def ended(
+        self,
+        reason: str,
+        error: ErrorEvent | None,
+        *,
+        late_dropped: int = 0,
+        flushed: int = 0,
+    ) -> None:
+        self.drops(late_dropped, flushed)
+        self._metrics.sessions.labels(self._model, self._agent, end_reason_code(reason, error)).inc()
+        if self._opened:
+            self._opened = False
+            self._metrics.sessions_active.dec()
+
+    def drops(self, late_dropped: int, flushed: int) -> None:
+        """Bring the reply-audio drop counts up to the session's totals."""
+        if late_dropped > self._counted_late:
+            self._metrics.dropped_late.inc(late_dropped - self._counted_late)
+            self._counted_late = late_dropped
+        if flushed > self._counted_flushed:
+            self._metrics.dropped_interrupted.inc(flushed - self._counted_flushed)
+            self._counted_flushed = flushed
+
+    # -- frames ----------------------------------------------------------------
+
+    def frame_in(self) -> None:
+        self._frames_in()
+
+    def frame_out(self, frame: str | bytes, now: float) -> None:
+        self._frames_out()
+        if type(frame) is bytes:
+            if self._started_at is not None:
+                self._metrics.first_audio.observe(now - self._started_at)
+                self._started_at = None
+            if self._turn_end is not None:
+                self._metrics.turn_latency.observe(now - self._turn_end)
+                self._turn_end = None
+
+    def audio_overflow(self) -> None:
+        self._metrics.dropped_overflow.inc()
+
+    def event(self, event: ServerEvent) -> None:
+        """An event is on its way to the client (every error is counted here)."""
+        if type(event) is ErrorEvent:
+            self._metrics.errors.labels(event.code).inc()
+
+    # -- the model and the session core ------------------------------------------
+
+    def model_response(self, response: LlmResponse, now: float) -> None:
+        activity = response.voice_activity
+        if (
+            activity is not None
+            and activity.voice_activity_type is types.VoiceActivityType.ACTIVITY_END
+        ):
+            self._user_turn_ended(now)
+
+    def actions(self, actions: list[Any], now: float) -> None:
+        """What the session core decided; called before the server carries it out."""
+        for action in actions:
+            kind = type(action)
+            if kind is SendAudio:
+                self._reply_audio_queued = True
+            elif kind is SendEvent:
+                self._on_event(action.event, actions, now)
+            elif kind is ToUpstream:
+                self._on_upstream(action.item, actions, now)
+
+    def _on_event(self, event: ServerEvent, actions: list[Any], now: float) -> None:
+        kind = type(event)
+        if kind is TurnInterrupted:
+            self._metrics.interruptions.inc()
+        elif kind is ToolCallEvent:
+            assert isinstance(event, ToolCallEvent)
+            name = event.name if event.name in self._tools else "other"
+            self._calls[event.id] = (name, event.runs_on, now)
+        elif kind is ToolCancelled:
+            assert isinstance(event, ToolCancelled)
+            for call_id in event.ids:
+                self._tool_done(call_id, "cancelled", now)
+        elif kind is TurnComplete and not self._reply_audio_queued:
+            self._turn_end = None  # answered without audio: nothing to time
+
+    def _on_upstream(self, item: Any, actions: list[Any], now: float) -> None:
+        if isinstance(item, types.ActivityEnd):
+            self._user_turn_ended(now)
+            return
+        if not isinstance(item, types.Content) or not item.parts:
+            return
+        responses = [p.function_response for p in item.parts if p.function_response is not None]
+        if not responses:
+            if item.role == "user" and any(p.text for p in item.parts):
+                self._user_turn_ended(now)
+            return
+        timed_out = any(
+            type(a) is SendEvent and type(a.event) is ErrorEvent and a.event.code == "tool_timeout"
+            for a in actions
+        )
+        for response in responses:
+            self._tool_done(response.id or "", _tool_outcome(response.response or {}, timed_out), now)
+
+    def _user_turn_ended(self, now: float) -> None:
+        self._turn_end = now
+        self._reply_audio_queued = False
+
+    def _tool_done(self, call_id: str, outcome: str, now: float) -> None:
+        call = self._calls.pop(call_id, None)
+        if call is None:
+            return
+        name, runs_on, started = call
+        self._metrics.tool_calls.labels(name, runs_on, outcome).inc()
+        self._metrics.tool_duration.labels(name).observe(now - started)
+
+    # -- reconnects --------------------------------------------------------------
+
+    def reconnecting(self, cause: str) -> None:
+        """Why the session is moving to a new model connection (counted once it has)."""
+        self._reconnect_cause = cause
+
+    def resumed(self) -> None:
+        self._metrics.reconnects.labels(self._reconnect_cause).inc()
+        self._reconnect_cause = "connection_lost"
+
+
+class _RecordedConnection(WrappedConnection):
+    def __init__(self, inner: BaseLlmConnection, record: SessionRecord, conn: int) -> None:
+        super().__init__(inner)
+        self._record = record
+        self._conn = conn
+        self.error: LiveError | None = None
+        self.model_closed = False
+
+    async def send_history(self, history: Sequence[types.Content]) -> None:
+        await self.inner.send_history(history)
+        self._record.model_sent(self._conn, list(history))
+
+    async def send_content(self, content: types.Content) -> None:
+        await self.inner.send_content(content)
+        self._record.model_sent(self._conn, content)
+
+    async def send_realtime(self, input: RealtimeInput) -> None:
+        await self.inner.send_realtime(input)
+        self._record.model_sent(self._conn, input)
+
+    async def receive(self) -> AsyncIterator[LlmResponse]:  # type: ignore[override]
+        record, conn = self._record, self._conn
+        try:
+            async for response in self.inner.receive():
+                record.model_response(conn, response)
+                yield response
+        except LiveError as exc:
+            self.error = exc
+            raise
+        self.model_closed = True
+
+
+class Recorded(BaseLlm):
+    """`inner`, with what crosses each connection written to a session record.
+
+    The record is `record` when given (in-process use of the contract), else
+    the one the server set for the session being served (`current_record`);
+    with neither, connections pass through unrecorded.
+    """
+
+    def __init__(self, inner: BaseLlm, record: SessionRecord | None = None) -> None:
+        super().__init__(inner.model)
+        self.inner = inner
+        self.record = record
+
+    @contextlib.asynccontextmanager
+    async def connect(self, request: LlmRequest) -> AsyncIterator[BaseLlmConnection]:
+        record = self.record if self.record is not None else current_record.get()
+        if record is None:
+            async with self.inner.connect(request) as conn:
+                yield conn
+            return
+        resumption = request.live_connect_config.session_resumption
+        number = record.model_connect(
+            {"model": request.model or self.model, "resumed": bool(resumption and resumption.handle)}
+        )
+        wrapped: _RecordedConnection | None = None
+        failure: BaseException | None = None
+        try:
+            async with self.inner.connect(request) as conn:
+                wrapped = _RecordedConnection(conn, record, number)
+                yield wrapped
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            if wrapped is None:
+                record.model_end(number, failure, "connect_failed")
+            elif wrapped.error is not None:
+                record.model_end(number, wrapped.error, "error")
+            else:
+                record.model_end(number, None, "model_closed" if wrapped.model_closed else "server_closed")

@@ -1,0 +1,320 @@
+"""Who may talk to the server: Host and Origin checks, session tokens, limits before a session.
+
+Attacks are made as an attacker would make them: raw HTTP requests with the
+headers a rebinding page or a broken client sends, and tokens forged, expired
+or meant for someone else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import anyio
+import jwt
+import pytest
+from websockets.asyncio.client import connect as ws_connect
+
+from clients.client import LiveClient, SessionRefused
+from live import protocol as p
+from live.agent import Agent
+from live.auth import HostPolicy, host_name, mint_token, verify_token
+from live.cli import main as live_cli
+from live.registry import default_registry
+from serving import collect, running
+
+pytestmark = pytest.mark.anyio
+
+AGENT = Agent(name="test", model="local/echo")
+
+
+def echo():
+    return default_registry().resolve("local/echo")
+
+
+async def raw_request(port: int, lines: list[str]) -> tuple[int, str]:
+    """Send an HTTP/1.1 request line by line; the status code and body of the answer."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
+        data = b""
+        with anyio.fail_after(5):
+            while True:
+                try:
+                    chunk = await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    break
+                data += chunk
+                head, sep, body = data.partition(b"\r\n\r\n")
+                if sep and b" 101 " in head.split(b"\r\n")[0]:
+                    break  # switched protocols: no body follows
+                if sep:
+                    length = next(
+                        (int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")),
+                        None,
+                    )
+                    if length is not None and len(body) >= length:
+                        break
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), body.decode()
+
+
+def handshake(path: str = "/live", *headers: str) -> list[str]:
+    return [
+        f"GET {path} HTTP/1.1",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version: 13",
+        *headers,
+    ]
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+# ---------------------------------------------------------------------- Host and Origin
+
+
+async def test_a_dns_rebinding_page_is_refused_before_anything_else(caplog):
+    caplog.set_level(logging.WARNING, "live.server")
+    async with running(AGENT, echo()) as (server, url):
+        port = port_of(url)
+        # What a page on evil.example sends once its name points at 127.0.0.1.
+        status, body = await raw_request(
+            port, handshake("/live", f"Host: evil.example:{port}", f"Origin: http://evil.example:{port}")
+        )
+        assert status == 403 and "--allow-host" in body
+        status, _ = await raw_request(port, ["GET / HTTP/1.1", f"Host: evil.example:{port}"])
+        assert status == 403
+        # A probe still learns the server is up, and nothing else.
+        status, body = await raw_request(port, ["GET /healthz HTTP/1.1", f"Host: 10.0.0.7:{port}"])
+        assert status == 200 and body == '{"status": "ok"}'
+        assert not server.sessions
+        # The names of this machine work on any port (a dev server on :3000 proxies here too).
+        for host in (f"localhost:{port}", "127.0.0.1", "[::1]:3000", "LOCALHOST"):
+            status, _ = await raw_request(port, ["GET / HTTP/1.1", f"Host: {host}"])
+            assert status == 200, host
+        status, _ = await raw_request(
+            port, handshake("/live", f"Host: 127.0.0.1:{port}", f"Origin: http://localhost:{port}")
+        )
+        assert status == 101
+    assert any("evil.example" in r.getMessage() and "403" in r.getMessage() for r in caplog.records)
+
+
+async def test_malformed_host_headers_are_a_400_never_a_500(caplog):
+    caplog.set_level(logging.WARNING)
+    async with running(AGENT, echo()) as (_, url):
+        port = port_of(url)
+        for headers in (
+            [f"Host: 127.0.0.1:{port}", "Host: evil.example"],
+            [],
+            ["Host: user@127.0.0.1"],
+            ["Host: 127.0.0.1:99999"],
+            ["Host: "],
+        ):
+            status, body = await raw_request(port, handshake("/live", *headers))
+            assert status == 400, (headers, status, body)
+            assert body.startswith("bad request")
+        two_origins = handshake("/live", "Host: 127.0.0.1", "Origin: http://localhost", "Origin: http://evil.example")
+        assert (await raw_request(port, two_origins))[0] == 400
+        # The server goes on.
+        assert (await raw_request(port, ["GET /healthz HTTP/1.1", "Host: 127.0.0.1"]))[0] == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_origin_is_checked_against_what_is_allowed_not_against_the_requests_host():
+    # Even with every Host answered, a page's Origin must be on a named host.
+    async with running(AGENT, echo(), allowed_hosts=("*",), allowed_origins=("https://app.example",)) as (_, url):
+        port = port_of(url)
+        status, _ = await raw_request(
+            port, handshake("/live", f"Host: evil.example:{port}", f"Origin: http://evil.example:{port}")
+        )
+        assert status == 403
+        ok = handshake("/live", f"Host: live.example:{port}", "Origin: https://app.example")
+        assert (await raw_request(port, ok))[0] == 101
+        sandboxed = handshake("/live", "Host: 127.0.0.1", "Origin: null")
+        assert (await raw_request(port, sandboxed))[0] == 403
+
+
+def test_host_policy_for_each_kind_of_bind_address():
+    loopback = HostPolicy.for_bind("127.0.0.1")
+    assert all(loopback.host_allowed(h) for h in ("localhost", "127.0.0.1", "::1"))
+    assert not loopback.host_allowed("evil.example")
+    assert not loopback.host_allowed("192.168.1.5")
+
+    lan = HostPolicy.for_bind("192.168.1.5", ["live.example", ".corp.example"])
+    assert lan.host_allowed("192.168.1.5") and lan.host_allowed("live.example")
+    assert lan.host_allowed("a.corp.example") and lan.host_allowed("corp.example")
+    assert not lan.host_allowed("evilcorp.example")
+    assert not lan.host_allowed("localhost")  # not listening there
+    assert lan.origin_allowed("https://live.example") and lan.origin_allowed("https://live.example:8443")
+    assert not lan.origin_allowed("https://evil.example")
+
+    wildcard = HostPolicy.for_bind("0.0.0.0", ["live.example"])
+    assert wildcard.host_allowed("localhost") and wildcard.host_allowed("live.example")
+    assert not wildcard.host_allowed("0.0.0.0") and not wildcard.host_allowed("evil.example")
+
+    ipv6 = HostPolicy.for_bind("::1")
+    assert ipv6.host_allowed(host_name("[::1]:8765") or "")
+
+
+def test_host_headers_are_parsed_strictly():
+    assert host_name("Example.COM:8765") == "example.com"
+    assert host_name("[0:0::1]") == "::1"
+    assert host_name("localhost.") == "localhost"
+    for bad in ("", "a b", "user@host", "host:port", "host:123456", "[nothex]", "/path", "h:1:2"):
+        assert host_name(bad) is None, bad
+
+
+# ---------------------------------------------------------------------- tokens
+
+SECRET = "a-test-secret-that-is-long-enough-for-hs256"
+
+
+async def refused(url: str, token: str | None) -> SessionRefused:
+    with pytest.raises(SessionRefused) as info:
+        async with LiveClient.connect(url, token=token):
+            pass
+    return info.value
+
+
+async def test_forged_expired_early_and_wrong_agent_tokens_are_refused_a_minted_one_works(caplog):
+    caplog.set_level(logging.DEBUG)
+    now = time.time()
+    cases = {
+        "signature": mint_token("another-secret-just-as-long-as-the-real-one", subject="eve"),
+        "expired": mint_token(SECRET, ttl=60, now=now - 120),
+        "not valid yet": mint_token(SECRET, not_before=now + 120),
+        "for agent 'other'": mint_token(SECRET, agent="other"),
+        "no 'exp'": jwt.encode({"sub": "eve"}, SECRET, algorithm="HS256"),
+        "not a valid signed token": "not.a.jwt",
+        "not signed with HS256": jwt.encode({"exp": now + 60}, None, algorithm="none"),
+        "needs a token": None,
+    }
+    events: list[str] = []
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        for why, token in cases.items():
+            refusal = await refused(url, token)
+            assert refusal.code == "unauthorized", why
+            assert why in refusal.message, (why, refusal.message)
+            events.append(refusal.message)
+        good = mint_token(SECRET, subject="user-42", agent="test", ttl=30)
+        async with LiveClient.connect(url, token=good) as client:
+            await client.send_text("hello")
+            seen = await collect(client, lambda e: isinstance(e, p.TurnComplete))
+            events += [repr(e) for e in seen]
+            assert any(isinstance(e, p.TextEvent) and "hello" in e.text for e in seen)
+    logged = [r.getMessage() for r in caplog.records if not r.name.startswith("websockets.client")]
+    assert any("subject=user-42" in line for line in logged)
+    assert sum("unauthorized" in line for line in logged) == len(cases)
+    # Neither the secret nor any token is ever said: not in a log line, not in an event.
+    for line in logged + events:
+        assert SECRET not in line
+        for token in [good, *cases.values()]:
+            if token:
+                assert token not in line
+                signature = token.split(".")[-1]
+                assert not signature or signature not in line  # not even the signature part
+
+
+async def test_the_static_development_token_still_works_beside_signed_ones():
+    async with running(AGENT, echo(), token="dev-token", token_secret=SECRET) as (_, url):
+        async with LiveClient.connect(url, token="dev-token"):
+            pass
+        async with LiveClient.connect(url, token=mint_token(SECRET)):
+            pass
+        assert (await refused(url, "dev-tokeN")).code == "unauthorized"
+
+
+async def test_a_non_browser_client_may_send_the_token_as_a_bearer_header():
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        for token, expected in ((mint_token(SECRET), "session.started"), ("forged", "error")):
+            async with ws_connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+                await ws.send(json.dumps({"type": "session.start"}))
+                with anyio.fail_after(5):
+                    first = json.loads(await ws.recv())
+                assert first["type"] == expected, first
+                if expected == "error":
+                    assert first["code"] == "unauthorized"
+
+
+async def test_a_tokens_max_duration_ends_the_session():
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        token = mint_token(SECRET, max_duration=0.5)
+        async with LiveClient.connect(url, token=token) as client:
+            started = time.monotonic()
+            events = await collect(client, lambda e: isinstance(e, p.SessionClosed), timeout=5)
+            lasted = time.monotonic() - started
+    error = next(e for e in events if isinstance(e, p.ErrorEvent))
+    assert error.code == "session_expired" and error.fatal and "max_duration" in error.message
+    assert 0.4 < lasted < 3
+
+
+def test_live_token_prints_a_token_the_server_accepts(capsys):
+    assert live_cli(["token", "--secret", SECRET, "--ttl", "60", "--subject", "ann", "--agent", "test"]) == 0
+    token = capsys.readouterr().out.strip()
+    grant = verify_token(token, SECRET, agent="test")
+    assert grant.subject == "ann" and grant.agent == "test"
+    assert grant.expires_at is not None and 50 < grant.expires_at - time.time() <= 60
+    assert live_cli(["token", "--secret", "short"]) == 2
+    assert "at least 32 bytes" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- before session.start
+
+
+async def first_event(ws) -> dict:
+    with anyio.fail_after(5):
+        while True:
+            frame = await ws.recv()
+            if isinstance(frame, str):
+                return json.loads(frame)
+
+
+async def test_a_socket_that_never_starts_is_closed_after_the_start_timeout(caplog):
+    caplog.set_level(logging.WARNING, "live.server")
+    async with running(AGENT, echo(), start_timeout=0.3) as (server, url):
+        async with ws_connect(url) as ws:
+            opened = time.monotonic()
+            event = await first_event(ws)
+            assert event["code"] == "idle_timeout" and "0.3 s" in event["message"]
+            with anyio.fail_after(5):
+                await ws.wait_closed()
+            waited = time.monotonic() - opened
+            assert ws.close_code == 1008
+        assert 0.25 < waited < 2
+        with anyio.fail_after(2):
+            while server.sessions or server.pending:  # the handler returns just after the close
+                await anyio.sleep(0.01)
+    assert any("no session.start within 0.3 s" in r.getMessage() for r in caplog.records)
+
+
+async def test_pending_sockets_and_sockets_per_address_are_limited(caplog):
+    caplog.set_level(logging.WARNING, "live.server")
+    async with running(AGENT, echo(), max_pending=2, max_sessions_per_ip=3) as (server, url):
+        async with ws_connect(url) as a, ws_connect(url) as b:
+            async with ws_connect(url) as c:
+                event = await first_event(c)
+                assert event["code"] == "pending_limit" and event["fatal"]
+                with anyio.fail_after(5):
+                    await c.wait_closed()
+                assert c.close_code == 1013
+            # A socket that starts its session is no longer pending.
+            await a.send(json.dumps({"type": "session.start"}))
+            assert (await first_event(a))["type"] == "session.started"
+            async with LiveClient.connect(url):
+                # Three from this address now (a, b and this one): a fourth is refused.
+                refusal = await refused(url, None)
+                assert refusal.code == "address_limit" and "3 sessions" in refusal.message
+            assert len(server.pending) == 1  # b
+        with anyio.fail_after(5):
+            while server.sessions:
+                await anyio.sleep(0.02)
+        assert not server.per_address
+        async with LiveClient.connect(url):  # the slots came back
+            pass
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("pending_limit" in line for line in lines)
+    assert any("address_limit" in line for line in lines)
