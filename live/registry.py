@@ -107,8 +107,9 @@ class LlmRegistry:
 
 
 def default_registry() -> LlmRegistry:
-    """A registry serving `gemini-.*` through Gemini and `local/echo` locally."""
+    """A registry serving `gemini-.*` through Gemini, `local/echo` and `local/voice` locally."""
     registry = LlmRegistry()
     registry.register(r"gemini-.*", _lazy("connections.gemini:Gemini"))
     registry.register(r"local/echo", _lazy("connections.local_echo:LocalEcho"))
+    registry.register(r"local/voice", _lazy("connections.local_voice:LocalVoice"))
     return registry

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.registry import LlmRegistry, default_registry
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
-from live.server import LiveServer, ServerConfig, tune_gc_for_serving
+from live.server import LiveServer, ServerConfig, tls_context, tune_gc_for_serving
 
 DEFAULT_MODEL = "local/echo"
 DEFAULT_INSTRUCTION = "You are a friendly voice assistant. Keep your answers short and clear."
@@ -79,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-sessions-per-ip", type=_positive(int), default=10, help="sockets per client address (default 10)")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
+    tls = parser.add_argument_group("TLS (so browsers on other machines may use the microphone)")
+    tls.add_argument("--certfile", help="PEM certificate chain: serve https:// and wss:// directly")
+    tls.add_argument("--keyfile", help="PEM private key of --certfile (if not in the same file)")
     parser.add_argument(
         "--workers", type=_positive(int), default=1,
         help="server processes sharing the port (SO_REUSEPORT, Linux), about one core each; "
@@ -124,6 +128,13 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             agent = agent.with_model(args.model)
     else:
         agent = Agent(name="assistant", model=args.model or DEFAULT_MODEL, instruction=DEFAULT_INSTRUCTION)
+    if args.keyfile and not args.certfile:
+        raise UsageError("--keyfile needs --certfile")
+    if args.certfile:
+        try:
+            tls_context(args.certfile, args.keyfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(f"--certfile/--keyfile: cannot load them: {exc}") from None
     token_secret = args.token_secret or None
     if token_secret is not None:
         try:
@@ -151,6 +162,8 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         stall_timeout=args.stall_timeout,
         reuse_port=args.workers > 1,
         metrics_port=args.metrics_port,
+        certfile=args.certfile,
+        keyfile=args.keyfile,
     )
     recorder = None
     if args.record:
@@ -194,9 +207,11 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
         host = server.config.host
         shown = f"[{host}]" if ":" in host else host
         count = f" in {args.workers} processes" if args.workers > 1 else ""
+        web = server.config.scheme
+        ws = "wss" if web == "https" else "ws"
         print(
             f"live: serving agent {server.agent.name!r} (model {server.agent.model}){count} on "
-            f"http://{shown}:{port}/  (WebSocket ws://{shown}:{port}/live)",
+            f"{web}://{shown}:{port}/  (WebSocket {ws}://{shown}:{port}/live)",
             flush=True,
         )
         if server.metrics_port is not None:

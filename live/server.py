@@ -21,6 +21,7 @@ import http
 import json
 import logging
 import mimetypes
+import ssl
 import time
 import uuid
 from collections import Counter
@@ -91,7 +92,7 @@ from live.supervisor import (
     wait_seconds,
 )
 
-__all__ = ["LiveServer", "ServerConfig", "tune_gc_for_serving"]
+__all__ = ["LiveServer", "ServerConfig", "tls_context", "tune_gc_for_serving"]
 
 log = logging.getLogger("live.server")
 
@@ -147,6 +148,8 @@ class ServerConfig:
       at the first safe point, or this long before the deadline at the latest.
     - `reconnect_attempts`: failed resumptions in a row before the session ends;
       the count resets once a connection stayed up `stable_after` seconds.
+    - `certfile`, `keyfile`: serve https:// and wss:// with this certificate
+      chain and private key (PEM; the key may be in `certfile`).
     - `reuse_port`: share the port with other server processes (SO_REUSEPORT,
       Linux): the kernel spreads new connections across them.
     - `metrics_port`: serve `/metrics` on this port (0: a free one) instead of
@@ -175,6 +178,12 @@ class ServerConfig:
     stable_after: float = 60.0
     shutdown_grace: float = 2.0
     reuse_port: bool = False
+    certfile: str | None = None
+    keyfile: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.certfile else "http"
     metrics_port: int | None = None
 
     @property
@@ -1071,6 +1080,7 @@ class LiveServer:
             self._handle,
             config.host,
             config.port,
+            ssl=tls_context(config.certfile, config.keyfile) if config.certfile else None,
             process_request=self._process_request,
             # Frames up to 4x the limit are read and refused with a clear error;
             # larger ones are cut off by websockets itself (also 1009).
@@ -1115,6 +1125,13 @@ class LiveServer:
 
     async def wait_stopping(self) -> None:
         await self._stop.wait()
+
+
+def tls_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:
+    """A server-side TLS context (Python's defaults: TLS 1.2 or later, no weak ciphers)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certfile, keyfile)
+    return context
 
 
 def tune_gc_for_serving(young: int = 10_000) -> None:

@@ -60,7 +60,8 @@ agent = Agent(
     instruction=(
         "You are a cheerful weather assistant. Use get_weather for current conditions and "
         "get_forecast for the coming days. Answer in one or two short spoken sentences. "
-        "If a city is not known, say which cities you can help with."
+        "If a city is not known, say which cities you can help with. "
+        f"Cities with data: {', '.join(sorted(c.title() for c in _TABLE))}."
     ),
     tools=[get_weather, get_forecast],
 )

@@ -24,7 +24,8 @@ async def running(
     async with anyio.create_task_group() as tg:
         port = await tg.start(server.serve)
         try:
-            yield server, f"ws://127.0.0.1:{port}/live"
+            scheme = "wss" if config.get("certfile") else "ws"
+            yield server, f"{scheme}://127.0.0.1:{port}/live"
         finally:
             server.stop()
 

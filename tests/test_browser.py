@@ -39,7 +39,7 @@ def speech_wav(tmp_path: Path) -> tuple[Path, bytes]:
 
 
 @contextlib.asynccontextmanager
-async def chromium_page(microphone: Path) -> AsyncIterator[object]:
+async def chromium_page(microphone: Path, args: list[str] = ()) -> AsyncIterator[object]:
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium is not installed (apt-get install chromium)")
     playwright_api = pytest.importorskip("playwright.async_api")
@@ -53,6 +53,7 @@ async def chromium_page(microphone: Path) -> AsyncIterator[object]:
                 "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
                 f"--use-file-for-fake-audio-capture={microphone.resolve()}%noloop",
                 "--autoplay-policy=no-user-gesture-required",
+                *args,
             ],
         )
         try:

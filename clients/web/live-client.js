@@ -78,11 +78,24 @@ export class LiveClient extends EventTarget {
   /**
    * Open the socket and start a session. Resolves with the `session.started`
    * message; rejects with a LiveError (`unauthorized`, `capacity`, ...).
+   * `token` is a string, or a function returning one (or a promise of one),
+   * called on every connect: the hook to fetch a fresh short-lived token
+   * from the app's backend, so no secret ever lives in the page.
    */
   async connect(url = defaultUrl(), { token, history } = {}) {
     if (this._ws) throw new LiveError("already_connected", "this client is already connected", false);
     this._setState({ connection: "connecting" });
     this._preparePlayback(); // inside the caller's click, so the browser lets it play
+    if (typeof token === "function") {
+      try {
+        token = await token();
+      } catch (error) {
+        this._setState({ connection: "closed" });
+        const failure = new LiveError("token_unavailable", `could not get a session token: ${error.message || error}`, true);
+        this._emit("error", { type: "error", code: failure.code, message: failure.message, fatal: true });
+        throw failure;
+      }
+    }
     const ws = new WebSocket(url);
     ws.binaryType = "arraybuffer";
     this._ws = ws;
