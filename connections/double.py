@@ -40,7 +40,7 @@ A `ScriptedSession` presents google-genai's `AsyncSession` surface:
   closes it with 1007; Gemini 3 closes with 1007 on any other `client_content`;
   activity signals while automatic activity detection is on close with 1007; a
   function response whose id this connection never issued (or already
-  answered) closes with 1007; a resumable handle pushed while a call is
+  answered; one that crossed the call's cancellation is accepted) closes with 1007; a resumable handle pushed while a call is
   unanswered or a reply is being generated goes out with `resumable=false`.
   `drop(code, seen_by="sender")` is a close the sending side sees first: sends
   fail at once, while `receive()` sees it only when the client closes.
@@ -195,6 +195,7 @@ class ScriptedSession:
         self._aad_on = True
         self._gemini3 = False
         self._issued: set[str] = set()
+        self._cancelled: set[str] = set()
         self._anonymous_calls = 0
         self._generating = False
         self._script: collections.deque[ServerEvent] = collections.deque(script)
@@ -457,6 +458,8 @@ class ScriptedSession:
         for item in response.function_responses or ():
             if item.id in self._issued:
                 self._issued.discard(item.id)
+            elif item.id in self._cancelled:
+                pass  # it crossed the cancellation on the wire: issued, so not rejected
             elif self._anonymous_calls > 0:
                 self._anonymous_calls -= 1  # a call that came without an id
             else:
@@ -506,7 +509,9 @@ class ScriptedSession:
                 else:
                     self._anonymous_calls += 1
         if message.tool_call_cancellation is not None:
-            self._issued.difference_update(message.tool_call_cancellation.ids or ())
+            ids = message.tool_call_cancellation.ids or ()
+            self._issued.difference_update(ids)
+            self._cancelled.update(ids)
         sc = message.server_content
         if sc is not None:
             if sc.model_turn is not None or sc.output_transcription is not None:

@@ -46,7 +46,7 @@ from connections.gemini_mapping import (
     ServerMessageMapper,
     function_responses_of,
     history_in_client_content,
-    history_turns,
+    history_plan,
     is_gemini3,
     prepare_connect_config,
     realtime_kwargs,
@@ -395,9 +395,10 @@ class GeminiLlmConnection(BaseLlmConnection):
         """Seed the conversation once, before anything else is sent.
 
         Audio parts and contents left empty are dropped; an empty history sends
-        nothing. In the initial-history mode (Gemini 3 with history) the seed
-        always completes (see `history_turns`); otherwise it completes a turn,
-        so the model answers, only when the last turn is the user's. A second call, or a call after other input was
+        nothing. A history whose last turn is the user's is answered, on every
+        model (see `history_plan`); in the initial-history mode (Gemini 3) the
+        seed always completes, since the service takes nothing else until it
+        does. A second call, or a call after other input was
         sent, is a RuntimeError: the server takes history once, right after setup,
         and history sent again or late corrupts the context (endless 1007s).
         """
@@ -406,14 +407,14 @@ class GeminiLlmConnection(BaseLlmConnection):
         if self._sent_anything:
             raise RuntimeError("history must be sent right after connecting, before other input")
         self._history_sent = True
-        turns, turn_complete = history_turns(
-            history, initial_history_mode=self._initial_history_mode
-        )
-        if not turns:
-            return
-        await self._call(
-            self._session.send_client_content, turns=turns, turn_complete=turn_complete
-        )
+        plan = history_plan(history, model=self._model)
+        if plan.turns:
+            turn_complete = plan.turn_complete or self._initial_history_mode
+            await self._call(
+                self._session.send_client_content, turns=plan.turns, turn_complete=turn_complete
+            )
+        if plan.then_text is not None:
+            await self._call(self._session.send_realtime_input, text=plan.then_text)
 
     async def send_content(self, content: types.Content) -> None:
         """A user turn, or the answers to tool calls.
@@ -600,9 +601,9 @@ class Gemini(BaseLlm):
         Failures while connecting become typed `LiveError`s.
         """
         model = request.model or self.model
-        seeds, _ = history_turns(request.contents)
+        plan = history_plan(request.contents, model=model)
         config = prepare_connect_config(
-            request.live_connect_config, model=model, has_history=bool(seeds)
+            request.live_connect_config, model=model, has_history=bool(plan.turns)
         )
         async with contextlib.AsyncExitStack() as stack:
             session = await self._open(stack, model, config)

@@ -33,6 +33,7 @@ the server revises; accumulating it would duplicate words), `interactionStatus`
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Sequence
@@ -46,7 +47,9 @@ __all__ = [
     "GENERATED_ID_PREFIX",
     "ServerMessageMapper",
     "function_responses_of",
+    "HistoryPlan",
     "history_in_client_content",
+    "history_plan",
     "history_turns",
     "is_gemini3",
     "parse_duration",
@@ -448,6 +451,39 @@ def history_turns(
         return turns, True
     turn_complete = bool(turns) and (turns[-1].role or "user") == "user"
     return turns, turn_complete
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HistoryPlan:
+    """How a history goes out on a fresh connection.
+
+    `turns` are seeded with one `client_content` whose `turn_complete` is
+    `turn_complete`; then `then_text`, when given, goes as realtime text so the
+    model answers it.
+    """
+
+    turns: list[types.Content]
+    turn_complete: bool
+    then_text: str | None = None
+
+
+def history_plan(history: Sequence[types.Content], *, model: str) -> HistoryPlan:
+    """The seed for `model`, keeping one meaning on every model: a history whose
+    last turn is the user's is answered, otherwise it is context only.
+
+    On 2.x the seed itself completes a turn (and is answered) when the user
+    spoke last. On Gemini 3 the seed goes in the initial-history mode, which
+    never answers it; so a last user turn of plain text is held back from the
+    seed and sent after it as realtime text, the way 3.x takes mid-session text.
+    """
+    turns, turn_complete = history_turns(history)
+    if not is_gemini3(model) or not turns:
+        return HistoryPlan(turns, turn_complete)
+    last = turns[-1]
+    text = text_of(last) if (last.role or "user") == "user" else None
+    if text is not None:
+        return HistoryPlan(turns[:-1], True, text)
+    return HistoryPlan(turns, True)
 
 
 def realtime_kwargs(item: RealtimeInput) -> dict[str, Any]:

@@ -321,8 +321,42 @@ def test_gemini_3_history_needs_history_config():
     d.send({"setup": {"model": model, "historyConfig": {"initialHistoryInClientContent": True}}})
     d.send(history)
     d.run()
-    assert d.closes() == [] and d.session.record.model_turns == ["You said: hi."]
+    # The initial history is context: it triggers no reply, even ending with the user.
+    assert d.closes() == [] and d.session.record.model_turns == []
+    d.send({"realtimeInput": {"text": "and now?"}})
+    d.run()
+    assert d.session.record.model_turns == ["You said: and now."]
     d.send(history)  # not again, once the conversation started
+    assert d.closes()[0].code == 1007
+
+
+def test_under_the_history_flag_realtime_input_waits_for_a_complete_seed():
+    model = "models/gemini-3.1-flash-live-preview"
+    d = Driver()
+    d.send({"setup": {"model": model, "historyConfig": {"initialHistoryInClientContent": True}}})
+    d.send({"realtimeInput": {"text": "anyone?"}})  # before the seed: not processed
+    d.send({"clientContent": {"turns": [{"role": "model", "parts": [{"text": "Hi."}]}], "turnComplete": False}})
+    d.send({"realtimeInput": {"text": "still nobody?"}})  # the seed is not complete yet
+    d.run()
+    assert d.session.record.ignored_realtime == 2 and d.session.record.model_turns == []
+    d.send({"clientContent": {"turnComplete": True}})
+    d.send({"realtimeInput": {"text": "hello"}})
+    d.run()
+    assert d.session.record.model_turns == ["You said: hello."]
+
+
+def test_the_history_flag_on_a_resumed_session_is_refused():
+    model = "models/gemini-3.1-flash-live-preview"
+    d = Driver()
+    d.send({"setup": {"model": model, "sessionResumption": {"handle": "whatever"},
+                      "historyConfig": {"initialHistoryInClientContent": True}}})
+    assert d.closes()[0].code == 1007
+
+
+def test_a_function_response_for_a_call_never_issued_is_refused():
+    d = Driver()
+    d.send({"setup": {"model": MODEL}})
+    d.send({"toolResponse": {"functionResponses": [{"id": "made-up", "name": "f", "response": {}}]}})
     assert d.closes()[0].code == 1007
 
 

@@ -159,6 +159,9 @@ async def test_barge_in_interrupts_and_cancels_tool_calls(live_emulator: Emulato
         await send_audio(session, tone(0.2))
         got = await until(session, lambda m: bool(m.server_content and m.server_content.interrupted))
         assert got[-1].server_content.interrupted
+        # The interrupted turn ends with its own turnComplete, as the service sends it.
+        closing = await until_turn_complete(session)
+        assert not any(m.server_content and m.server_content.model_turn for m in closing)
         await send_audio(session, silence(0.6))
         after = await until_turn_complete(session)
         assert transcript(after, "output_transcription") == "You said: user turn 2."

@@ -436,6 +436,21 @@ async def test_gemini3_history_seed_completes_and_triggers_no_reply() -> None:
     assert out[-1].output_transcription.text == "Hello again, Ada."
 
 
+async def test_gemini3_history_ending_with_the_user_is_answered_like_on_2x() -> None:
+    history = [user_text("I am Ada."), types.Content(role="model", parts=[types.Part(text="Hi Ada.")]),
+               user_text("Who am I?")]
+    session = double.ScriptedSession()
+    session.on_text(double.output_transcript("You are Ada."), double.turn_complete())
+    llm, _ = gemini(session, model=MODEL_3)
+    async with llm.connect(LlmRequest(contents=history)) as connection:
+        await connection.send_history(history)
+        out = await collect(connection, until=2)
+    [seed] = session.client_contents
+    assert [t.parts[0].text for t in seed.turns] == ["I am Ada.", "Hi Ada."] and seed.turn_complete
+    assert session.realtime_inputs[0].text == "Who am I?"  # after the seed: answered
+    assert out[-1].output_transcription.text == "You are Ada."
+
+
 async def test_a_resumed_connection_never_carries_the_history_flag() -> None:
     config = types.LiveConnectConfig(
         history_config=types.HistoryConfig(initial_history_in_client_content=True),

@@ -204,6 +204,7 @@ class SessionRecord:
     sent: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     handles: list[str] = dataclasses.field(default_factory=list)
     resumed_from: str | None = None
+    ignored_realtime: int = 0  # realtime input sent before the initial history completed
     close: tuple[int, str] | None = None
     client_close: tuple[int, str] | None = None
     stalled: bool = False
@@ -367,6 +368,8 @@ class EmulatorSession:
         self._silence_ms_needed = 500.0
         self._bundle = False
         self._history_in_client_content = False
+        self._awaiting_history = False
+        self._cancelled_ids: set[str] = set()
         # conversation state (restored on resume)
         self._history: list[dict[str, Any]] = []
         self._turn = 0
@@ -585,6 +588,11 @@ class EmulatorSession:
                 return
             self._resumption = True
             handle = _field(resumption, "handle")
+            if handle and self._history_in_client_content:
+                self._close(
+                    1007, "initialHistoryInClientContent is not accepted when resuming a session."
+                )
+                return
             if handle:
                 snapshot = self.shared.store.get(str(handle))
                 if snapshot is None:
@@ -625,6 +633,7 @@ class EmulatorSession:
         self._silence_ms_needed = float(_field(aad, "silenceDurationMs") or 500)
         history = _field(setup, "historyConfig") or {}
         self._history_in_client_content = bool(_field(history, "initialHistoryInClientContent"))
+        self._awaiting_history = self._history_in_client_content
         self._bundle = self.script.bundle if self.script.bundle is not None else _is_3x(self.model)
 
     def _set_tools(self, tools: Any) -> None:
@@ -676,6 +685,11 @@ class EmulatorSession:
     def _on_realtime(self, body: Any) -> None:
         if not isinstance(body, Mapping):
             self._close(1007, _INVALID)
+            return
+        if self._awaiting_history:
+            # historyConfig.initialHistoryInClientContent: only client_content is
+            # processed until one arrives with turnComplete=true.
+            self.record.ignored_realtime += 1
             return
         for key, value in body.items():
             name = _SNAKE_TO_CAMEL.get(key, key)
@@ -780,9 +794,10 @@ class EmulatorSession:
         if not isinstance(body, Mapping):
             self._close(1007, _INVALID)
             return
-        if _is_3x(self.model) and (not self._history_in_client_content or self._started):
+        if _is_3x(self.model) and not self._awaiting_history:
             self._close(1007, _INVALID)
             return
+        seeding = self._awaiting_history
         turns = _field(body, "turns") or []
         if not isinstance(turns, list):
             self._close(1007, _INVALID)
@@ -794,6 +809,13 @@ class EmulatorSession:
             role = _field(turn, "role") or "user"
             self._history.append({"role": role, "parts": list(_field(turn, "parts") or [])})
             self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + _tokens(_text_of(turn))
+        if seeding:
+            # The initial history: it may end with the model's turn and triggers no reply.
+            if _field(body, "turnComplete"):
+                self._awaiting_history = False
+                self._started = True
+                self._resumption_update(resumable=True)
+            return
         if _field(body, "turnComplete"):
             self._barge_in()
             last_user = next(
@@ -815,8 +837,13 @@ class EmulatorSession:
         pending = self._tools
         for response in responses:
             call_id = _field(response, "id")
+            if call_id in self._cancelled_ids:
+                continue  # it crossed the cancellation on the wire
             if pending is None or call_id not in pending.ids:
-                continue
+                # A response to a call this session never issued, or answered
+                # already: the strictest reading of the service.
+                self._close(1007, f"Function response for unknown call id {call_id!r}.")
+                return
             pending.ids.remove(call_id)
             name = _field(response, "name") or pending.names.get(call_id, "")
             result = {"id": call_id, "name": name, "response": _field(response, "response")}
@@ -839,6 +866,7 @@ class EmulatorSession:
         """The user started talking: cut the current generation and pending tool calls."""
         if not self._interrupts or (self._gen is None and self._tools is None):
             return
+        interrupted_generation = self._gen is not None
         if self._gen is not None:
             gen, self._gen = self._gen, None
             self._cancel(gen.group)
@@ -847,10 +875,14 @@ class EmulatorSession:
             self.record.model_turns.append(partial)
             self._model_turns += 1  # an interrupted turn still used its scripted reply
         self._send({"serverContent": {"interrupted": True}})
+        if self._gen is None and interrupted_generation:
+            # The interrupted turn's own end, as the service sends it.
+            self._send({"serverContent": {"turnComplete": True}})
         if self._tools is not None:
             tools, self._tools = self._tools, None
             self._cancel(tools.group)
             if tools.sent and tools.ids:
+                self._cancelled_ids.update(tools.ids)
                 self._send({"toolCallCancellation": {"ids": list(tools.ids)}})
         self._resumption_update(resumable=True)
 
