@@ -143,6 +143,10 @@ class AudioPacer:
         """The client flushed its playback (interruption)."""
         self._played_until = now
 
+    def ahead(self, now: float) -> float:
+        """Seconds of audio sent that the client has not played yet (at real-time playback)."""
+        return max(0.0, self._played_until - now)
+
 
 class OutboxOverflow(Exception):
     """The client stopped reading: its event queue is full."""
@@ -204,6 +208,10 @@ class ClientOutbox:
         self._frames.append(data)
         self._audio_bytes += len(data)
         self._wake.set()
+
+    def unplayed_seconds(self) -> float:
+        """Audio sent to the client and not yet played, as far as the pacing knows."""
+        return self._pacer.ahead(self._clock())
 
     def flush_audio(self) -> int:
         """Drop all queued audio (the user barged in); returns the bytes dropped."""

@@ -49,6 +49,7 @@ from live.errors import (
     RecoverableConnectionError,
 )
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
+from live.heard import HeardTracker
 from live.logs import current_session
 from live.metrics import Metrics
 from live.observe import Measured, Recorded, SessionObserver
@@ -63,6 +64,8 @@ from live.protocol import (
     SessionResumed,
     SessionStart,
     SessionStarted,
+    TranscriptOutput,
+    TurnComplete,
     TurnInterrupted,
     encode,
     parse_client_message,
@@ -273,6 +276,8 @@ class ClientSession:
         self._news = anyio.Event()
         self.reconnects = 0
         self.record: SessionRecord | None = None
+        self.heard = HeardTracker()
+        self._heard_event: TranscriptOutput | None = None
         self.obs = SessionObserver(
             server.metrics,
             model=self.model,
@@ -723,6 +728,8 @@ class ClientSession:
                 frame = await outbox.get()
                 await send(frame)
                 sent(frame, clock())
+                if type(frame) is bytes:
+                    self.heard.audio_sent(len(frame))
                 if self.record is not None:
                     self.record.server_frame(frame)
         except ConnectionClosed:
@@ -820,15 +827,27 @@ class ClientSession:
             self.obs.actions(actions, self.clock())
         for action in actions:
             if isinstance(action, SendAudio):
+                self.heard.audio_queued(len(action.data))
                 await self.outbox.put_audio(action.data)
             elif isinstance(action, SendEvent):
-                if isinstance(action.event, TurnInterrupted):
-                    self.outbox.put_urgent(encode(action.event))
+                event = action.event
+                if isinstance(event, TurnInterrupted):
+                    self.outbox.put_urgent(encode(event))
+                    if self._heard_event is not None:
+                        self._event(self._heard_event)  # what the user heard, right after
+                        self._heard_event = None
                 else:
-                    self._event(action.event)
+                    if type(event) is TranscriptOutput and not event.final:
+                        self.heard.fragment(event.text)
+                    elif type(event) is TurnComplete:
+                        self.heard.reply_ended()
+                    self._event(event)
             elif isinstance(action, ToUpstream):
                 await self.upstream.put_control(action.item)
             elif isinstance(action, FlushAudio):
+                heard = self.heard.interrupted(self.outbox.unplayed_seconds())
+                if heard is not None:
+                    self._heard_event = TranscriptOutput(heard[0], True, heard=True, played=round(heard[1], 3))
                 self.outbox.flush_audio()  # the client is told by the urgent event that follows
             elif isinstance(action, RunTool):
                 self._start_tool_task(action.call.id or "", self._run_server_tool, action.call)
