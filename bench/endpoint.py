@@ -2,6 +2,8 @@
 
     python -m bench.endpoint relay      # LiveServer -> Gemini(transport=double)
     python -m bench.endpoint baseline   # a bare WebSocket bridge -> the same double
+    python -m bench.endpoint relay-bare    # the relay with its metrics observer switched off
+    python -m bench.endpoint relay-record  # the relay recording every session (--record)
 
 Both tune the garbage collector as `live serve` does (BENCH_DEFAULT_GC=1 leaves
 CPython's defaults), host the same `Director` and conversations (the double is in-process by
@@ -19,7 +21,9 @@ import gc
 import json
 import os
 import resource
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -43,6 +47,9 @@ from live.protocol import (
     TurnInterrupted,
     encode,
 )
+from live import server as live_server
+from live.observe import SessionObserver
+from live.record import Recorder
 from live.server import LiveServer, ServerConfig, tune_gc_for_serving
 
 MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
@@ -176,8 +183,11 @@ async def main(mode: str, port: int = 0, workers: int = 1) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(director.run)
         tg.start_soon(lag.run)
-        if mode == "relay":
+        if mode.startswith("relay"):
             agent = Agent(name="bench", model=MODEL)
+            record_dir = tempfile.mkdtemp(prefix="bench-records-") if mode == "relay-record" else None
+            if mode == "relay-bare":
+                live_server.SessionObserver = _Unobserved  # type: ignore[misc]
             server = LiveServer(
                 agent,
                 Gemini(MODEL, transport=transport),
@@ -189,7 +199,12 @@ async def main(mode: str, port: int = 0, workers: int = 1) -> None:
                     max_sessions_per_ip=100_000,
                     reuse_port=workers > 1,
                 ),
+                recorder=Recorder(record_dir, session_cap=1 << 34, total_cap=1 << 40)
+                if record_dir
+                else None,
             )
+            if mode == "relay-bare":
+                server.measured_llm = server.llm  # nor the model side counted
             port = await tg.start(server.serve)
         else:
             async with serve(
@@ -203,9 +218,13 @@ async def main(mode: str, port: int = 0, workers: int = 1) -> None:
                 await _commands(director, lag, mode, port, idle_rss)
                 tg.cancel_scope.cancel()
                 return
-        await _commands(director, lag, mode, port, idle_rss)
-        server.stop()
-        tg.cancel_scope.cancel()
+        try:
+            await _commands(director, lag, mode, port, idle_rss)
+        finally:
+            server.stop()
+            tg.cancel_scope.cancel()
+            if record_dir is not None:
+                shutil.rmtree(record_dir, ignore_errors=True)
 
 
 async def _commands(
@@ -246,6 +265,19 @@ async def _commands(
             )
         elif command in ("quit", ""):
             return
+
+
+class _Unobserved(SessionObserver):
+    """No metrics at all: what the server costs without its observer (relay-bare)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def _nothing(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    opened = started = ended = drops = frame_in = frame_out = audio_overflow = event = _nothing
+    model_response = actions = reconnecting = resumed = _nothing
 
 
 def _emit(obj: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@
     python -m bench.relay --quick               # N = 1, 20; 4 s each
     python -m bench.relay --browser-deflate     # clients offer deflate, as browsers do
     python -m bench.relay --profile             # py-spy the server at the largest N
+    python -m bench.relay --observability       # metrics off / on / on + --record, side by side
 
 For every N, two runs of the same load, one after the other (never together:
 the machine has two cores):
@@ -508,6 +509,60 @@ def search(
     return good, tried
 
 
+OBSERVABILITY_MODES = (
+    ("relay-bare", "off"),
+    ("relay", "metrics"),
+    ("relay-record", "metrics + record"),
+)
+
+
+def observability(
+    sizes: list[int], duration: float, warmup: float, workers: int, json_path: str | None, stamp: str
+) -> dict[str, Any]:
+    """What metrics and recording cost per session: the same load, three ways, one after another."""
+    rows = []
+    for n in sizes:
+        row: dict[str, Any] = {"sessions": n}
+        for mode, _ in OBSERVABILITY_MODES:
+            row[mode] = run_once(mode, n, duration, warmup=warmup, workers=workers)
+            print(_detail(row[mode]), flush=True)
+        rows.append(row)
+    lines = [
+        "| sessions | metrics / record | real time | CPU s per session-min | CPU added vs off "
+        "| RSS KiB per session | up ms p50/p99 | down ms p50/p99 |",
+        "|" + "---|" * 8,
+    ]
+    for row in rows:
+        off = row["relay-bare"]["cpu_s_per_session_minute"]
+        for mode, label in OBSERVABILITY_MODES:
+            r = row[mode]
+            cpu = r["cpu_s_per_session_minute"]
+            added = "" if mode == "relay-bare" else f"{cpu - off:+.3f} ({(cpu - off) / off * 100:+.0f}%)"
+            rt = "yes" if r["realtime"] else "no: " + ", ".join(r["why_not_realtime"])
+            lines.append(
+                f"| {row['sessions']} | {label} | {rt} | {cpu:.3f} | {added} "
+                f"| {r['rss_per_session_bytes'] / 1024:.0f} "
+                f"| {_ms(r['up']['p50_ms'])} / {_ms(r['up']['p99_ms'])} "
+                f"| {_ms(r['down']['p50_ms'])} / {_ms(r['down']['p99_ms'])} |"
+            )
+    print()
+    print("\n".join(lines))
+    report = {
+        "benchmark": "relay-observability",
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "git": _git(),
+        "duration_s": duration,
+        "workers": workers,
+        "rows": rows,
+    }
+    path = Path(json_path) if json_path else RESULTS / f"relay-observability-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")
+    return report
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench.relay", description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", default=None, help="comma-separated N (default 1,50,200)")
@@ -531,6 +586,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="server processes sharing the port, as `live serve --workers` (1)",
     )
     parser.add_argument(
+        "--observability",
+        action="store_true",
+        help="instead of the baseline, run the relay with metrics off, on (as shipped), and "
+        "on with every session recorded, side by side",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="py-spy the server at the largest N (needs py-spy; collapsed stacks in bench/results/)",
@@ -545,6 +606,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         flush=True,
     )
     stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
+    if args.observability:
+        return observability(sizes, duration, args.warmup, args.workers, args.json, stamp)
     rows = [
         measure(
             n,

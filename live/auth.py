@@ -185,13 +185,15 @@ def host_name(header: str) -> str | None:
 
 
 def _normalize_host(entry: str) -> str:
+    """An --allow-host entry as `host_name` gives it: no port, no brackets, lowercase."""
     entry = entry.strip().lower()
-    if entry.startswith("[") and entry.endswith("]"):
-        entry = entry[1:-1]
-    try:
-        return str(ipaddress.ip_address(entry))
-    except ValueError:
+    if entry in ("*", "") or entry.startswith("."):
         return entry.rstrip(".")
+    try:
+        return str(ipaddress.ip_address(entry.strip("[]")))
+    except ValueError:
+        pass
+    return host_name(entry) or entry.rstrip(".")
 
 
 def is_loopback(bind: str) -> bool:

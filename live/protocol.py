@@ -346,11 +346,18 @@ class TranscriptInput:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TranscriptOutput:
-    """What the model said. `final` closes the turn's text."""
+    """What the model said. `final` closes the turn's text.
+
+    After a barge-in, one more final with `heard` true says what the user heard
+    of the interrupted reply: its transcript cut where playback was, `played`
+    seconds into the reply.
+    """
 
     type: ClassVar[str] = "transcript.output"
     text: str
     final: bool
+    heard: bool | None = None
+    played: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,13 +22,15 @@ BYTES_PER_SECOND_OUT = 24_000 * 2  # PCM16 mono at 24 kHz
 class UpstreamQueue(Generic[T]):
     """Client input on its way to the model: audio and control, one order.
 
-    At most `max_audio` audio items wait (100 frames of 20 ms: two seconds, enough
-    to hold what the user says while the model connection is being replaced).
-    When one more arrives, the *oldest* waiting audio item is dropped and counted:
-    a live conversation is better served by the newest audio than by a growing
-    delay. Control items (text, activity, tool results) are never dropped; at most
-    `max_control` wait, and `put_control` then waits, which stops reading from the
-    client until the model side catches up.
+    At most `max_audio` audio items, and `max_audio_bytes` of them, wait (100
+    frames of 20 ms: two seconds, enough to hold what the user says while the
+    model connection is being replaced; the byte bound keeps a client sending
+    large frames to the same memory). When one more arrives, the *oldest*
+    waiting audio is dropped and counted: a live conversation is better served by
+    the newest audio than by a growing delay. Control items (text, activity, tool
+    results) are never dropped; when `max_control` of them, or `max_control_bytes`,
+    wait, `put_control` waits, which stops reading from the client until the
+    model side catches up (so one item may take the bytes past the bound).
 
     The consumer `peek_run`s the head, sends it, and only then `commit`s it, so an
     item whose send failed because the connection dropped is sent again on the
@@ -37,12 +39,24 @@ class UpstreamQueue(Generic[T]):
     per message (the SDK's encoding above all) is paid once for the run.
     """
 
-    def __init__(self, *, max_audio: int = 100, max_control: int = 64) -> None:
-        self._items: collections.deque[tuple[bool, T]] = collections.deque()
+    def __init__(
+        self,
+        *,
+        max_audio: int = 100,
+        max_control: int = 64,
+        max_audio_bytes: int | None = None,
+        max_control_bytes: int | None = None,
+    ) -> None:
+        # (is audio, item, size in bytes)
+        self._items: collections.deque[tuple[bool, T, int]] = collections.deque()
         self._audio = 0
         self._control = 0
         self._max_audio = max_audio
         self._max_control = max_control
+        self._audio_bytes = 0
+        self._control_bytes = 0
+        self._max_audio_bytes = max_audio_bytes
+        self._max_control_bytes = max_control_bytes
         self._ready = anyio.Event()
         self._space = anyio.Event()
         # anyio.Event() looks the async backend up on every call (about 2 us, and
@@ -52,30 +66,49 @@ class UpstreamQueue(Generic[T]):
         self._in_flight = 0
         self.dropped_audio = 0
 
-    def put_audio(self, item: T) -> bool:
-        """Queue audio; returns True when an older audio item was dropped for it."""
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of audio and control waiting (as their producers counted them)."""
+        return self._audio_bytes + self._control_bytes
+
+    def put_audio(self, item: T, nbytes: int = 0) -> bool:
+        """Queue audio of `nbytes`; returns True when older audio was dropped for it."""
         dropped = False
-        if self._audio >= self._max_audio:
-            # Never an item being sent: commit() removes those.
-            for index in range(self._in_flight, len(self._items)):
-                if self._items[index][0]:
-                    del self._items[index]
-                    self._audio -= 1
-                    self.dropped_audio += 1
-                    dropped = True
-                    break
-        self._items.append((True, item))
+        index = self._in_flight  # never an item being sent: commit() removes those
+        while self._audio and (
+            self._audio >= self._max_audio
+            or (
+                self._max_audio_bytes is not None
+                and self._audio_bytes + nbytes > self._max_audio_bytes
+            )
+        ):
+            while index < len(self._items) and not self._items[index][0]:
+                index += 1
+            if index >= len(self._items):
+                break
+            self._audio_bytes -= self._items[index][2]
+            del self._items[index]
+            self._audio -= 1
+            self.dropped_audio += 1
+            dropped = True
+        self._items.append((True, item, nbytes))
         self._audio += 1
+        self._audio_bytes += nbytes
         self._ready.set()
         return dropped
 
-    async def put_control(self, item: T) -> None:
-        while self._control >= self._max_control:
+    async def put_control(self, item: T, nbytes: int = 0) -> None:
+        while self._control >= self._max_control or (
+            self._max_control_bytes is not None
+            and self._control
+            and self._control_bytes >= self._max_control_bytes
+        ):
             if self._space.is_set():
                 self._space = self._new_event()  # several producers may share one wait
             await self._space.wait()
-        self._items.append((False, item))
+        self._items.append((False, item, nbytes))
         self._control += 1
+        self._control_bytes += nbytes
         self._ready.set()
 
     async def peek_run(self, max_audio: int) -> tuple[bool, list[T]]:
@@ -88,12 +121,12 @@ class UpstreamQueue(Generic[T]):
             self._ready = self._new_event()
             await self._ready.wait()
         items = self._items
-        is_audio, head = items[0]
+        is_audio, head, _ = items[0]
         if not is_audio or len(items) == 1 or not items[1][0]:
             self._in_flight = 1
             return is_audio, [head]
         run: list[T] = []
-        for audio, item in items:
+        for audio, item, _ in items:
             if not audio or len(run) == max_audio:
                 break
             run.append(item)
@@ -103,11 +136,13 @@ class UpstreamQueue(Generic[T]):
     def commit(self) -> None:
         """What was peeked was sent: remove it."""
         for _ in range(self._in_flight):
-            is_audio, _ = self._items.popleft()
+            is_audio, _, nbytes = self._items.popleft()
             if is_audio:
                 self._audio -= 1
+                self._audio_bytes -= nbytes
             else:
                 self._control -= 1
+                self._control_bytes -= nbytes
                 self._space.set()
         self._in_flight = 0
 
@@ -142,6 +177,10 @@ class AudioPacer:
     def reset(self, now: float) -> None:
         """The client flushed its playback (interruption)."""
         self._played_until = now
+
+    def ahead(self, now: float) -> float:
+        """Seconds of audio sent that the client has not played yet (at real-time playback)."""
+        return max(0.0, self._played_until - now)
 
 
 class OutboxOverflow(Exception):
@@ -204,6 +243,10 @@ class ClientOutbox:
         self._frames.append(data)
         self._audio_bytes += len(data)
         self._wake.set()
+
+    def unplayed_seconds(self) -> float:
+        """Audio sent to the client and not yet played, as far as the pacing knows."""
+        return self._pacer.ahead(self._clock())
 
     def flush_audio(self) -> int:
         """Drop all queued audio (the user barged in); returns the bytes dropped."""

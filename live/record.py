@@ -225,7 +225,7 @@ class SessionRecord:
         self.open = True
         self._clock = clock
         self._t0 = clock()
-        self._events: IO[str] = open(folder / EVENTS, "w", encoding="utf-8", buffering=1 << 16)
+        self._events: IO[str] = open(folder / EVENTS, "w", encoding="utf-8", buffering=1 << 14)
         self._in = _Wav(folder / "in.wav", input_rate)
         self._out = _Wav(folder / "out.wav", 24_000)
         self._model = _Wav(folder / "model.wav", 24_000)

@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--agent", metavar="MODULE:ATTR", help="an agent, e.g. samples.weather:agent (--model then overrides its model)")
     limits = parser.add_argument_group("limits and checks")
     limits.add_argument("--max-sessions", type=_positive(int), default=100, help="concurrent sessions (default 100)")
-    limits.add_argument("--max-frame-bytes", type=_positive(int), default=1 << 20, help="largest client frame (default 1 MiB)")
+    limits.add_argument("--max-frame-bytes", type=_positive(int), default=64 << 10, help="largest client frame: a session.start with its history, a typed turn, a tool result, an audio frame (default 64 KiB)")
     limits.add_argument("--idle-timeout", type=_positive(float), default=300.0, help="seconds without client input before a session ends (default 300)")
     limits.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a Host name the server answers to besides its bind address (bound to loopback or 0.0.0.0: localhost, 127.0.0.1, [::1]); others get 403, which stops DNS rebinding (repeatable; .example.com allows subdomains)")
     limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser page Origin allowed besides pages on an allowed host, e.g. https://app.example (repeatable; * allows any)")

@@ -49,6 +49,7 @@ from live.errors import (
     RecoverableConnectionError,
 )
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
+from live.heard import HeardTracker
 from live.logs import current_session
 from live.metrics import Metrics
 from live.observe import Measured, Recorded, SessionObserver
@@ -63,6 +64,8 @@ from live.protocol import (
     SessionResumed,
     SessionStart,
     SessionStarted,
+    TranscriptOutput,
+    TurnComplete,
     TurnInterrupted,
     encode,
     parse_client_message,
@@ -106,6 +109,10 @@ CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
 CLOSE_TRY_LATER = 1013
 
+# Frames websockets may buffer per socket before it stops reading from it (its
+# queue's high-water mark); each is at most twice `max_frame_bytes`.
+WS_QUEUE_FRAMES = 2
+
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
@@ -113,7 +120,9 @@ class ServerConfig:
 
     - `max_sessions`: sessions beyond it get a `capacity` error and close 1013.
     - `max_frame_bytes`: a larger client frame gets a `frame_too_large` error and
-      closes the socket with 1009.
+      closes the socket with 1009. With websockets' queue (`WS_QUEUE_FRAMES`
+      frames of up to twice this) it sets what one socket can make the server
+      hold; the README's limits table has the sum.
     - `idle_timeout`: a session whose client sends nothing for this long ends.
     - `allowed_hosts`: `Host` names answered besides the bind address (or, bound
       to loopback or a wildcard address, localhost, 127.0.0.1 and [::1]); any
@@ -132,9 +141,13 @@ class ServerConfig:
       `pending_limit` and close 1013.
     - `max_sessions_per_ip`: sockets (pending or in a session) per client
       address; one more gets `address_limit` and close 1013.
-    - `audio_queue_frames`: client audio frames waiting for the model (two
-      seconds of 20 ms frames, enough to cover a change of model connection);
-      beyond it the oldest is dropped and counted.
+    - `audio_queue_frames`, `audio_queue_bytes`: client audio waiting for the
+      model (two seconds of 20 ms frames, enough to cover a change of model
+      connection; the bytes: two seconds at 48 kHz); beyond either the oldest is
+      dropped and counted.
+    - `control_queue_bytes`: typed turns and tool results waiting for the model;
+      beyond it the server stops reading from the client until the model side
+      catches up.
     - `audio_coalesce_frames`: when client frames wait for the model (it fell
       behind, or its connection is being replaced), up to this many go out as
       one chunk; with nothing waiting each frame goes out alone, at once.
@@ -159,7 +172,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8765
     max_sessions: int = 100
-    max_frame_bytes: int = 1 << 20
+    max_frame_bytes: int = 64 << 10
     idle_timeout: float = 300.0
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
@@ -169,6 +182,8 @@ class ServerConfig:
     max_pending: int = 32
     max_sessions_per_ip: int = 10
     audio_queue_frames: int = 100
+    audio_queue_bytes: int = 192_000
+    control_queue_bytes: int = 128 << 10
     audio_coalesce_frames: int = 5
     outbound_audio_seconds: float = 10.0
     audio_lead: float | None = 0.5
@@ -257,7 +272,9 @@ class ClientSession:
             clock=server.clock,
         )
         self.upstream: UpstreamQueue[types.Content | RealtimeInput] = UpstreamQueue(
-            max_audio=self.config.audio_queue_frames
+            max_audio=self.config.audio_queue_frames,
+            max_audio_bytes=self.config.audio_queue_bytes,
+            max_control_bytes=self.config.control_queue_bytes,
         )
         self.core: SessionCore | None = None
         self.manual_activity = False
@@ -273,6 +290,8 @@ class ClientSession:
         self._news = anyio.Event()
         self.reconnects = 0
         self.record: SessionRecord | None = None
+        self.heard = HeardTracker()
+        self._heard_event: TranscriptOutput | None = None
         self.obs = SessionObserver(
             server.metrics,
             model=self.model,
@@ -690,7 +709,7 @@ class ClientSession:
                         self._event(ErrorEvent(exc.code, exc.message))
                         continue
                     self.audio_frames_in += 1
-                    if self.upstream.put_audio(blob):
+                    if self.upstream.put_audio(blob, len(frame)):
                         self.obs.audio_overflow()
                         self._report_drops()
                 else:
@@ -723,6 +742,8 @@ class ClientSession:
                 frame = await outbox.get()
                 await send(frame)
                 sent(frame, clock())
+                if type(frame) is bytes:
+                    self.heard.audio_sent(len(frame))
                 if self.record is not None:
                     self.record.server_frame(frame)
         except ConnectionClosed:
@@ -820,15 +841,27 @@ class ClientSession:
             self.obs.actions(actions, self.clock())
         for action in actions:
             if isinstance(action, SendAudio):
+                self.heard.audio_queued(len(action.data))
                 await self.outbox.put_audio(action.data)
             elif isinstance(action, SendEvent):
-                if isinstance(action.event, TurnInterrupted):
-                    self.outbox.put_urgent(encode(action.event))
+                event = action.event
+                if isinstance(event, TurnInterrupted):
+                    self.outbox.put_urgent(encode(event))
+                    if self._heard_event is not None:
+                        self._event(self._heard_event)  # what the user heard, right after
+                        self._heard_event = None
                 else:
-                    self._event(action.event)
+                    if type(event) is TranscriptOutput and not event.final:
+                        self.heard.fragment(event.text)
+                    elif type(event) is TurnComplete:
+                        self.heard.reply_ended()
+                    self._event(event)
             elif isinstance(action, ToUpstream):
-                await self.upstream.put_control(action.item)
+                await self.upstream.put_control(action.item, _control_size(action.item))
             elif isinstance(action, FlushAudio):
+                heard = self.heard.interrupted(self.outbox.unplayed_seconds())
+                if heard is not None:
+                    self._heard_event = TranscriptOutput(heard[0], True, heard=True, played=round(heard[1], 3))
                 self.outbox.flush_audio()  # the client is told by the urgent event that follows
             elif isinstance(action, RunTool):
                 self._start_tool_task(action.call.id or "", self._run_server_tool, action.call)
@@ -1082,9 +1115,10 @@ class LiveServer:
             config.port,
             ssl=tls_context(config.certfile, config.keyfile) if config.certfile else None,
             process_request=self._process_request,
-            # Frames up to 4x the limit are read and refused with a clear error;
+            # Frames up to 2x the limit are read and refused with a clear error;
             # larger ones are cut off by websockets itself (also 1009).
-            max_size=config.max_frame_bytes * 4,
+            max_size=config.max_frame_bytes * 2,
+            max_queue=WS_QUEUE_FRAMES,
             server_header="live",
             # Browsers offer permessage-deflate; PCM does not compress, so
             # accepting it only spends CPU on every audio frame, both ways.
@@ -1159,6 +1193,19 @@ def _peer(connection: ServerConnection) -> str:
     except Exception:
         return "?"
     return str(address[0]) if address else "?"
+
+
+def _control_size(item: types.Content | RealtimeInput) -> int:
+    """About what a control item holds in memory: its text and tool-result payloads."""
+    if not isinstance(item, types.Content):
+        return 0
+    size = 0
+    for part in item.parts or ():
+        if part.text:
+            size += len(part.text)
+        if part.function_response is not None and part.function_response.response:
+            size += len(json.dumps(part.function_response.response, default=str))
+    return size
 
 
 def _bearer(ws: ServerConnection) -> str | None:

@@ -156,6 +156,9 @@ def test_host_policy_for_each_kind_of_bind_address():
     assert wildcard.host_allowed("localhost") and wildcard.host_allowed("live.example")
     assert not wildcard.host_allowed("0.0.0.0") and not wildcard.host_allowed("evil.example")
 
+    with_ports = HostPolicy.for_bind("10.0.0.2", ["Live.Example:8443", "[fd00::2]:8765"])
+    assert with_ports.host_allowed("live.example") and with_ports.host_allowed("fd00::2")
+
     ipv6 = HostPolicy.for_bind("::1")
     assert ipv6.host_allowed(host_name("[::1]:8765") or "")
 

@@ -101,3 +101,26 @@ async def test_an_outbox_nobody_reads_overflows_instead_of_growing():
     outbox.put_event("b")
     with pytest.raises(OutboxOverflow):
         outbox.put_event("c")
+
+
+async def test_audio_is_also_bounded_in_bytes_so_large_frames_cannot_pile_up():
+    queue: UpstreamQueue[str] = UpstreamQueue(max_audio=100, max_audio_bytes=1000)
+    assert [queue.put_audio(f"a{n}", 400) for n in range(4)] == [False, False, True, True]
+    assert queue.dropped_audio == 2 and queue.held_bytes == 800
+    assert await queue.peek_run(10) == (True, ["a2", "a3"])
+    queue.commit()
+    assert queue.held_bytes == 0
+
+
+async def test_control_waits_when_its_bytes_reach_the_bound():
+    queue: UpstreamQueue[str] = UpstreamQueue(max_control_bytes=100)
+    await queue.put_control("turn 1", 60)
+    await queue.put_control("turn 2", 60)  # under the bound when it came: taken
+    with anyio.move_on_after(0.1) as waited:
+        await queue.put_control("turn 3", 10)
+    assert waited.cancelled_caught  # 120 bytes waiting: the reader stops here
+    assert await queue.peek_run(5) == (False, ["turn 1"])
+    queue.commit()
+    with anyio.fail_after(1):
+        await queue.put_control("turn 3", 10)  # 60 bytes now: taken at once
+    assert queue.held_bytes == 70
