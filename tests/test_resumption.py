@@ -354,3 +354,41 @@ async def test_nothing_of_a_cut_reply_follows_its_turn_complete():
     assert b"\x07\x00" * 4 not in b"".join(e.data for e in after if hasattr(e, "data") and isinstance(e.data, bytes))
     assert not any(isinstance(e, p.TranscriptOutput) and "blah" in e.text for e in after)
     assert said(after, "Fresh start.")  # the question, asked again, is answered
+
+
+class _SlowToolResponses(double.ScriptedSession):
+    """A connection whose tool-response send hangs until `gate` opens."""
+
+    def __init__(self, *script, gate: anyio.Event) -> None:
+        super().__init__(*script)
+        self.gate = gate
+
+    async def send_tool_response(self, **kwargs) -> None:
+        await self.gate.wait()
+        await super().send_tool_response(**kwargs)
+
+
+async def test_a_resume_waits_for_the_old_sender_so_a_result_goes_out_once():
+    def lookup(q: str) -> dict:
+        """Look something up."""
+        return {"q": q, "a": 42}
+
+    gate = anyio.Event()
+    first = _SlowToolResponses(handle("h1"), gate=gate)
+    first.on_client_content(double.tool_call("lookup", {"q": "answer"}, id="l1"))
+    second = double.ScriptedSession()
+    second.on_client_content(*reply("It is 42."), times=None)
+    llm, transport = gemini(first, second)
+    agent = Agent(name="a", model="gemini-2.5-flash", tools=[lookup])
+    async with running(agent, llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("What is the answer?")
+        await collect(client, lambda e: isinstance(e, p.ToolResultEvent))
+        await anyio.sleep(0.1)  # the result's send is now stuck on the old connection
+        first.drop(1006)
+        await anyio.sleep(0.2)
+        assert len(transport.connects) == 1  # the resume waits for the old sender
+        gate.set()  # its send fails on the dropped socket; the result is kept
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None)
+    assert said(events, "It is 42.")
+    assert first.tool_responses == [] and second.tool_responses == []
+    assert sum('"a": 42' in t for t in notes(second)) == 1  # told once, as context
