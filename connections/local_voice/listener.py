@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 
 from connections.audio import StreamResampler, float_to_pcm16, pcm16_to_float
-from connections.local_voice.speech import RECOGNITION_RATE, Hypothesis, result
+from connections.local_voice.speech import RECOGNITION_RATE, Hypothesis, decode
 
 __all__ = ["ListenConfig", "Listener", "PartialText", "SpeechStarted", "Utterance"]
 
@@ -175,11 +175,17 @@ class Listener:
         return [PartialText(text)]
 
     def _end(self, reason: str) -> Utterance:
+        """End the turn. The utterance is decoded once more: live decoding starts
+        from the cepstral mean of the previous turn (or the model's default),
+        and a first turn, or a new microphone, is misheard until it adapts; the
+        second pass starts adapted (it costs about 5% of the turn's duration)."""
         self._decoder.end_utt()
         self._state = _SILENT
         self._preroll.clear()
         self._vad.reset()
-        return Utterance(bytes(self._utterance), result(self._decoder), reason, self._decoder.get_cmn())
+        audio = bytes(self._utterance)
+        biased = decode(self._decoder, audio)
+        return Utterance(audio, biased, reason, self._decoder.get_cmn())
 
     def activity_start(self) -> list[ListenEvent]:
         """A manual turn starts now; a detected one in progress is abandoned."""
