@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
+
+import anyio
 
 from google.genai import types
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from live.protocol import (
     DEFAULT_INPUT_RATE,
@@ -34,15 +37,18 @@ from live.protocol import (
     ServerEvent,
     SessionClose,
     SessionClosed,
+    SessionReattached,
+    SessionResume,
     SessionStart,
     SessionStarted,
     Text,
     ToolResult,
     encode,
     parse_server_event,
+    parse_server_frame,
 )
 
-__all__ = ["AudioFrame", "ConnectionLost", "LiveClient", "SessionRefused"]
+__all__ = ["AudioFrame", "ConnectionLost", "LiveClient", "Reattaching", "SessionRefused"]
 
 DEFAULT_URL = "ws://127.0.0.1:8765/live"
 
@@ -64,16 +70,57 @@ class SessionRefused(Exception):
 
 
 class ConnectionLost(Exception):
-    """The socket closed without the server's `session.closed`."""
+    """The socket closed without the server's `session.closed`, and the session
+    could not be reattached."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reattaching:
+    """Client-side news: the socket dropped; attempt `attempt` to reattach follows
+    in `delay` seconds. Audio sent meanwhile is dropped; other messages wait."""
+
+    type: ClassVar[str] = "client.reattaching"
+    attempt: int
+    delay: float
+    reason: str
+
+
+REATTACH_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)
+"""Backoff between attempts to reattach; the last repeats until `reattach_for`."""
 
 
 class LiveClient:
-    """One session with a live server. Create it with `LiveClient.connect`."""
+    """One session with a live server. Create it with `LiveClient.connect`.
 
-    def __init__(self, ws: ClientConnection, started: SessionStarted) -> None:
+    When the socket drops without `session.closed`, `events()` reattaches by
+    itself (`session.resume` with the last sequence number it received), with
+    backoff, for up to `reattach_for` seconds: it yields a `Reattaching` before
+    each attempt, then the server's `session.reattached`, then the events the
+    client missed, and goes on.
+    """
+
+    def __init__(
+        self,
+        ws: ClientConnection,
+        started: SessionStarted,
+        *,
+        url: str = DEFAULT_URL,
+        origin: str | None = None,
+        open_timeout: float = 10.0,
+        reattach_for: float = 30.0,
+    ) -> None:
         self._ws = ws
         self.session = started
         self.closed_reason: str | None = None
+        self.last_seq = 0
+        self.reattaches = 0
+        self._url = url
+        self._origin = origin
+        self._open_timeout = open_timeout
+        self._reattach_for = reattach_for
+        self._up = anyio.Event()
+        self._up.set()
+        self._closing = False
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -87,20 +134,16 @@ class LiveClient:
         turn_taking: str = "auto",
         origin: str | None = None,
         open_timeout: float = 10.0,
+        reattach_for: float = 30.0,
     ) -> AsyncIterator[LiveClient]:
         """Open the socket, start the session, and close both when done.
 
         `turn_taking="manual"` means this client marks the user's turns itself
         with `activity_start()` / `activity_end()`; with "auto" the model's voice
-        detection decides.
+        detection decides. `reattach_for=0` turns reattaching off.
         """
-        async with ws_connect(
-            url,
-            origin=origin,  # type: ignore[arg-type]
-            open_timeout=open_timeout,
-            max_size=None,
-            compression=None,  # audio does not compress; spare both sides the CPU
-        ) as ws:
+        ws = await cls._open(url, origin, open_timeout)
+        try:
             with contextlib.suppress(ConnectionClosed):  # a refusal may come first
                 await ws.send(
                     encode(
@@ -113,11 +156,26 @@ class LiveClient:
                     )
                 )
             started = await cls._await_started(ws)
-            client = cls(ws, started)
-            try:
-                yield client
-            finally:
-                await client.close()
+        except BaseException:
+            await ws.close()
+            raise
+        client = cls(
+            ws, started, url=url, origin=origin, open_timeout=open_timeout, reattach_for=reattach_for
+        )
+        try:
+            yield client
+        finally:
+            await client.close()
+
+    @staticmethod
+    async def _open(url: str, origin: str | None, open_timeout: float) -> ClientConnection:
+        return await ws_connect(
+            url,
+            origin=origin,  # type: ignore[arg-type]
+            open_timeout=open_timeout,
+            max_size=None,
+            compression=None,  # audio does not compress; spare both sides the CPU
+        )
 
     @staticmethod
     async def _await_started(ws: ClientConnection) -> SessionStarted:
@@ -139,27 +197,79 @@ class LiveClient:
             raise SessionRefused(error.code, error.message)
         raise SessionRefused("closed", "the server closed the socket before the session started")
 
+    async def _reattach(self) -> AsyncIterator[Reattaching | SessionReattached]:
+        """Reattach with backoff; yields news; raises ConnectionLost when it cannot."""
+        token = self.session.resume_token
+        if token is None or self._reattach_for <= 0 or self._closing:
+            raise ConnectionLost("the connection to the server was lost")
+        self._up = anyio.Event()
+        started = time.monotonic()
+        attempt = 0
+        reason = "the connection to the server was lost"
+        while time.monotonic() - started < self._reattach_for:
+            delay = REATTACH_DELAYS[min(attempt, len(REATTACH_DELAYS) - 1)]
+            attempt += 1
+            yield Reattaching(attempt, delay, reason)
+            await anyio.sleep(delay)
+            try:
+                ws = await self._open(self._url, self._origin, self._open_timeout)
+            except (OSError, TimeoutError, InvalidHandshake) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                continue
+            try:
+                await ws.send(
+                    encode(SessionResume(self.session.session_id, token, self.last_seq))
+                )
+                frame = await ws.recv()
+                event = parse_server_event(frame) if isinstance(frame, str) else None
+            except ConnectionClosed as exc:
+                reason = f"the server closed the new socket ({exc.rcvd.code if exc.rcvd else 1006})"
+                await ws.close()
+                continue
+            if isinstance(event, SessionReattached):
+                self._ws = ws
+                self.reattaches += 1
+                self._up.set()
+                yield event
+                return
+            await ws.close()
+            if isinstance(event, ErrorEvent):
+                if event.code in ("session_expired", "unauthorized"):
+                    raise ConnectionLost(f"{event.code}: {event.message}")
+                reason = f"{event.code}: {event.message}"
+        raise ConnectionLost(f"could not reattach within {self._reattach_for:g} s: {reason}")
+
     # ------------------------------------------------------------------ sending
 
     async def send_audio(self, pcm16: bytes) -> None:
-        """One frame of microphone audio (PCM16 LE mono at the session's input rate)."""
-        await self._ws.send(pcm16)
+        """One frame of microphone audio (PCM16 LE mono at the session's input rate).
+
+        While the client is reattaching, audio is dropped: it would be stale."""
+        if not self._up.is_set():
+            return
+        with contextlib.suppress(ConnectionClosed):
+            await self._ws.send(pcm16)
+
+    async def _send(self, frame: str) -> None:
+        """A control message: while reattaching it waits, then goes on the new socket."""
+        await self._up.wait()
+        await self._ws.send(frame)
 
     async def send_text(self, text: str) -> None:
-        await self._ws.send(encode(Text(text)))
+        await self._send(encode(Text(text)))
 
     async def activity_start(self) -> None:
-        await self._ws.send(encode(ActivityStart()))
+        await self._send(encode(ActivityStart()))
 
     async def activity_end(self) -> None:
-        await self._ws.send(encode(ActivityEnd()))
+        await self._send(encode(ActivityEnd()))
 
     async def audio_end(self) -> None:
         """The microphone was muted."""
-        await self._ws.send(encode(AudioEnd()))
+        await self._send(encode(AudioEnd()))
 
     async def send_tool_result(self, call_id: str, name: str, response: dict[str, Any]) -> None:
-        await self._ws.send(encode(ToolResult(call_id, name, response)))
+        await self._send(encode(ToolResult(call_id, name, response)))
 
     async def send_raw(self, frame: str | bytes) -> None:
         """Send a frame as is (for testing how a server handles arbitrary input)."""
@@ -167,26 +277,33 @@ class LiveClient:
 
     # ------------------------------------------------------------------ receiving
 
-    async def events(self) -> AsyncIterator[ServerEvent | AudioFrame]:
+    async def events(self) -> AsyncIterator[ServerEvent | AudioFrame | Reattaching]:
         """Everything the server sends, in order, until `session.closed`.
 
-        Raises `ConnectionLost` if the socket closes without `session.closed`.
+        Reattaches by itself when the socket drops (see the class); raises
+        `ConnectionLost` when that fails.
         """
-        try:
-            async for frame in self._ws:
-                if isinstance(frame, bytes):
-                    yield AudioFrame(frame)
-                    continue
-                event = parse_server_event(frame)
-                if isinstance(event, SessionClosed):
-                    self.closed_reason = event.reason
+        while True:
+            try:
+                async for frame in self._ws:
+                    if isinstance(frame, bytes):
+                        self.last_seq += 1
+                        yield AudioFrame(frame)
+                        continue
+                    event, seq = parse_server_frame(frame)
+                    if seq is not None:
+                        self.last_seq = seq
+                    if isinstance(event, SessionClosed):
+                        self.closed_reason = event.reason
+                        yield event
+                        return
                     yield event
-                    return
-                yield event
-        except ConnectionClosed:
-            pass
-        if self.closed_reason is None:
-            raise ConnectionLost("the connection to the server was lost")
+            except ConnectionClosed:
+                pass
+            if self.closed_reason is not None or self._closing:
+                return
+            async for news in self._reattach():
+                yield news
 
     async def wait_closed(self) -> int | None:
         """Wait until the socket is closed; returns the close code the server sent."""
@@ -195,6 +312,7 @@ class LiveClient:
 
     async def close(self) -> None:
         """Ask the server to end the session, then close the socket. Idempotent."""
+        self._closing = True
         with contextlib.suppress(ConnectionClosed):
             await self._ws.send(encode(SessionClose()))
         await self._ws.close()

@@ -42,7 +42,14 @@ from typing import Any, TextIO
 import anyio
 import numpy as np
 
-from clients.client import DEFAULT_URL, AudioFrame, ConnectionLost, LiveClient, SessionRefused
+from clients.client import (
+    DEFAULT_URL,
+    AudioFrame,
+    ConnectionLost,
+    LiveClient,
+    Reattaching,
+    SessionRefused,
+)
 from live.protocol import (
     DEFAULT_INPUT_RATE,
     OUTPUT_RATE,
@@ -51,6 +58,7 @@ from live.protocol import (
     ServerEvent,
     SessionClosed,
     SessionGoAway,
+    SessionReattached,
     SessionReconnecting,
     SessionResumed,
     SessionStarted,
@@ -637,6 +645,12 @@ class Conversation:
                 )
             elif isinstance(event, ErrorEvent) and event.fatal:
                 self.fatal = event
+            elif isinstance(event, Reattaching):
+                self.view.status(f"connection lost; reattaching (attempt {event.attempt})...")
+                continue
+            elif isinstance(event, SessionReattached):
+                self.view.status("reattached: the conversation goes on")
+                continue
             self.view.event(event)
             if isinstance(event, SessionClosed):
                 self.closed_reason = event.reason

@@ -165,6 +165,12 @@ class SessionObserver:
         self._opened = True
         self._metrics.sessions_active.inc()
 
+    def abandon(self) -> None:
+        """This socket turned out to serve another session (a reattach): not a session."""
+        if self._opened:
+            self._opened = False
+            self._metrics.sessions_active.dec()
+
     def started(self, now: float) -> None:
         """`session.start` was accepted: the first reply audio is timed from here."""
         self._started_at = now

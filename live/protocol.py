@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeAlias
 
@@ -35,7 +36,9 @@ __all__ = [
     "SessionClose",
     "SessionClosed",
     "SessionGoAway",
+    "SessionReattached",
     "SessionReconnecting",
+    "SessionResume",
     "SessionResumed",
     "SessionStart",
     "SessionStarted",
@@ -53,6 +56,7 @@ __all__ = [
     "Usage",
     "encode",
     "parse_client_message",
+    "parse_server_frame",
     "parse_server_event",
 ]
 
@@ -151,6 +155,20 @@ class ToolResult:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class SessionResume:
+    """Reattach to a session after the socket dropped: instead of `session.start`.
+
+    `last_seq` is the sequence number of the last frame the client received
+    (JSON events carry `seq`; each binary audio frame counts one more).
+    """
+
+    type: ClassVar[str] = "session.resume"
+    session_id: str
+    resume_token: str
+    last_seq: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class SessionClose:
     """The client is done; the server closes the session and the socket."""
 
@@ -158,7 +176,14 @@ class SessionClose:
 
 
 ClientMessage: TypeAlias = (
-    SessionStart | Text | ActivityStart | ActivityEnd | AudioEnd | ToolResult | SessionClose
+    SessionStart
+    | SessionResume
+    | Text
+    | ActivityStart
+    | ActivityEnd
+    | AudioEnd
+    | ToolResult
+    | SessionClose
 )
 
 
@@ -268,8 +293,20 @@ def _parse_tool_result(obj: Mapping[str, Any]) -> ToolResult:
     return ToolResult(id=call_id, name=name, response=response)
 
 
+def _parse_session_resume(obj: Mapping[str, Any]) -> SessionResume:
+    session_id = _require_str(obj, "session_id", "session.resume")
+    token = _require_str(obj, "resume_token", "session.resume")
+    last_seq = obj.get("last_seq", 0)
+    if isinstance(last_seq, bool) or not isinstance(last_seq, int) or last_seq < 0:
+        raise ProtocolError(
+            "invalid_field", "session.resume: 'last_seq' must be a non-negative integer"
+        )
+    return SessionResume(session_id=session_id, resume_token=token, last_seq=last_seq)
+
+
 _CLIENT_PARSERS: dict[str, Callable[[Mapping[str, Any]], ClientMessage]] = {
     "session.start": _parse_session_start,
+    "session.resume": _parse_session_resume,
     "text": _parse_text,
     "activity.start": lambda obj: ActivityStart(),
     "activity.end": lambda obj: ActivityEnd(),
@@ -310,20 +347,27 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SessionStarted:
+    """The session is ready. `resume_token` lets a client reattach to it after its
+    socket drops (`session.resume`); it is a credential: keep it like one."""
+
     type: ClassVar[str] = "session.started"
     session_id: str
     model: str
     input_rate: int
     output_rate: int = OUTPUT_RATE
+    resume_token: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "type": self.type,
             "session_id": self.session_id,
             "model": self.model,
             "input_audio": {"rate": self.input_rate, "encoding": "pcm16le"},
             "output_audio": {"rate": self.output_rate, "encoding": "pcm16le"},
         }
+        if self.resume_token is not None:
+            out["resume_token"] = self.resume_token
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> SessionStarted:
@@ -332,7 +376,21 @@ class SessionStarted:
             model=obj["model"],
             input_rate=obj["input_audio"]["rate"],
             output_rate=obj["output_audio"]["rate"],
+            resume_token=obj.get("resume_token"),
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionReattached:
+    """A new socket took the session over; `replayed` frames it missed follow.
+
+    `missed` frames (reply audio first) were no longer kept and are lost.
+    """
+
+    type: ClassVar[str] = "session.reattached"
+    session_id: str
+    replayed: int
+    missed: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -543,6 +601,7 @@ ServerEvent: TypeAlias = (
     | SessionGoAway
     | SessionReconnecting
     | SessionResumed
+    | SessionReattached
     | ErrorEvent
     | SessionClosed
     | UnknownEvent
@@ -569,6 +628,7 @@ _SERVER_EVENTS: dict[str, type[Any]] = {
         SessionGoAway,
         SessionReconnecting,
         SessionResumed,
+        SessionReattached,
         ErrorEvent,
         SessionClosed,
     )
@@ -593,6 +653,17 @@ def _to_json(message: Any) -> dict[str, Any]:
 def encode(message: ClientMessage | ServerEvent) -> str:
     """One text frame for a client message or a server event."""
     return _DUMPS(_to_json(message))
+
+
+def parse_server_frame(raw: str | bytes) -> tuple[ServerEvent, int | None]:
+    """A server text frame and its sequence number (None for frames outside the
+    numbered stream, such as `session.started` and `session.reattached`)."""
+    event = parse_server_event(raw)
+    seq = _SEQ.match(raw) if isinstance(raw, str) else None
+    return event, int(seq.group(1)) if seq else None
+
+
+_SEQ = re.compile(r'\{"seq":(\d+),')
 
 
 def parse_server_event(raw: str | bytes) -> ServerEvent:

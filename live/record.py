@@ -59,7 +59,9 @@ log = logging.getLogger("live.record")
 EVENTS = "events.jsonl"
 WAV_HEADER = 44
 MIN_ROOM = 4096  # a record with less room than this would say nothing
-SECRET_KEYS = frozenset({"token", "api_key", "apikey", "key", "password", "secret", "authorization"})
+SECRET_KEYS = frozenset(
+    {"token", "resume_token", "api_key", "apikey", "key", "password", "secret", "authorization"}
+)
 REDACTED = "<redacted>"
 
 current_record: contextvars.ContextVar[SessionRecord | None] = contextvars.ContextVar(
@@ -264,6 +266,9 @@ class SessionRecord:
             return
         if type(frame) is bytes:
             self._audio(self._out, frame, "server.audio")
+        elif '"resume_token"' in frame:
+            # session.started carries the session's reattach credential: never recorded.
+            self._line({"t": self._t(), "kind": "server", "event": redact(json.loads(frame))})
         else:
             # Already JSON, and made by the server: written as it went out.
             self._raw(f'{{"t":{self._t():.4f},"kind":"server","event":{frame}}}\n')

@@ -41,7 +41,8 @@ from live.record import Record, load, response_from_json
 __all__ = ["Difference", "ReplayResult", "assert_replays", "replay", "server_messages"]
 
 # Fields that differ from run to run by design.
-VOLATILE = {"session.started": ("session_id",)}
+VOLATILE = {"session.started": ("session_id", "resume_token")}
+"""Fields that differ in every run, per event type; `seq` is left out of every event."""
 
 
 # ---------------------------------------------------------------- the model's side
@@ -230,6 +231,7 @@ def _collapse(frames: Iterable[tuple[float, Any]]) -> list[Item]:
         else:
             for key in VOLATILE.get(frame.get("type"), ()):
                 frame.pop(key, None)
+            frame.pop("seq", None)
             items.append(Item(t, frame.get("type", "?"), event=frame))
     return items
 

@@ -38,6 +38,16 @@ class UsageError(Exception):
     """A start-up problem the user can fix; printed as one line."""
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
 def _positive(kind: type) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
@@ -79,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-pending", type=_positive(int), default=32, help="sockets waiting for session.start at once (default 32)")
     limits.add_argument("--max-sessions-per-ip", type=_positive(int), default=10, help="sockets per client address (default 10)")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
+    limits.add_argument("--reattach-grace", type=_non_negative, default=30.0, metavar="SECONDS", help="how long a session whose client's socket dropped waits, model connection open, for the client to come back with session.resume (default 30; 0: end it at once)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
     tls = parser.add_argument_group("TLS (so browsers on other machines may use the microphone)")
     tls.add_argument("--certfile", help="PEM certificate chain: serve https:// and wss:// directly")
@@ -160,6 +171,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         max_sessions_per_ip=args.max_sessions_per_ip,
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
         stall_timeout=args.stall_timeout,
+        reattach_grace=args.reattach_grace,
         reuse_port=args.workers > 1,
         metrics_port=args.metrics_port,
         certfile=args.certfile,

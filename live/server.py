@@ -60,7 +60,9 @@ from live.protocol import (
     ServerEvent,
     SessionClose,
     SessionClosed,
+    SessionReattached,
     SessionReconnecting,
+    SessionResume,
     SessionResumed,
     SessionStart,
     SessionStarted,
@@ -70,7 +72,8 @@ from live.protocol import (
     encode,
     parse_client_message,
 )
-from live.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
+from live.reattach import ReplayBuffer, new_resume_token, token_digest, token_matches, with_seq
+from live.queues import BYTES_PER_SECOND_OUT, ClientOutbox, OutboxOverflow, UpstreamQueue
 from live.session import (
     AwaitClientTool,
     CancelTool,
@@ -163,6 +166,13 @@ class ServerConfig:
       the count resets once a connection stayed up `stable_after` seconds.
     - `certfile`, `keyfile`: serve https:// and wss:// with this certificate
       chain and private key (PEM; the key may be in `certfile`).
+    - `reattach_grace`: when a client's socket drops without `session.close`,
+      the session (and its model connection) waits this long for the client to
+      come back with `session.resume`; 0 ends it at once.
+    - `reattach_audio_seconds`, `reattach_events`: what a session keeps of its
+      stream for a client that comes back (`live.reattach.ReplayBuffer`):
+      beyond the first, the oldest reply audio is dropped; beyond the second,
+      the oldest event. What a replay lacks is reported as `missed`.
     - `reuse_port`: share the port with other server processes (SO_REUSEPORT,
       Linux): the kernel spreads new connections across them.
     - `metrics_port`: serve `/metrics` on this port (0: a free one) instead of
@@ -192,6 +202,9 @@ class ServerConfig:
     reconnect_attempts: int = 5
     stable_after: float = 60.0
     shutdown_grace: float = 2.0
+    reattach_grace: float = 30.0
+    reattach_audio_seconds: float = 5.0
+    reattach_events: int = 512
     reuse_port: bool = False
     certfile: str | None = None
     keyfile: str | None = None
@@ -278,6 +291,18 @@ class ClientSession:
         )
         self.core: SessionCore | None = None
         self.manual_activity = False
+        self.replay = ReplayBuffer(
+            max_audio_bytes=int(self.config.reattach_audio_seconds * BYTES_PER_SECOND_OUT)
+            if self.config.reattach_grace > 0
+            else 0,
+            max_events=self.config.reattach_events if self.config.reattach_grace > 0 else 0,
+        )
+        self.resume_digest: str | None = None
+        self.handed_off = False  # this socket's handler gave it to another session
+        self._send_lock = anyio.Lock()
+        self._socket_done = anyio.Event()  # the current socket was let go (or the session ended)
+        self._away: anyio.CancelScope | None = None
+        self.reattaches = 0
         self.end_reason: str | None = None
         self.close_code = CLOSE_NORMAL
         self.audio_frames_in = 0
@@ -305,8 +330,11 @@ class ClientSession:
         """Send outside the outbox (before the pumps run, or after they stopped)."""
         self.obs.event(event)
         frame = encode(event)
+        ws = self.ws
+        if ws is None:
+            return
         try:
-            await self.ws.send(frame)
+            await ws.send(frame)
         except ConnectionClosed:
             return
         self.obs.frame_out(frame, self.clock())
@@ -356,6 +384,9 @@ class ClientSession:
                     self.server.pending.discard(self)
             if self.end_reason is not None or start is None:
                 return
+            if isinstance(start, SessionResume):
+                await self.server.reattach(self, start)
+                return
             self.manual_activity = start.turn_taking == "manual" or self.server.agent_manual_activity
             self._start_record(start)
             self.core = SessionCore(
@@ -386,12 +417,18 @@ class ClientSession:
                 ErrorEvent("internal_error", "the server failed; see its log", True),
             )
         finally:
+            if self.handed_off:
+                self.obs.abandon()
+                return  # this socket served another session, which closes it
+            self.server.live_sessions.pop(self.id, None)
             reason = self.end_reason or "client disconnected"
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.shutdown_grace):
                 if self._final_error is not None:
                     await self._send_now(self._final_error)
                 await self._send_now(SessionClosed(reason))
-                await self.ws.close(self.close_code, reason[:120])
+                if self.ws is not None:
+                    await self.ws.close(self.close_code, reason[:120])
+            self._socket_done.set()
             if self.record is not None:
                 self.record.close(reason)
             self.obs.ended(
@@ -434,11 +471,16 @@ class ClientSession:
         link = await self._tg.start(self._connection, self._request(start.history))
         if start.history:
             await link.conn.send_history(list(start.history))
-        await self._send_now(SessionStarted(self.id, self.model, start.input_rate))
+        resume_token = None
+        if self.config.reattach_grace > 0:
+            resume_token = new_resume_token()
+            self.resume_digest = token_digest(resume_token)
+            self.server.live_sessions[self.id] = self
+        await self._send_now(SessionStarted(self.id, self.model, start.input_rate, resume_token=resume_token))
         self.obs.started(self.clock())
         log.info("session %s started model=%s input_rate=%d", self.id, self.model, start.input_rate)
         self._log_started = True
-        self._tg.start_soon(self._read_client)
+        self._tg.start_soon(self._read_client, self.ws)
         self._tg.start_soon(self._write_client)
         self._tg.start_soon(self._watch_idle)
         supervisor = Supervisor(
@@ -591,8 +633,9 @@ class ClientSession:
     def _model_failed(self, exc: LiveError) -> None:
         self.finish(f"model: {exc}", CLOSE_INTERNAL, ErrorEvent(_error_code(exc), str(exc), True))
 
-    async def _await_start(self) -> SessionStart | None:
-        """Read frames until a valid `session.start`; everything else gets an error."""
+    async def _await_start(self) -> SessionStart | SessionResume | None:
+        """Read frames until a valid `session.start` (or `session.resume`);
+        everything else gets an error."""
         with anyio.move_on_after(self.config.start_timeout):
             while True:
                 try:
@@ -622,6 +665,8 @@ class ClientSession:
                 if isinstance(message, SessionClose):
                     self.finish("client closed the session")
                     return None
+                if isinstance(message, SessionResume):
+                    return message
                 if not isinstance(message, SessionStart):
                     await self._send_now(
                         ErrorEvent(
@@ -684,12 +729,12 @@ class ClientSession:
 
     # ------------------------------------------------------------------ the pumps
 
-    async def _read_client(self) -> None:
+    async def _read_client(self, ws: ServerConnection) -> None:
         core = self.core
         assert core is not None
         max_frame = self.config.max_frame_bytes
         try:
-            async for frame in self.ws:
+            async for frame in ws:
                 self._last_client_frame = self.clock()
                 self.obs.frame_in()
                 if len(frame) > max_frame:
@@ -717,7 +762,65 @@ class ClientSession:
                     self._poke()
         except ConnectionClosed:
             pass
-        self.finish(self.end_reason or "client disconnected")
+        if self.end_reason is None:
+            self._socket_lost(ws)
+
+    def _socket_lost(self, ws: ServerConnection) -> None:
+        """The client's socket closed without `session.close`.
+
+        With reattach on, the session goes on without a socket (its model
+        connection open, its stream kept) for `reattach_grace` seconds;
+        otherwise, or when the server is stopping, it ends.
+        """
+        if self.ws is not ws or self.end_reason is not None:
+            return  # an older socket, or the session is ending anyway
+        grace = self.config.reattach_grace
+        if grace <= 0 or self.server.stopping or self.resume_digest is None:
+            self.finish("client disconnected")
+            return
+        self.ws = None
+        self._socket_done.set()
+        log.info("session %s lost its client; waiting %g s for it to come back", self.id, grace)
+        self._away = anyio.CancelScope()
+        self._tg.start_soon(self._await_return, self._away, grace)
+
+    async def _await_return(self, scope: anyio.CancelScope, grace: float) -> None:
+        with scope:
+            await anyio.sleep(grace)
+            self.finish(f"the client did not come back within {grace:g} s")
+
+    async def attach(self, ws: ServerConnection, last_seq: int) -> None:
+        """A new socket takes the session over: the frames it missed, then the
+        live stream. A socket still attached (its drop not yet noticed) is let go."""
+        async with self._send_lock:
+            old = self.ws
+            if self._away is not None:
+                self._away.cancel()
+                self._away = None
+            frames, missed = self.replay.after(last_seq)
+            self.ws = ws
+            self._socket_done.set()
+            self._socket_done = anyio.Event()
+            self._last_client_frame = self.clock()
+            self.reattaches += 1
+            try:
+                await ws.send(encode(SessionReattached(self.id, len(frames), missed)))
+                for frame in frames:
+                    await ws.send(frame)
+            except ConnectionClosed:
+                pass
+        if old is not None:
+            self._tg.start_soon(old.close, CLOSE_NORMAL, "replaced by a newer connection")
+        log.info(
+            "session %s reattached from %s: %d frame(s) replayed, %d missed",
+            self.id, _peer(ws), len(frames), missed,
+        )
+        self._tg.start_soon(self._read_client, ws)
+
+    async def serve_socket(self, ws: ServerConnection) -> None:
+        """Wait while `ws` is this session's socket (its handler must stay alive)."""
+        while self.ws is ws and self.end_reason is None:
+            await self._socket_done.wait()
 
     def _report_drops(self) -> None:
         dropped = self.upstream.dropped_audio
@@ -733,21 +836,34 @@ class ClientSession:
             )
 
     async def _write_client(self) -> None:
+        """The session's stream to the client, numbered and kept for a replay.
+
+        Without a socket (the client is away) frames are only kept.
+        """
         outbox = self.outbox
-        send = self.ws.send
+        replay = self.replay
         sent = self.obs.frame_out
         clock = self.clock
-        try:
-            while True:
-                frame = await outbox.get()
-                await send(frame)
-                sent(frame, clock())
-                if type(frame) is bytes:
-                    self.heard.audio_sent(len(frame))
-                if self.record is not None:
-                    self.record.server_frame(frame)
-        except ConnectionClosed:
-            self.finish(self.end_reason or "client disconnected")
+        lock = self._send_lock
+        while True:
+            frame = await outbox.get()
+            if type(frame) is str:
+                frame = with_seq(frame, replay.last_seq + 1)
+            replay.add(frame)
+            async with lock:
+                ws = self.ws
+                if ws is None:
+                    continue
+                try:
+                    await ws.send(frame)
+                except ConnectionClosed:
+                    self._socket_lost(ws)
+                    continue
+            sent(frame, clock())
+            if type(frame) is bytes:
+                self.heard.audio_sent(len(frame))
+            if self.record is not None:
+                self.record.server_frame(frame)
 
     async def _send_upstream(self, link: _Link) -> None:
         """Client input to the model, in order; an item is removed once it was sent."""
@@ -815,14 +931,14 @@ class ClientSession:
     async def _watch_idle(self) -> None:
         idle = self.config.idle_timeout
         while True:
+            if self.ws is None:  # the client is away: the reattach grace applies
+                self._last_client_frame = self.clock()
+                await anyio.sleep(1.0)
+                continue
             remaining = self._last_client_frame + idle - self.clock()
             if remaining <= 0:
-                self._event(
-                    ErrorEvent(
-                        "idle_timeout", f"no input from the client for {idle:g} s", True
-                    )
-                )
-                self.finish("idle timeout")
+                error = ErrorEvent("idle_timeout", f"no input from the client for {idle:g} s", True)
+                self.finish("idle timeout", error=error)
                 return
             self.obs.drops(self.core.late_audio_dropped if self.core else 0, self.outbox.flushed_frames)
             await anyio.sleep(min(remaining, 1.0))
@@ -938,6 +1054,8 @@ class LiveServer:
         # What the sessions use: the model, recorded when asked, and counted.
         self.measured_llm: BaseLlm = Measured(Recorded(llm) if recorder else llm, self.metrics)
         self.sessions: set[ClientSession] = set()
+        # Started sessions a client may reattach to, by id.
+        self.live_sessions: dict[str, ClientSession] = {}
         # Sockets that have not sent session.start yet, and sockets per address.
         self.pending: set[ClientSession] = set()
         self.per_address: Counter[str] = Counter()
@@ -1054,6 +1172,28 @@ class LiveServer:
         return _response(http.HTTPStatus.OK, target.read_bytes(), kind)
 
     # ------------------------------------------------------------------ sockets
+
+    async def reattach(self, temporary: ClientSession, message: SessionResume) -> None:
+        """A socket asks to take over a live session: check, attach, and serve it."""
+        ws = temporary.ws
+        assert ws is not None
+        session = self.live_sessions.get(message.session_id)
+        if session is None or session.end_reason is not None or session.resume_digest is None:
+            text = (
+                f"no session {message.session_id[:40]!r} to resume here: it ended, or the "
+                "client stayed away longer than the server waits"
+            )
+            log.info("resume refused from %s: session_expired", temporary.peer)
+            temporary.finish(text, CLOSE_NORMAL, ErrorEvent("session_expired", text, True))
+            return
+        if not token_matches(message.resume_token, session.resume_digest):
+            text = "session.resume: the resume token does not match this session"
+            log.warning("resume of session %s refused from %s: wrong token", session.id, temporary.peer)
+            temporary.finish(text, CLOSE_POLICY, ErrorEvent("unauthorized", text, True))
+            return
+        temporary.handed_off = True
+        await session.attach(ws, message.last_seq)
+        await session.serve_socket(ws)
 
     async def _refuse_socket(self, ws: ServerConnection) -> None:
         await ws.close(CLOSE_POLICY, "this port serves /metrics only")

@@ -296,7 +296,7 @@ async def test_a_socket_that_never_starts_is_closed_after_the_start_timeout(capl
 
 async def test_pending_sockets_and_sockets_per_address_are_limited(caplog):
     caplog.set_level(logging.WARNING, "live.server")
-    async with running(AGENT, echo(), max_pending=2, max_sessions_per_ip=3) as (server, url):
+    async with running(AGENT, echo(), max_pending=2, max_sessions_per_ip=3, reattach_grace=0) as (server, url):
         async with ws_connect(url) as a, ws_connect(url) as b:
             async with ws_connect(url) as c:
                 event = await first_event(c)

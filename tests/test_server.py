@@ -356,15 +356,19 @@ async def test_model_errors_reach_the_client_as_a_fatal_error_with_a_hint():
 # ------------------------------------------------------------------ lifetimes
 
 
-async def test_a_vanished_client_releases_its_upstream_connection_within_a_second():
+@pytest.mark.parametrize("grace", [0.0, 0.5])
+async def test_a_vanished_client_releases_its_upstream_connection_after_the_reattach_grace(grace):
     session = double.ScriptedSession()
     llm, _ = gemini(session)
-    async with running(AGENT, llm) as (server, url):
+    async with running(AGENT, llm, reattach_grace=grace) as (server, url):
         ws = await ws_connect(url)
         await ws.send('{"type": "session.start"}')
         await ws.recv()
         ws.transport.abort()  # no close frame: the client just vanishes
-        with anyio.fail_after(1.0):
+        if grace:
+            await anyio.sleep(grace / 2)
+            assert not session.closed  # the model connection waits for the client
+        with anyio.fail_after(grace + 1.0):
             await session.wait_closed()
             while server.sessions:
                 await anyio.sleep(0.01)

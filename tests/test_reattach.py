@@ -1,0 +1,131 @@
+"""Reattach: a client whose socket drops comes back to the same conversation."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+from websockets.asyncio.client import connect as ws_connect
+
+from clients.client import AudioFrame, ConnectionLost, LiveClient, Reattaching
+from connections import double
+from connections.gemini import Gemini
+from live import protocol as p
+from live.agent import Agent
+from live.reattach import ReplayBuffer, token_digest, token_matches, with_seq
+from serving import collect, running
+
+pytestmark = pytest.mark.anyio
+
+AGENT = Agent(name="a", model="gemini-2.5-flash")
+
+
+def gemini(*sessions) -> Gemini:
+    return Gemini("gemini-2.5-flash", transport=double.DoubleTransport(*sessions))
+
+
+def cut(client: LiveClient) -> None:
+    """The client's network goes away: no close frame, nothing more arrives."""
+    client._ws.transport.abort()
+
+
+def story(n: int) -> list:
+    """A reply told in `n` pieces, a little apart, so a cut lands in the middle."""
+    out: list = []
+    for i in range(n):
+        out += [double.Pause(0.03), double.output_transcript(f"part{i} "), double.audio(bytes([i, 0]) * 240)]
+    return [*out, double.turn_complete()]
+
+
+async def test_a_cut_socket_reattaches_and_misses_no_event():
+    session = double.ScriptedSession(double.resumption_update("h1"))
+    session.on_client_content(*story(20))
+    async with running(AGENT, gemini(session)) as (server, url), LiveClient.connect(url) as client:
+        assert client.session.resume_token
+        await client.send_text("Tell me a story")
+        seen: list = []
+        async for event in client.events():
+            seen.append(event)
+            if isinstance(event, p.TranscriptOutput) and event.text == "part5 ":
+                cut(client)
+            if isinstance(event, p.TurnComplete):
+                break
+        assert client.reattaches == 1
+        assert server.live_sessions  # the same session goes on
+        assert len(session.sent) == 1  # one model connection, no replay upstream
+    news = [e for e in seen if isinstance(e, (Reattaching, p.SessionReattached))]
+    assert isinstance(news[0], Reattaching) and isinstance(news[-1], p.SessionReattached)
+    parts = [e.text for e in seen if isinstance(e, p.TranscriptOutput) and not e.final]
+    assert parts == [f"part{i} " for i in range(20)]  # every piece, once, in order
+    audio = [e.data[0] for e in seen if isinstance(e, AudioFrame)]
+    assert audio == list(range(20))
+
+
+async def test_a_wrong_token_is_unauthorized_and_an_unknown_session_expired():
+    session = double.ScriptedSession(double.resumption_update("h1"))
+    async with running(AGENT, gemini(session)) as (_, url), LiveClient.connect(url) as client:
+        for message, code in [
+            ({"session_id": client.session.session_id, "resume_token": "guess"}, "unauthorized"),
+            ({"session_id": "nope", "resume_token": client.session.resume_token}, "session_expired"),
+        ]:
+            async with ws_connect(url) as ws:
+                await ws.send(json.dumps({"type": "session.resume", **message}))
+                event = p.parse_server_event(await ws.recv())
+                assert isinstance(event, p.ErrorEvent) and event.code == code and event.fatal
+                assert client.session.resume_token not in event.message
+        # The real session is untouched by either attempt.
+        await client.send_text("still here?")
+
+
+async def test_a_client_that_stays_away_past_the_grace_loses_the_session():
+    session = double.ScriptedSession(double.resumption_update("h1"))
+    async with running(AGENT, gemini(session), reattach_grace=0.3) as (server, url):
+        async with LiveClient.connect(url, reattach_for=0) as client:
+            cut(client)
+            with pytest.raises(ConnectionLost):
+                async for _ in client.events():
+                    pass
+            with anyio.fail_after(2):
+                await session.wait_closed()  # the model connection is released after the grace
+            async with ws_connect(url) as ws:
+                await ws.send(p.encode(p.SessionResume(client.session.session_id, client.session.resume_token)))
+                event = p.parse_server_event(await ws.recv())
+            assert event.code == "session_expired"
+
+
+async def test_a_newer_socket_takes_over_from_one_whose_drop_was_not_noticed():
+    session = double.ScriptedSession(double.resumption_update("h1"))
+    session.on_client_content(double.output_transcript("Hello there."), double.turn_complete(), times=None)
+    async with running(AGENT, gemini(session)) as (server, url), LiveClient.connect(url) as client:
+        async with ws_connect(url) as ws:
+            await ws.send(p.encode(p.SessionResume(client.session.session_id, client.session.resume_token, 0)))
+            reattached = p.parse_server_event(await ws.recv())
+            assert isinstance(reattached, p.SessionReattached)
+            await ws.send(p.encode(p.Text("hi")))
+            texts = []
+            while not texts or texts[-1] != "turn.complete":
+                frame = await ws.recv()
+                if isinstance(frame, str):
+                    texts.append(json.loads(frame)["type"])
+            assert "transcript.output" in texts
+        # The old socket was let go by the server.
+        with anyio.fail_after(2):
+            await client._ws.wait_closed()
+
+
+def test_the_replay_buffer_drops_reply_audio_before_events():
+    buffer = ReplayBuffer(max_audio_bytes=1000, max_events=3)
+    for i in range(4):
+        buffer.add(with_seq('{"type":"x"}', i + 1))
+        buffer.add(b"\0" * 400)
+    frames, missed = buffer.after(0)
+    assert [f for f in frames if isinstance(f, str)] == [with_seq('{"type":"x"}', n) for n in (2, 3, 4)]
+    assert sum(1 for f in frames if isinstance(f, bytes)) == 2  # 800 of 1000 bytes kept
+    assert missed == 3 and len(frames) == 5
+    assert buffer.after(buffer.last_seq) == ([], 0)
+
+
+def test_resume_tokens_are_kept_as_digests_only():
+    assert token_matches("abc", token_digest("abc")) and not token_matches("abd", token_digest("abc"))
+    assert "abc" not in token_digest("abc")
