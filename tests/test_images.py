@@ -238,11 +238,12 @@ async def test_images_keep_their_place_among_audio_frames():
 async def test_a_new_image_replaces_the_old_one_still_waiting_and_audio_is_kept():
     queue: UpstreamQueue[str] = UpstreamQueue(max_audio=100)
     for i in range(50):  # a model a second behind: audio waits, images pile up
-        queue.put_audio(f"a{i}")
+        queue.put_audio(f"a{i}", 640)
         if i % 25 == 0:
-            queue.put_image(f"img{i}")
+            queue.put_image(f"img{i}", 40_000)
     assert queue.dropped_images == 1
     assert queue.dropped_audio == 0
+    assert queue.held_bytes == 50 * 640 + 40_000  # one image's worth, not two
     left = await drain(queue)
     assert [x for x in left if x.startswith("img")] == ["img25"]
     assert len([x for x in left if x.startswith("a")]) == 50

@@ -31,6 +31,17 @@ def jpeg(width: int, height: int, color: tuple[int, int, int]) -> bytes:
     return out.getvalue()
 
 
+def noise_jpeg(width: int, height: int, seed: int = 1) -> bytes:
+    """A JPEG that does not compress: random pixels (about 0.7 byte per pixel)."""
+    import random
+
+    out = io.BytesIO()
+    PILImage.frombytes("RGB", (width, height), random.Random(seed).randbytes(width * height * 3)).save(
+        out, "JPEG", quality=80
+    )
+    return out.getvalue()
+
+
 def gemini_for(emulator: Emulator) -> Gemini:
     return Gemini(
         MODEL,
@@ -107,7 +118,7 @@ async def test_bad_frames_get_their_errors_and_the_session_goes_on(live_emulator
             ("image/gif", gif.getvalue(), "unsupported_image_type"),
             ("image/jpeg", gif.getvalue(), "invalid_image"),
             ("image/jpeg", good[:-100], "invalid_image"),  # cut short
-            ("image/jpeg", jpeg(4000, 3000, (255, 255, 255)), "image_too_large"),
+            ("image/jpeg", noise_jpeg(100, 100), "image_too_large"),
         ]
         codes = []
         for mime, data, _ in bad:
@@ -133,6 +144,28 @@ async def test_bad_frames_get_their_errors_and_the_session_goes_on(live_emulator
     record = live_emulator.sessions[0]
     assert [f.sha256 for f in record.video] == [hashlib.sha256(good).hexdigest(), hashlib.sha256(other).hexdigest()]
     assert record.close is None  # the model never saw anything it would refuse
+
+
+async def test_an_image_message_over_the_frame_limit_is_refused_without_closing_the_socket(live_emulator: Emulator):
+    agent = Agent(name="eyes", model=MODEL)
+    async with running(agent, gemini_for(live_emulator)) as (server, url), LiveClient.connect(url) as client:
+        # The server tells the client how large an image may be: what fits in a frame.
+        limit = client.session.max_image_bytes
+        assert limit == server.config.image_limit
+        assert 40_000 < limit < server.config.max_frame_bytes
+        assert client.session.max_image_rate == 2.0
+        too_big = noise_jpeg(300, 300)  # about 60 KB: 80 KB as base64, over the 64 KiB frame limit
+        assert limit < len(too_big) and len(too_big) * 4 / 3 < 2 * server.config.max_frame_bytes
+        await client.send_image(too_big, "image/jpeg")
+        [error] = await collect(client, lambda e: isinstance(e, p.ErrorEvent), timeout=5)
+        assert error.code == "image_too_large" and not error.fatal
+        fits = noise_jpeg(240, 240)
+        assert len(fits) <= limit
+        await client.send_image(fits, "image/jpeg")
+        await client.send_text("hello")
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete), timeout=10)
+        assert not [e for e in events if isinstance(e, p.ErrorEvent)]
+    assert [f.size for f in live_emulator.sessions[0].video] == [len(fits)]
 
 
 async def test_an_agent_without_context_compression_warns_of_the_two_minute_cap(live_emulator: Emulator):
