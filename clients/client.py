@@ -1,6 +1,6 @@
 """`LiveClient`: the Python side of the client protocol.
 
-Connect, start a session, send audio, text and tool results, and iterate over
+Connect, start a session, send audio, images, text and tool results, and iterate over
 what the server sends. Message definitions come from `live.protocol`, the same
 module the server uses.
 
@@ -34,6 +34,7 @@ from live.protocol import (
     ActivityStart,
     AudioEnd,
     ErrorEvent,
+    Image,
     ServerEvent,
     SessionClose,
     SessionClosed,
@@ -257,6 +258,15 @@ class LiveClient:
 
     async def send_text(self, text: str) -> None:
         await self._send(encode(Text(text)))
+
+    async def send_image(self, data: bytes, mime_type: str = "image/jpeg") -> None:
+        """One frame of what the user sees: a JPEG or PNG (`image/jpeg`, `image/png`).
+
+        The model takes it as realtime video, in order with the audio; it samples
+        about one frame a second. The server checks the bytes, their size and the
+        rate, and answers a frame it drops with a non-fatal `error` event.
+        """
+        await self._ws.send(encode(Image(mime_type=mime_type, data=bytes(data))))
 
     async def activity_start(self) -> None:
         await self._send(encode(ActivityStart()))

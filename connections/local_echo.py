@@ -167,8 +167,13 @@ class LocalEchoConnection(BaseLlmConnection):
         await self._queue(_Reply(self._generation, text=text))
 
     async def send_realtime(self, input: RealtimeInput) -> None:
-        """PCM audio (`audio/pcm;rate=N`, 16 kHz when absent), activity start/end, stream end."""
+        """PCM audio (`audio/pcm;rate=N`, 16 kHz when absent), activity start/end, stream end.
+
+        Images and video frames are accepted and ignored: an echo has nothing to see.
+        """
         self._check_open()
+        if isinstance(input, types.Blob) and (input.mime_type or "").startswith(("image/", "video/")):
+            return
         if isinstance(input, types.Blob):
             rate = parse_pcm_mime(input.mime_type)
             data = input.data or b""

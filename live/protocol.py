@@ -3,12 +3,15 @@
 Pure functions and frozen dataclasses, no I/O, shared by the server and the Python
 client so the two cannot drift apart. Text frames carry one JSON object with a
 `type`; binary frames carry raw PCM16 little-endian mono audio (see
-docs/protocol.md). Anything a client sends that does not fit raises
+docs/protocol.md). An image frame (camera, screen) is a JSON `image` message, so
+a binary frame is always audio. Anything a client sends that does not fit raises
 `ProtocolError` with a code and a message a person can act on.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import json
 import re
@@ -17,6 +20,8 @@ from typing import Any, ClassVar, TypeAlias
 
 import pydantic
 from google.genai import types
+
+from live.images import IMAGE_TYPES, ImageInfo, InvalidImage, inspect_image
 
 __all__ = [
     "DEFAULT_INPUT_RATE",
@@ -31,6 +36,7 @@ __all__ = [
     "ErrorEvent",
     "GenerationComplete",
     "Grounding",
+    "Image",
     "ProtocolError",
     "ServerEvent",
     "SessionClose",
@@ -55,6 +61,8 @@ __all__ = [
     "UnknownEvent",
     "Usage",
     "encode",
+    "image_bytes_fitting",
+    "is_image_message",
     "parse_client_message",
     "parse_server_frame",
     "parse_server_event",
@@ -175,6 +183,27 @@ class SessionClose:
     type: ClassVar[str] = "session.close"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Image:
+    """One frame of what the user sees (camera, screen): a JPEG or PNG.
+
+    On the wire `data` is standard base64 in a JSON text frame; here it is the
+    image's bytes, already checked to be what `mime_type` says (`info`).
+    """
+
+    type: ClassVar[str] = "image"
+    mime_type: str
+    data: bytes = dataclasses.field(repr=False)
+    info: ImageInfo | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "mime_type": self.mime_type,
+            "data": base64.b64encode(self.data).decode("ascii"),
+        }
+
+
 ClientMessage: TypeAlias = (
     SessionStart
     | SessionResume
@@ -184,6 +213,7 @@ ClientMessage: TypeAlias = (
     | AudioEnd
     | ToolResult
     | SessionClose
+    | Image
 )
 
 
@@ -302,6 +332,49 @@ def _parse_session_resume(obj: Mapping[str, Any]) -> SessionResume:
             "invalid_field", "session.resume: 'last_seq' must be a non-negative integer"
         )
     return SessionResume(session_id=session_id, resume_token=token, last_seq=last_seq)
+_IMAGE_MESSAGE_OVERHEAD = 64  # {"type":"image","mime_type":"image/jpeg","data":""}, with room
+
+
+def image_bytes_fitting(max_frame_bytes: int) -> int:
+    """The largest image whose `image` message (base64 in JSON) fits in one frame."""
+    return max(0, (max_frame_bytes - _IMAGE_MESSAGE_OVERHEAD) // 4 * 3)
+
+
+def is_image_message(raw: str) -> bool:
+    """Whether a text frame is an `image` message (for one too large to handle)."""
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and obj.get("type") == "image"
+
+
+def _parse_image(obj: Mapping[str, Any]) -> Image:
+    mime_type = _require_str(obj, "mime_type", "image")
+    if mime_type not in IMAGE_TYPES:
+        raise ProtocolError(
+            "unsupported_image_type",
+            f"image: mime_type {mime_type!r} is not accepted; send "
+            f"{' or '.join(IMAGE_TYPES)}. The frame was dropped",
+        )
+    text = _require_str(obj, "data", "image")
+    if text.startswith("data:"):
+        raise ProtocolError(
+            "invalid_image",
+            "image: 'data' must be the base64 of the image alone, without a "
+            "'data:...;base64,' prefix. The frame was dropped",
+        )
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError(
+            "invalid_image", "image: 'data' is not standard base64. The frame was dropped"
+        ) from None
+    try:
+        info = inspect_image(data, mime_type)
+    except InvalidImage as exc:
+        raise ProtocolError("invalid_image", f"image: {exc}. The frame was dropped") from None
+    return Image(mime_type=mime_type, data=data, info=info)
 
 
 _CLIENT_PARSERS: dict[str, Callable[[Mapping[str, Any]], ClientMessage]] = {
@@ -313,6 +386,7 @@ _CLIENT_PARSERS: dict[str, Callable[[Mapping[str, Any]], ClientMessage]] = {
     "audio.end": lambda obj: AudioEnd(),
     "tool.result": _parse_tool_result,
     "session.close": lambda obj: SessionClose(),
+    "image": _parse_image,
 }
 
 
@@ -348,7 +422,9 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
 @dataclasses.dataclass(frozen=True, slots=True)
 class SessionStarted:
     """The session is ready. `resume_token` lets a client reattach to it after its
-    socket drops (`session.resume`); it is a credential: keep it like one."""
+    socket drops (`session.resume`); it is a credential: keep it like one.
+    `max_image_bytes` and `max_image_rate` are the server's limits on `image`
+    frames, so a client can size its frames to fit."""
 
     type: ClassVar[str] = "session.started"
     session_id: str
@@ -356,9 +432,11 @@ class SessionStarted:
     input_rate: int
     output_rate: int = OUTPUT_RATE
     resume_token: str | None = None
+    max_image_bytes: int | None = None
+    max_image_rate: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "type": self.type,
             "session_id": self.session_id,
             "model": self.model,
@@ -367,16 +445,25 @@ class SessionStarted:
         }
         if self.resume_token is not None:
             out["resume_token"] = self.resume_token
+        if self.max_image_bytes is not None:
+            out["image"] = {
+                "types": list(IMAGE_TYPES),
+                "max_bytes": self.max_image_bytes,
+                "max_rate": self.max_image_rate,
+            }
         return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> SessionStarted:
+        image = obj.get("image") if isinstance(obj.get("image"), dict) else {}
         return cls(
             session_id=obj["session_id"],
             model=obj["model"],
             input_rate=obj["input_audio"]["rate"],
             output_rate=obj["output_audio"]["rate"],
             resume_token=obj.get("resume_token"),
+            max_image_bytes=image.get("max_bytes"),
+            max_image_rate=image.get("max_rate"),
         )
 
 

@@ -1,6 +1,7 @@
 """The two bounded queues of a session, and the pacing of audio to the client.
 
-`UpstreamQueue` carries what the client sends toward the model, in order.
+`UpstreamQueue` carries what the client sends toward the model, in order
+(audio, images, control; images are dropped first when the model falls behind).
 `ClientOutbox` carries events and audio toward the client. Each bound says what
 happens when it is reached, and both are event-driven (no polling).
 """
@@ -19,8 +20,11 @@ T = TypeVar("T")
 BYTES_PER_SECOND_OUT = 24_000 * 2  # PCM16 mono at 24 kHz
 
 
+_CONTROL, _AUDIO, _IMAGE = 0, 1, 2
+
+
 class UpstreamQueue(Generic[T]):
-    """Client input on its way to the model: audio and control, one order.
+    """Client input on its way to the model: audio, images and control, one order.
 
     At most `max_audio` audio items, and `max_audio_bytes` of them, wait (100
     frames of 20 ms: two seconds, enough to hold what the user says while the
@@ -31,6 +35,13 @@ class UpstreamQueue(Generic[T]):
     results) are never dropped; when `max_control` of them, or `max_control_bytes`,
     wait, `put_control` waits, which stops reading from the client until the
     model side catches up (so one item may take the bytes past the bound).
+
+    Images (camera and screen frames) are the first thing dropped when the model
+    falls behind: at most `max_images` wait (one by default), and a new image
+    replaces the oldest waiting one, since the model wants what the user sees
+    now. Images come at most a few a second, so an old image is dropped long
+    before any audio is; and when audio reaches its own bound, a waiting image
+    is dropped too. Every drop is counted (`dropped_audio`, `dropped_images`).
 
     The consumer `peek_run`s the head, sends it, and only then `commit`s it, so an
     item whose send failed because the connection dropped is sent again on the
@@ -46,15 +57,19 @@ class UpstreamQueue(Generic[T]):
         max_control: int = 64,
         max_audio_bytes: int | None = None,
         max_control_bytes: int | None = None,
+        max_images: int = 1,
     ) -> None:
-        # (is audio, item, size in bytes)
-        self._items: collections.deque[tuple[bool, T, int]] = collections.deque()
+        # (kind, item, size in bytes)
+        self._items: collections.deque[tuple[int, T, int]] = collections.deque()
         self._audio = 0
         self._control = 0
+        self._images = 0
         self._max_audio = max_audio
         self._max_control = max_control
+        self._max_images = max(1, max_images)
         self._audio_bytes = 0
         self._control_bytes = 0
+        self._image_bytes = 0
         self._max_audio_bytes = max_audio_bytes
         self._max_control_bytes = max_control_bytes
         self._ready = anyio.Event()
@@ -65,11 +80,23 @@ class UpstreamQueue(Generic[T]):
         self._new_event = type(self._ready)
         self._in_flight = 0
         self.dropped_audio = 0
+        self.dropped_images = 0
 
     @property
     def held_bytes(self) -> int:
-        """Bytes of audio and control waiting (as their producers counted them)."""
-        return self._audio_bytes + self._control_bytes
+        """Bytes of audio, images and control waiting (as their producers counted them)."""
+        return self._audio_bytes + self._control_bytes + self._image_bytes
+
+    def _drop_oldest_image(self) -> bool:
+        items = self._items
+        for index in range(self._in_flight, len(items)):  # never one being sent
+            if items[index][0] == _IMAGE:
+                self._image_bytes -= items[index][2]
+                del items[index]
+                self._images -= 1
+                self.dropped_images += 1
+                return True
+        return False
 
     def put_audio(self, item: T, nbytes: int = 0) -> bool:
         """Queue audio of `nbytes`; returns True when older audio was dropped for it."""
@@ -82,7 +109,9 @@ class UpstreamQueue(Generic[T]):
                 and self._audio_bytes + nbytes > self._max_audio_bytes
             )
         ):
-            while index < len(self._items) and not self._items[index][0]:
+            if self._images and self._drop_oldest_image():
+                index = self._in_flight  # positions moved; the stale view goes first
+            while index < len(self._items) and self._items[index][0] != _AUDIO:
                 index += 1
             if index >= len(self._items):
                 break
@@ -91,9 +120,18 @@ class UpstreamQueue(Generic[T]):
             self._audio -= 1
             self.dropped_audio += 1
             dropped = True
-        self._items.append((True, item, nbytes))
+        self._items.append((_AUDIO, item, nbytes))
         self._audio += 1
         self._audio_bytes += nbytes
+        self._ready.set()
+        return dropped
+
+    def put_image(self, item: T, nbytes: int = 0) -> bool:
+        """Queue an image; returns True when an older waiting image was dropped for it."""
+        dropped = self._images >= self._max_images and self._drop_oldest_image()
+        self._items.append((_IMAGE, item, nbytes))
+        self._images += 1
+        self._image_bytes += nbytes
         self._ready.set()
         return dropped
 
@@ -106,7 +144,7 @@ class UpstreamQueue(Generic[T]):
             if self._space.is_set():
                 self._space = self._new_event()  # several producers may share one wait
             await self._space.wait()
-        self._items.append((False, item, nbytes))
+        self._items.append((_CONTROL, item, nbytes))
         self._control += 1
         self._control_bytes += nbytes
         self._ready.set()
@@ -121,13 +159,13 @@ class UpstreamQueue(Generic[T]):
             self._ready = self._new_event()
             await self._ready.wait()
         items = self._items
-        is_audio, head, _ = items[0]
-        if not is_audio or len(items) == 1 or not items[1][0]:
+        kind, head, _ = items[0]
+        if kind != _AUDIO or len(items) == 1 or items[1][0] != _AUDIO:
             self._in_flight = 1
-            return is_audio, [head]
+            return kind == _AUDIO, [head]
         run: list[T] = []
-        for audio, item, _ in items:
-            if not audio or len(run) == max_audio:
+        for kind, item, _ in items:
+            if kind != _AUDIO or len(run) == max_audio:
                 break
             run.append(item)
         self._in_flight = len(run)
@@ -136,10 +174,13 @@ class UpstreamQueue(Generic[T]):
     def commit(self) -> None:
         """What was peeked was sent: remove it."""
         for _ in range(self._in_flight):
-            is_audio, _, nbytes = self._items.popleft()
-            if is_audio:
+            kind, _, nbytes = self._items.popleft()
+            if kind == _AUDIO:
                 self._audio -= 1
                 self._audio_bytes -= nbytes
+            elif kind == _IMAGE:
+                self._images -= 1
+                self._image_bytes -= nbytes
             else:
                 self._control -= 1
                 self._control_bytes -= nbytes

@@ -249,6 +249,9 @@ class SessionRecord:
             # Not JSON: keep its size only, since it may hold anything.
             self._line({"t": self._t(), "kind": "client", "invalid": True, "bytes": len(raw)})
             return
+        if isinstance(message, dict) and message.get("type") == "image" and isinstance(message.get("data"), str):
+            # The picture itself is not kept: its size says what was sent.
+            message = {**message, "data": f"<{len(message['data'])} base64 characters>"}
         self._line({"t": self._t(), "kind": "client", "event": redact(message)})
 
     def client_event(self, message: dict[str, Any]) -> None:

@@ -275,6 +275,8 @@ def _client_script(record: Record) -> list[tuple[float, int, str | bytes]]:
             offset += n
         elif not entry.get("invalid"):
             message = dict(entry["event"])
+            if message.get("type") == "image":
+                continue  # a record keeps an image's size, not the picture
             if message.get("token") == "<redacted>":
                 del message["token"]  # the replaying server asks for none
             out.append((entry["t"], events_before, json.dumps(message)))

@@ -25,6 +25,7 @@ from live import logs
 from live.agent import Agent
 from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
+from live.protocol import image_bytes_fitting
 from live.registry import LlmRegistry, default_registry
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
@@ -80,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     limits = parser.add_argument_group("limits and checks")
     limits.add_argument("--max-sessions", type=_positive(int), default=100, help="concurrent sessions (default 100)")
     limits.add_argument("--max-frame-bytes", type=_positive(int), default=64 << 10, help="largest client frame: a session.start with its history, a typed turn, a tool result, an audio frame (default 64 KiB)")
+    limits.add_argument("--max-image-bytes", type=_positive(int), help="largest camera or screen image; larger ones are dropped with an image_too_large error (default: as large as fits in --max-frame-bytes as base64, about 48 KB at 64 KiB)")
+    limits.add_argument("--max-image-rate", type=_positive(float), default=2.0, help="camera or screen images per second; more are dropped with an image_rate_limited error (default 2; the model samples about 1)")
     limits.add_argument("--idle-timeout", type=_positive(float), default=300.0, help="seconds without client input before a session ends (default 300)")
     limits.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a Host name the server answers to besides its bind address (bound to loopback or 0.0.0.0: localhost, 127.0.0.1, [::1]); others get 403, which stops DNS rebinding (repeatable; .example.com allows subdomains)")
     limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser page Origin allowed besides pages on an allowed host, e.g. https://app.example (repeatable; * allows any)")
@@ -156,11 +159,19 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         llm = registry.resolve(agent.model)
     except (UnknownModelError, AmbiguousModelError, LiveError) as exc:
         raise UsageError(str(exc)) from None
+    if args.max_image_bytes is not None and args.max_image_bytes > image_bytes_fitting(args.max_frame_bytes):
+        raise UsageError(
+            f"--max-image-bytes {args.max_image_bytes}: an image that size, as base64 in its "
+            f"message, does not fit in --max-frame-bytes {args.max_frame_bytes}; raise "
+            "--max-frame-bytes or lower --max-image-bytes"
+        )
     config = ServerConfig(
         host=args.host,
         port=args.port,
         max_sessions=args.max_sessions,
         max_frame_bytes=args.max_frame_bytes,
+        max_image_bytes=args.max_image_bytes,
+        max_image_rate=args.max_image_rate,
         idle_timeout=args.idle_timeout,
         allowed_hosts=tuple(args.allow_host),
         allowed_origins=tuple(args.allow_origin),

@@ -70,6 +70,8 @@ from live.protocol import (
     TurnComplete,
     TurnInterrupted,
     encode,
+    image_bytes_fitting,
+    is_image_message,
     parse_client_message,
 )
 from live.reattach import ReplayBuffer, new_resume_token, token_digest, token_matches, with_seq
@@ -79,6 +81,7 @@ from live.session import (
     CancelTool,
     CloseSession,
     FlushAudio,
+    ImageUpstream,
     ReconnectPolicy,
     RunTool,
     SendAudio,
@@ -151,6 +154,13 @@ class ServerConfig:
     - `control_queue_bytes`: typed turns and tool results waiting for the model;
       beyond it the server stops reading from the client until the model side
       catches up.
+    - `max_image_bytes`: a larger image is dropped with an `image_too_large`
+      error (the session goes on). None: as large as fits in `max_frame_bytes`
+      as base64 in its JSON message (about 48 KB at the default 64 KiB); an
+      image message over `max_frame_bytes` (up to websockets' cut-off at twice
+      it) is refused the same way rather than closing the socket.
+    - `max_image_rate`: image frames a second; more are dropped with an
+      `image_rate_limited` error (at most one a second).
     - `audio_coalesce_frames`: when client frames wait for the model (it fell
       behind, or its connection is being replaced), up to this many go out as
       one chunk; with nothing waiting each frame goes out alone, at once.
@@ -194,6 +204,8 @@ class ServerConfig:
     audio_queue_frames: int = 100
     audio_queue_bytes: int = 192_000
     control_queue_bytes: int = 128 << 10
+    max_image_bytes: int | None = None
+    max_image_rate: float = 2.0
     audio_coalesce_frames: int = 5
     outbound_audio_seconds: float = 10.0
     audio_lead: float | None = 0.5
@@ -218,6 +230,12 @@ class ServerConfig:
     def metrics_on_serving_port(self) -> bool:
         """`/metrics` is on the serving port unless a port of its own was given."""
         return self.metrics_port is None
+
+    @property
+    def image_limit(self) -> int:
+        """The largest image accepted: `max_image_bytes`, or what fits in a frame."""
+        fitting = image_bytes_fitting(self.max_frame_bytes)
+        return fitting if self.max_image_bytes is None else min(self.max_image_bytes, fitting)
 
 
 def _error_code(exc: LiveError) -> str:
@@ -394,6 +412,9 @@ class ClientSession:
                 server_tools=frozenset(self.server.agent.tools_by_name),
                 client_tool_timeout=self.server.agent.client_tool_timeout,
                 manual_activity=self.manual_activity,
+                max_image_bytes=self.config.image_limit,
+                max_image_rate=self.config.max_image_rate,
+                video_capped=not self.server.agent.context_compression,
             )
             with anyio.CancelScope() as scope:
                 # Cancelling this scope ends every task of the session; each model
@@ -476,7 +497,16 @@ class ClientSession:
             resume_token = new_resume_token()
             self.resume_digest = token_digest(resume_token)
             self.server.live_sessions[self.id] = self
-        await self._send_now(SessionStarted(self.id, self.model, start.input_rate, resume_token=resume_token))
+        await self._send_now(
+            SessionStarted(
+                self.id,
+                self.model,
+                start.input_rate,
+                resume_token=resume_token,
+                max_image_bytes=self.config.image_limit,
+                max_image_rate=self.config.max_image_rate,
+            )
+        )
         self.obs.started(self.clock())
         log.info("session %s started model=%s input_rate=%d", self.id, self.model, start.input_rate)
         self._log_started = True
@@ -738,6 +768,10 @@ class ClientSession:
                 self._last_client_frame = self.clock()
                 self.obs.frame_in()
                 if len(frame) > max_frame:
+                    if isinstance(frame, str) and is_image_message(frame):
+                        # An image too large is a dropped frame, not a broken client.
+                        self._event(self._image_too_large(len(frame)))
+                        continue
                     self._frame_too_large(len(frame))
                     return
                 if self.record is not None:
@@ -832,6 +866,25 @@ class ClientSession:
                     "audio_overflow",
                     f"the model is not keeping up: {dropped} audio frame(s) dropped so far "
                     "(the oldest waiting audio is dropped first)",
+                )
+            )
+
+    def _image_too_large(self, message_size: int) -> ErrorEvent:
+        return ErrorEvent(
+            "image_too_large",
+            f"an image message of {message_size} bytes exceeds the {self.config.max_frame_bytes}-byte "
+            f"frame limit (images up to {self.config.image_limit} bytes fit); the frame was "
+            "dropped (send a smaller or more compressed image, e.g. 768 px on the long side)",
+        )
+
+    def _report_image_drops(self) -> None:
+        dropped = self.upstream.dropped_images
+        if dropped == 1 or dropped % 10 == 0:
+            self._event(
+                ErrorEvent(
+                    "image_overflow",
+                    f"the model is not keeping up: {dropped} image(s) dropped so far "
+                    "(a newer image replaces an older one still waiting)",
                 )
             )
 
@@ -974,6 +1027,9 @@ class ClientSession:
                     self._event(event)
             elif isinstance(action, ToUpstream):
                 await self.upstream.put_control(action.item, _control_size(action.item))
+            elif isinstance(action, ImageUpstream):
+                if self.upstream.put_image(action.blob, len(action.blob.data or b"")):
+                    self._report_image_drops()
             elif isinstance(action, FlushAudio):
                 heard = self.heard.interrupted(self.outbox.unplayed_seconds())
                 if heard is not None:

@@ -33,6 +33,7 @@ that no handle covers, is sent again on the new connection.
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import enum
 import json
@@ -53,6 +54,7 @@ from live.protocol import (
     ClientMessage,
     ErrorEvent,
     GenerationComplete,
+    Image,
     ProtocolError,
     ServerEvent,
     SessionClose,
@@ -78,6 +80,7 @@ __all__ = [
     "CancelTool",
     "CloseSession",
     "FlushAudio",
+    "ImageUpstream",
     "RunTool",
     "SendAudio",
     "SendEvent",
@@ -131,6 +134,17 @@ class ToUpstream:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ImageUpstream:
+    """Send an image frame to the model as realtime video, in order with the audio.
+
+    Unlike `ToUpstream`, it may be dropped on the way if the model falls behind
+    (`live.queues.UpstreamQueue`): a newer frame of the same view replaces it.
+    """
+
+    blob: types.Blob
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunTool:
     """Start the server-side tool for this call, as a task keyed by the call id."""
 
@@ -160,7 +174,15 @@ class CloseSession:
 
 
 Action: TypeAlias = (
-    SendEvent | SendAudio | FlushAudio | ToUpstream | RunTool | AwaitClientTool | CancelTool | CloseSession
+    SendEvent
+    | SendAudio
+    | FlushAudio
+    | ToUpstream
+    | ImageUpstream
+    | RunTool
+    | AwaitClientTool
+    | CancelTool
+    | CloseSession
 )
 
 
@@ -245,6 +267,12 @@ class SessionCore:
     `manual_activity` says the client marks the user's turns itself
     (`activity.start` / `activity.end`); otherwise those messages are refused
     with an error, since the model rejects them while its own detection is on.
+
+    Images: at most `max_image_bytes` each and `max_image_rate` a second (in any
+    window of n / rate seconds, at most n = round(rate) frames); beyond either,
+    the frame is dropped with a non-fatal error. `video_capped` says the model
+    connection runs without context compression, where the service ends a
+    session with video after two minutes: the first image then brings a warning.
     """
 
     def __init__(
@@ -254,6 +282,9 @@ class SessionCore:
         server_tools: frozenset[str] = frozenset(),
         client_tool_timeout: float = 30.0,
         manual_activity: bool = False,
+        max_image_bytes: int = 512 * 1024,
+        max_image_rate: float = 2.0,
+        video_capped: bool = False,
     ) -> None:
         self.input_mime = f"audio/pcm;rate={input_rate}"
         # Copied per frame: half the cost of model_construct, the same Blob.
@@ -272,6 +303,16 @@ class SessionCore:
         self._owed_turn: types.Content | None = None  # sent, and no handle holds it yet
         self._owed_answered = False  # its reply was completed
         self._replay: list[types.Content] = []
+        self.max_image_bytes = max_image_bytes
+        self.max_image_rate = max_image_rate
+        self._image_burst = max(1, round(max_image_rate))
+        self._image_window = self._image_burst / max_image_rate
+        self._image_times: collections.deque[float] = collections.deque(maxlen=self._image_burst)
+        self._video_capped = video_capped
+        self.images_accepted = 0
+        self.images_refused = 0
+        self._rate_refused = 0  # since the last rate error reported
+        self._rate_reported_at: float | None = None
 
     # -------------------------------------------------------------- client side
 
@@ -314,6 +355,8 @@ class SessionCore:
             return [CloseSession("client closed the session")]
         if isinstance(message, AudioEnd):
             return [ToUpstream(AUDIO_STREAM_END)]
+        if isinstance(message, Image):
+            return self.client_image(message, now)
         if isinstance(message, (ActivityStart, ActivityEnd)) and not self.manual_activity:
             return [
                 SendEvent(
@@ -340,6 +383,60 @@ class SessionCore:
             return [ToUpstream(content)]
         assert isinstance(message, ToolResult)
         return self._client_tool_result(message)
+
+    def client_image(self, image: Image, now: float) -> list[Action]:
+        """An image frame, checked against the size and rate limits.
+
+        An image is context, not a turn: the model owes no reply for it. A frame
+        refused for its rate is reported at most once a second (with a count),
+        so a client sending too fast is told without being flooded.
+        """
+        size = len(image.data)
+        if size > self.max_image_bytes:
+            self.images_refused += 1
+            return [
+                SendEvent(
+                    ErrorEvent(
+                        "image_too_large",
+                        f"image of {size} bytes exceeds the {self.max_image_bytes}-byte limit; "
+                        "the frame was dropped (send a smaller or more compressed image, "
+                        "e.g. 768 px on the long side)",
+                    )
+                )
+            ]
+        times = self._image_times
+        if len(times) == self._image_burst and now - times[0] < self._image_window:
+            self.images_refused += 1
+            self._rate_refused += 1
+            if self._rate_reported_at is not None and now - self._rate_reported_at < 1.0:
+                return []
+            count, self._rate_refused = self._rate_refused, 0
+            self._rate_reported_at = now
+            return [
+                SendEvent(
+                    ErrorEvent(
+                        "image_rate_limited",
+                        f"images are limited to {self.max_image_rate:g} a second; "
+                        f"{count} frame(s) dropped (the model samples about one a second)",
+                    )
+                )
+            ]
+        times.append(now)
+        self.images_accepted += 1
+        actions: list[Action] = []
+        if self._video_capped and self.images_accepted == 1:
+            actions.append(
+                SendEvent(
+                    ErrorEvent(
+                        "video_time_limit",
+                        "this agent runs without context compression: the model ends a "
+                        "session with video after about two minutes",
+                    )
+                )
+            )
+        blob = types.Blob(data=image.data, mime_type=image.mime_type)
+        actions.append(ImageUpstream(blob))
+        return actions
 
     def _client_tool_result(self, message: ToolResult) -> list[Action]:
         call = self.tools.get(message.id)

@@ -38,6 +38,7 @@ def test_live_without_a_command_shows_the_commands():
         (["--model", "gemini-3.1-flash-live-preview"], "set GOOGLE_API_KEY"),
         (["--model", "gpt-4o"], "no model registered for 'gpt-4o'"),
         (["--agent", "samples.weather"], "MODULE:ATTR"),
+        (["--max-image-bytes", "900000"], "does not fit in --max-frame-bytes"),
     ],
 )
 def test_start_up_problems_are_one_line_and_exit_2(argv, words):

@@ -403,3 +403,53 @@ def test_constrained_method_needs_an_ephemeral_token():
     d = Driver(path=constrained, headers={"x-goog-api-key": "k"})
     d.setup()
     assert d.closes()[0].code == 1008
+
+
+# --- video input ---------------------------------------------------------------
+
+
+def _jpeg(width: int, height: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (90, 20, 200)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def _video(d: Driver, data: bytes, mime: str = "image/jpeg") -> list:
+    return d.send({"realtime_input": {"video": {"data": base64.urlsafe_b64encode(data).decode(), "mime_type": mime}}})
+
+
+def test_video_frames_are_counted_described_and_kept_small():
+    d = Driver()
+    d.setup()
+    first, second = _jpeg(640, 480), _jpeg(768, 432)
+    _video(d, first)
+    d.now = 1.0
+    _video(d, second)
+    record = d.session.record
+    assert record.video_frames == 2
+    assert [(f.t, f.width, f.height, f.size) for f in record.video] == [(0.0, 640, 480, len(first)), (1.0, 768, 432, len(second))]
+    assert record.last_video == second
+    assert record.describe_video() == f"2 video frame(s); the newest: a 768x432 JPEG image of {len(second)} bytes"
+    # The kept client frame says how much data came, not the data.
+    assert record.frames[-1]["realtime_input"]["video"]["data"].endswith("base64 characters>")
+    # Asked what it sees, the model describes the newest frame.
+    d.send({"realtime_input": {"text": "What do you see?"}})
+    d.run()
+    assert record.model_turns[-1] == f"I see a 768x432 JPEG image of {len(second)} bytes, frame 2."
+
+
+def test_video_that_is_not_an_image_of_its_type_closes_1007():
+    for data, mime, says in [
+        (_jpeg(8, 8), "audio/pcm;rate=16000", "Unsupported MIME type"),
+        (_jpeg(8, 8)[:-10], "image/jpeg", "Invalid image"),
+        (_jpeg(8, 8), "image/png", "Invalid image"),
+    ]:
+        d = Driver()
+        d.setup()
+        [close] = [a for a in _video(d, data, mime) if isinstance(a, CloseConnection)]
+        assert close.code == 1007 and says in close.reason
+        assert d.session.record.video_frames == 0

@@ -18,6 +18,7 @@ import binascii
 import collections
 import copy
 import dataclasses
+import hashlib
 import heapq
 import itertools
 import json
@@ -27,7 +28,8 @@ from typing import Any, TypeAlias
 from urllib.parse import parse_qs, urlsplit
 
 from connections.emulator import synth
-from connections.emulator.script import Fault, ReplyContext, Script, ToolCall
+from connections.emulator.script import Fault, ReplyContext, Script, ToolCall, VideoFrame
+from live.images import InvalidImage, inspect_image
 
 __all__ = [
     "Action",
@@ -183,8 +185,11 @@ _MAX_AUDIO = 16 * 1024 * 1024
 class SessionRecord:
     """What one connection received and how it went, for assertions.
 
-    `frames` are the client frames as parsed JSON (first `_MAX_FRAMES`), `audio`
-    the decoded input PCM (first 16 MiB), `user_turns`/`model_turns` the text of
+    `frames` are the client frames as parsed JSON (first `_MAX_FRAMES`; a video
+    frame's data replaced by its length), `audio` the decoded input PCM (first
+    16 MiB), `video` the image frames received as realtime video (first
+    `_MAX_FRAMES`; `video_frames` counts them all, `last_video` holds the newest
+    one's bytes), `user_turns`/`model_turns` the text of
     each turn, `sent` every message sent, `close` the (code, reason) the server
     closed with (1006 for a drop), or the client's close as `client_close`.
     """
@@ -197,6 +202,9 @@ class SessionRecord:
     frames: list[Any] = dataclasses.field(default_factory=list)
     audio: bytearray = dataclasses.field(default_factory=bytearray)
     audio_chunks: int = 0
+    video: list[VideoFrame] = dataclasses.field(default_factory=list)
+    video_frames: int = 0
+    last_video: bytes = b""
     user_turns: list[str] = dataclasses.field(default_factory=list)
     model_turns: list[str] = dataclasses.field(default_factory=list)
     tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -212,6 +220,14 @@ class SessionRecord:
     @property
     def model(self) -> str | None:
         return None if self.setup is None else _field(self.setup, "model")
+
+    def describe_video(self) -> str:
+        """What video input arrived, in words: how many frames, and the newest."""
+        if not self.video_frames:
+            return "no video frames"
+        newest = self.video[-1] if self.video else None
+        what = f"; the newest: {newest.describe()}" if newest is not None else ""
+        return f"{self.video_frames} video frame(s){what}"
 
     def sent_of(self, key: str) -> list[dict[str, Any]]:
         """The sent messages that carry top-level `key` (e.g. `toolCall`)."""
@@ -243,6 +259,20 @@ def _b64decode(text: str) -> bytes:
         return base64.b64decode(cleaned, validate=True)
     except binascii.Error as exc:
         raise ValueError(str(exc)) from None
+
+
+def _without_video_data(frame: Any) -> Any:
+    """A client frame to keep, with any video data replaced by its length (memory)."""
+    if not isinstance(frame, dict) or len(frame) != 1:
+        return frame
+    (key, body), = frame.items()
+    if _TOP_LEVEL.get(key) != "realtimeInput" or not isinstance(body, dict):
+        return frame
+    video = body.get("video")
+    if not isinstance(video, dict) or not isinstance(video.get("data"), str):
+        return frame
+    kept = {**video, "data": f"<{len(video['data'])} base64 characters>"}
+    return {key: {**body, "video": kept}}
 
 
 def _rate_of(mime: str) -> int:
@@ -472,7 +502,7 @@ class EmulatorSession:
 
     def _keep_frame(self, frame: Any) -> None:
         if len(self.record.frames) < _MAX_FRAMES:
-            self.record.frames.append(frame)
+            self.record.frames.append(_without_video_data(frame))
 
     def _send(self, payload: dict[str, Any]) -> None:
         if self._phase != "open":
@@ -701,7 +731,7 @@ class EmulatorSession:
                 for blob in value or []:
                     self._on_blob(blob, "realtime_input.media_chunks")
             elif name == "video":
-                self._on_blob(value, "realtime_input.video")
+                self._on_video(value, "realtime_input.video")
             elif name == "text":
                 self._barge_in()
                 self._user_turn(str(value), spoken=False)
@@ -726,6 +756,34 @@ class EmulatorSession:
                     self._end_spoken_turn()
             else:
                 self._close(1007, f'Invalid JSON payload received. Unknown name "{key}" at \'realtime_input\': Cannot find field.')
+
+    def _on_video(self, blob: Any, where: str) -> None:
+        """An image frame: checked as strictly as the service could, then counted."""
+        data_text = _field(blob, "data")
+        mime = str(_field(blob, "mimeType") or "")
+        try:
+            data = _b64decode(data_text)
+        except ValueError:
+            self._close(1007, f"Invalid value at '{where}.data' (TYPE_BYTES), Base64 decoding failed.")
+            return
+        if not mime.startswith(("image/", "video/")):
+            self._close(1007, f"Unsupported MIME type for {where}: {mime!r}.")
+            return
+        width = height = None
+        if mime in ("image/jpeg", "image/png"):
+            try:
+                info = inspect_image(data, mime)
+            except InvalidImage as exc:
+                self._close(1007, f"Invalid image at '{where}': {exc}.")
+                return
+            width, height = info.width, info.height
+        self._started = True
+        record = self.record
+        record.video_frames += 1
+        record.last_video = data
+        if len(record.video) < _MAX_FRAMES:
+            frame = VideoFrame(self._now, mime, len(data), width, height, hashlib.sha256(data).hexdigest())
+            record.video.append(frame)
 
     def _on_blob(self, blob: Any, where: str) -> None:
         data_text = _field(blob, "data")
@@ -937,6 +995,7 @@ class EmulatorSession:
             tool_results=tool_results,
             history=tuple(copy.deepcopy(self._history)),
             connection=self.index,
+            video=tuple(self.record.video),
         )
         text = self.script.reply_for(ctx, self._model_turns)
         group = self._new_group()

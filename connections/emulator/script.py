@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
@@ -19,6 +20,7 @@ __all__ = [
     "ReplyContext",
     "Script",
     "ToolCall",
+    "VideoFrame",
     "default_reply",
 ]
 
@@ -83,6 +85,29 @@ class Fault:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class VideoFrame:
+    """One image the client sent as realtime video, as the emulator received it.
+
+    `t` is the emulator's clock when it arrived; `width` and `height` are read
+    from the image's header (None for a type the emulator does not read);
+    `sha256` lets a test check the bytes arrived intact.
+    """
+
+    t: float
+    mime_type: str
+    size: int
+    width: int | None
+    height: int | None
+    sha256: str
+
+    def describe(self) -> str:
+        kind = self.mime_type.split("/")[-1].upper()
+        if self.width is None:
+            return f"a {kind} frame of {self.size} bytes"
+        return f"a {self.width}x{self.height} {kind} image of {self.size} bytes"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ReplyContext:
     """What a reply function gets to decide what the model says next.
 
@@ -90,7 +115,8 @@ class ReplyContext:
     said or typed in that turn, `tool_results` the function responses that
     triggered this reply (empty for a plain turn), `history` the conversation
     so far as Content dicts (camelCase), `connection` the 0-based connection
-    index.
+    index, `video` the image frames this connection received so far (the
+    newest last).
     """
 
     turn: int
@@ -98,10 +124,19 @@ class ReplyContext:
     tool_results: tuple[Mapping[str, Any], ...]
     history: tuple[Mapping[str, Any], ...]
     connection: int
+    video: tuple[VideoFrame, ...] = ()
+
+
+_ASKS_TO_SEE = re.compile(r"\b(see|seeing|look|looking|screen|camera)\b", re.IGNORECASE)
 
 
 def default_reply(ctx: ReplyContext) -> str:
-    """`You said: <text>.`, or `<name> returned <json>.` after a tool response."""
+    """`You said: <text>.`, or `<name> returned <json>.` after a tool response.
+
+    Asked what it sees (a turn with "see", "look", "screen" or "camera") after
+    image frames arrived, it describes the newest: `I see a 768x432 JPEG image
+    of 35120 bytes, frame 12.`
+    """
     if ctx.tool_results:
         parts = []
         for result in ctx.tool_results:
@@ -109,6 +144,8 @@ def default_reply(ctx: ReplyContext) -> str:
             payload = json.dumps(result.get("response"), sort_keys=True, separators=(",", ":"))
             parts.append(f"{name} returned {payload}.")
         return " ".join(parts)
+    if ctx.video and _ASKS_TO_SEE.search(ctx.user_text):
+        return f"I see {ctx.video[-1].describe()}, frame {len(ctx.video)}."
     text = ctx.user_text.strip().rstrip(".!?")
     return f"You said: {text}." if text else "I am listening."
 

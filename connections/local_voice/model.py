@@ -239,8 +239,13 @@ class LocalVoiceConnection(BaseLlmConnection):
         await self._queue(_Turn(self._generation, text=text))
 
     async def send_realtime(self, input: RealtimeInput) -> None:
-        """PCM audio (`audio/pcm;rate=N`, 16 kHz when absent), activity start/end, stream end."""
+        """PCM audio (`audio/pcm;rate=N`, 16 kHz when absent), activity start/end, stream end.
+
+        Images and video frames are accepted and ignored: this model cannot see.
+        """
         self._check_open()
+        if isinstance(input, types.Blob) and (input.mime_type or "").startswith(("image/", "video/")):
+            return
         if isinstance(input, types.Blob):
             parse_pcm_mime(input.mime_type)
             if len(input.data or b"") % 2:

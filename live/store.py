@@ -1,0 +1,551 @@
+"""Shared session state: which server holds which session, what it needs to rebuild
+a session elsewhere, which servers are alive, and a fleet-wide session limit.
+
+Two implementations behind one async API: `MemoryStore` for one process (the
+default, no Redis), and `RedisStore` for a fleet of servers sharing one Redis, where
+leases are keys with a PX expiry (a dead server's leases simply run out) and every
+read-check-write is one Lua script, so two servers never both win.
+
+Open one with `await open_store(url)` (None: a `MemoryStore`), close it with
+`await store.aclose()` (or `async with`). The API, every method a coroutine:
+
+Session directory (leases):
+    claim(session_id, server_id, lease_seconds) -> bool
+        True if `server_id` now holds the session, or already did (its lease is then
+        extended); False while another server holds a live lease.
+    heartbeat(server_id, session_ids, lease_seconds) -> set[str]
+        Extends, in one round trip, the lease of each of `session_ids` that this
+        server holds; returns those it no longer holds (expired, taken over,
+        released), which the caller should stop serving.
+    holder(session_id) -> str | None
+        The server holding a live lease; None once the lease expired (its holder died
+        or let it go).
+    release(session_id, server_id) -> bool
+        Drops the lease only if `server_id` holds it (compare-and-delete); True if it did.
+    take_over(session_id, new_server_id, lease_seconds) -> bool
+        Atomically takes a session whose holder is gone: True only if no live lease
+        is held by another server.
+
+A session's durable facts (opaque to the store; whatever JSON can carry):
+    save_state(session_id, state: dict, ttl_seconds) -> None
+    load_state(session_id) -> dict | None      (None: never saved, deleted or expired)
+    delete_state(session_id) -> None
+
+Server liveness, so a server can tell a client where a session's holder lives:
+    announce(server_id, address, ttl_seconds) -> None
+        The server is alive for `ttl_seconds`; call it again well within that time
+        (every ttl/3, with `heartbeat`). A server that stops announcing is dead.
+    server_address(server_id) -> str | None    (None: not alive)
+    retire(server_id) -> None
+        A server stopping cleanly: no longer alive, its slots come back at once.
+
+Fleet-wide limit on concurrent sessions:
+    acquire_slot(server_id, session_id, limit) -> bool
+        One script: forget the slots of servers that are no longer alive, count the
+        rest, take a slot if fewer than `limit` are in use. True also if the session
+        already had one (a session counts once, whichever server last took it).
+        Raises `StoreError` if `server_id` is not announced: its slot would not count.
+    release_slot(server_id, session_id) -> None
+    slots_in_use() -> int                      (slots of live servers)
+
+Failures: `StoreUnavailable` (a `StoreError`) when Redis cannot be reached. At
+start `RedisStore.connect` raises it with a one-line message naming the URL (its
+password masked); mid-run every method raises it within about `timeout` seconds
+(1 s by default, one retry on a fresh connection) rather than hanging, so the caller
+can carry on as a single server and log a warning.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Self, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = [
+    "MemoryStore",
+    "RedisStore",
+    "SessionStore",
+    "StoreError",
+    "StoreUnavailable",
+    "open_store",
+    "redact_url",
+]
+
+T = TypeVar("T")
+
+
+class StoreError(Exception):
+    """A problem with the shared store the caller should report, not a bug."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached (refused, timed out, connection lost)."""
+
+
+def _ms(seconds: float) -> int:
+    """Seconds as Redis PX milliseconds: at least 1, since PX 0 is an error."""
+    if not seconds > 0 or math.isinf(seconds):
+        raise ValueError(f"a lease or TTL must be a positive number of seconds, not {seconds!r}")
+    return max(1, round(seconds * 1000))
+
+
+def _check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit must be a whole number of sessions, not {limit!r}")
+
+
+def _json(state: dict[str, Any]) -> str:
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict, not {type(state).__name__}")
+    return json.dumps(state, separators=(",", ":"), allow_nan=False)
+
+
+class SessionStore(abc.ABC):
+    """What servers share about sessions; see the module docstring for the contract."""
+
+    @abc.abstractmethod
+    async def claim(self, session_id: str, server_id: str, lease_seconds: float) -> bool: ...
+
+    @abc.abstractmethod
+    async def heartbeat(self, server_id: str, session_ids: Iterable[str], lease_seconds: float) -> set[str]: ...
+
+    @abc.abstractmethod
+    async def holder(self, session_id: str) -> str | None: ...
+
+    @abc.abstractmethod
+    async def release(self, session_id: str, server_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def take_over(self, session_id: str, new_server_id: str, lease_seconds: float) -> bool: ...
+
+    @abc.abstractmethod
+    async def save_state(self, session_id: str, state: dict[str, Any], ttl_seconds: float) -> None: ...
+
+    @abc.abstractmethod
+    async def load_state(self, session_id: str) -> dict[str, Any] | None: ...
+
+    @abc.abstractmethod
+    async def delete_state(self, session_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def announce(self, server_id: str, address: str, ttl_seconds: float) -> None: ...
+
+    @abc.abstractmethod
+    async def server_address(self, server_id: str) -> str | None: ...
+
+    @abc.abstractmethod
+    async def retire(self, server_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def acquire_slot(self, server_id: str, session_id: str, limit: int) -> bool: ...
+
+    @abc.abstractmethod
+    async def release_slot(self, server_id: str, session_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def slots_in_use(self) -> int: ...
+
+    async def aclose(self) -> None:
+        """Lets go of connections; the shared data stays."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+# --- one process ---------------------------------------------------------------
+
+
+class _Expiring:
+    """Keys with deadlines, forgotten when read after their deadline (and swept)."""
+
+    _SWEEP_EVERY = 1024
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._items: dict[str, tuple[Any, float]] = {}
+        self._writes = 0
+
+    def get(self, key: str) -> Any | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        if item[1] <= self._clock():
+            del self._items[key]
+            return None
+        return item[0]
+
+    def set(self, key: str, value: Any, seconds: float) -> None:
+        self._items[key] = (value, self._clock() + _ms(seconds) / 1000)
+        self._writes += 1
+        if self._writes % self._SWEEP_EVERY == 0:  # bounds memory held by expired keys
+            now = self._clock()
+            for stale in [k for k, (_, deadline) in self._items.items() if deadline <= now]:
+                del self._items[stale]
+
+    def expire(self, key: str, seconds: float) -> bool:
+        value = self.get(key)
+        if value is None:
+            return False
+        self._items[key] = (value, self._clock() + _ms(seconds) / 1000)
+        return True
+
+    def delete(self, key: str) -> None:
+        self._items.pop(key, None)
+
+
+class MemoryStore(SessionStore):
+    """The store of a single process: same contract as `RedisStore`, nothing shared.
+
+    Every method runs without awaiting anything, so each is atomic on the event loop.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._leases = _Expiring(clock)
+        self._states = _Expiring(clock)
+        self._servers = _Expiring(clock)
+        self._slots: dict[str, set[str]] = {}
+
+    def _take(self, session_id: str, server_id: str, lease_seconds: float) -> bool:
+        _ms(lease_seconds)
+        held_by = self._leases.get(session_id)
+        if held_by is not None and held_by != server_id:
+            return False
+        self._leases.set(session_id, server_id, lease_seconds)
+        return True
+
+    async def claim(self, session_id: str, server_id: str, lease_seconds: float) -> bool:
+        return self._take(session_id, server_id, lease_seconds)
+
+    async def take_over(self, session_id: str, new_server_id: str, lease_seconds: float) -> bool:
+        return self._take(session_id, new_server_id, lease_seconds)
+
+    async def heartbeat(self, server_id: str, session_ids: Iterable[str], lease_seconds: float) -> set[str]:
+        _ms(lease_seconds)
+        lost = set()
+        for session_id in session_ids:
+            if self._leases.get(session_id) == server_id:
+                self._leases.expire(session_id, lease_seconds)
+            else:
+                lost.add(session_id)
+        return lost
+
+    async def holder(self, session_id: str) -> str | None:
+        return self._leases.get(session_id)
+
+    async def release(self, session_id: str, server_id: str) -> bool:
+        if self._leases.get(session_id) != server_id:
+            return False
+        self._leases.delete(session_id)
+        return True
+
+    async def save_state(self, session_id: str, state: dict[str, Any], ttl_seconds: float) -> None:
+        # Stored as text, like Redis: the caller's dict can change afterwards, and
+        # what cannot cross Redis cannot cross here either.
+        self._states.set(session_id, _json(state), ttl_seconds)
+
+    async def load_state(self, session_id: str) -> dict[str, Any] | None:
+        text = self._states.get(session_id)
+        return None if text is None else json.loads(text)
+
+    async def delete_state(self, session_id: str) -> None:
+        self._states.delete(session_id)
+
+    async def announce(self, server_id: str, address: str, ttl_seconds: float) -> None:
+        self._servers.set(server_id, str(address), ttl_seconds)
+
+    async def server_address(self, server_id: str) -> str | None:
+        return self._servers.get(server_id)
+
+    async def retire(self, server_id: str) -> None:
+        self._servers.delete(server_id)
+        self._slots.pop(server_id, None)
+
+    def _live_slots(self) -> dict[str, set[str]]:
+        for dead in [s for s in self._slots if self._servers.get(s) is None]:
+            del self._slots[dead]
+        return self._slots
+
+    async def acquire_slot(self, server_id: str, session_id: str, limit: int) -> bool:
+        _check_limit(limit)
+        if self._servers.get(server_id) is None:
+            raise StoreError(f"server {server_id!r} is not announced, so its slots would not count")
+        slots = self._live_slots()
+        if session_id in slots.get(server_id, ()):
+            return True
+        for other in slots.values():
+            other.discard(session_id)
+        if sum(map(len, slots.values())) >= limit:
+            return False
+        slots.setdefault(server_id, set()).add(session_id)
+        return True
+
+    async def release_slot(self, server_id: str, session_id: str) -> None:
+        self._slots.get(server_id, set()).discard(session_id)
+
+    async def slots_in_use(self) -> int:
+        return sum(map(len, self._live_slots().values()))
+
+
+# --- Redis ---------------------------------------------------------------------
+
+# Take a lease if it is free or already ours (then extend it). KEYS[1] lease.
+_TAKE = """
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if held then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+# Delete a lease only if ours. KEYS[1] lease.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+# Extend every lease in KEYS held by ARGV[1]; return the indexes (1-based) of those not held.
+_HEARTBEAT = """
+local lost = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('PEXPIRE', key, ARGV[2])
+  else
+    lost[#lost + 1] = i
+  end
+end
+return lost
+"""
+
+# The fleet-wide limit. ARGV: prefix, server, session, limit.
+# Slots live in one set per server (prefix..'slots:'..server), the servers with slots
+# in prefix..'slot-servers'; a server whose liveness key (prefix..'server:'..server)
+# has expired loses its slots here. Returns 1 taken, 0 full, -1 caller not announced.
+_ACQUIRE_SLOT = """
+local p, me, sid, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+if redis.call('EXISTS', p .. 'server:' .. me) == 0 then return -1 end
+if redis.call('SISMEMBER', p .. 'slots:' .. me, sid) == 1 then return 1 end
+local used = 0
+for _, s in ipairs(redis.call('SMEMBERS', p .. 'slot-servers')) do
+  if redis.call('EXISTS', p .. 'server:' .. s) == 0 then
+    redis.call('DEL', p .. 'slots:' .. s)
+    redis.call('SREM', p .. 'slot-servers', s)
+  else
+    redis.call('SREM', p .. 'slots:' .. s, sid)
+    used = used + redis.call('SCARD', p .. 'slots:' .. s)
+  end
+end
+if used >= limit then return 0 end
+redis.call('SADD', p .. 'slots:' .. me, sid)
+redis.call('SADD', p .. 'slot-servers', me)
+return 1
+"""
+
+# Slots held by live servers. ARGV: prefix.
+_COUNT_SLOTS = """
+local p, used = ARGV[1], 0
+for _, s in ipairs(redis.call('SMEMBERS', p .. 'slot-servers')) do
+  if redis.call('EXISTS', p .. 'server:' .. s) == 1 then
+    used = used + redis.call('SCARD', p .. 'slots:' .. s)
+  end
+end
+return used
+"""
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password masked, fit for logs and error messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "<unreadable Redis URL>"
+
+
+def _reason(exc: BaseException) -> str:
+    """The cause of a connection failure in a few words ("Connection refused")."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return os.strerror(seen.errno)
+        if isinstance(seen, TimeoutError) or type(seen).__name__ == "TimeoutError":
+            return "timed out"
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+class RedisStore(SessionStore):
+    """The store shared by a fleet: one Redis, reached through redis-py's asyncio client.
+
+    Build it with `await RedisStore.connect(url)`, which checks Redis answers.
+    Every key starts with `prefix`, so several fleets may share one Redis.
+    """
+
+    def __init__(self, client: Any, *, url: str, prefix: str = "live:") -> None:
+        self._client = client
+        self._url = redact_url(url)
+        self._prefix = prefix
+        self._take = client.register_script(_TAKE)
+        self._release = client.register_script(_RELEASE)
+        self._heartbeat = client.register_script(_HEARTBEAT)
+        self._acquire_slot = client.register_script(_ACQUIRE_SLOT)
+        self._count_slots = client.register_script(_COUNT_SLOTS)
+
+    @property
+    def url(self) -> str:
+        """The Redis URL, password masked."""
+        return self._url
+
+    @classmethod
+    async def connect(cls, url: str, *, prefix: str = "live:", timeout: float = 1.0) -> RedisStore:
+        """A store on the Redis at `url` (redis://, rediss://, unix://), once it answers PING.
+
+        Raises `StoreUnavailable` ("cannot reach Redis at URL: reason") if it does not,
+        and `StoreError` for a URL that is not a Redis URL.
+        """
+        import redis.asyncio
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        shown = redact_url(url)
+        try:
+            client = redis.asyncio.from_url(
+                url,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                # One quick retry covers a connection the server closed while idle; more
+                # (the library's default backs off for seconds) would stall the caller.
+                retry=Retry(NoBackoff(), 1),
+                health_check_interval=30,
+                decode_responses=True,
+            )
+        except ValueError as exc:
+            raise StoreError(f"not a Redis URL (redis://, rediss:// or unix://): {shown} ({exc})") from None
+        store = cls(client, url=url, prefix=prefix)
+        try:
+            await store._call(client.ping)
+        except StoreUnavailable:
+            await store.aclose()
+            raise
+        except Exception as exc:  # refused AUTH, a wrong database number
+            await store.aclose()
+            raise StoreUnavailable(f"cannot use Redis at {shown}: {_reason(exc)}") from None
+        return store
+
+    async def aclose(self) -> None:
+        try:
+            await self._client.aclose()
+        except Exception:  # closing a connection to a Redis that went away
+            pass
+
+    async def _call(self, method: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        import redis.exceptions
+
+        try:
+            return await method(*args, **kwargs)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot reach Redis at {self._url}: {_reason(exc)}") from None
+
+    def _lease(self, session_id: str) -> str:
+        return f"{self._prefix}lease:{session_id}"
+
+    def _state(self, session_id: str) -> str:
+        return f"{self._prefix}state:{session_id}"
+
+    def _server(self, server_id: str) -> str:
+        return f"{self._prefix}server:{server_id}"
+
+    def _slots(self, server_id: str) -> str:
+        return f"{self._prefix}slots:{server_id}"
+
+    async def claim(self, session_id: str, server_id: str, lease_seconds: float) -> bool:
+        keys = [self._lease(session_id)]
+        return bool(await self._call(self._take, keys=keys, args=[server_id, _ms(lease_seconds)]))
+
+    async def take_over(self, session_id: str, new_server_id: str, lease_seconds: float) -> bool:
+        keys = [self._lease(session_id)]
+        return bool(await self._call(self._take, keys=keys, args=[new_server_id, _ms(lease_seconds)]))
+
+    async def heartbeat(self, server_id: str, session_ids: Iterable[str], lease_seconds: float) -> set[str]:
+        ids = list(session_ids)
+        ms = _ms(lease_seconds)
+        if not ids:
+            return set()
+        lost = await self._call(self._heartbeat, keys=[self._lease(s) for s in ids], args=[server_id, ms])
+        return {ids[int(index) - 1] for index in lost}
+
+    async def holder(self, session_id: str) -> str | None:
+        return await self._call(self._client.get, self._lease(session_id))
+
+    async def release(self, session_id: str, server_id: str) -> bool:
+        return bool(await self._call(self._release, keys=[self._lease(session_id)], args=[server_id]))
+
+    async def save_state(self, session_id: str, state: dict[str, Any], ttl_seconds: float) -> None:
+        await self._call(self._client.set, self._state(session_id), _json(state), px=_ms(ttl_seconds))
+
+    async def load_state(self, session_id: str) -> dict[str, Any] | None:
+        text = await self._call(self._client.get, self._state(session_id))
+        return None if text is None else json.loads(text)
+
+    async def delete_state(self, session_id: str) -> None:
+        await self._call(self._client.delete, self._state(session_id))
+
+    async def announce(self, server_id: str, address: str, ttl_seconds: float) -> None:
+        await self._call(self._client.set, self._server(server_id), str(address), px=_ms(ttl_seconds))
+
+    async def server_address(self, server_id: str) -> str | None:
+        return await self._call(self._client.get, self._server(server_id))
+
+    async def retire(self, server_id: str) -> None:
+        async def both() -> None:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.delete(self._server(server_id), self._slots(server_id))
+                pipe.srem(f"{self._prefix}slot-servers", server_id)
+                await pipe.execute()
+
+        await self._call(both)
+
+    async def acquire_slot(self, server_id: str, session_id: str, limit: int) -> bool:
+        _check_limit(limit)
+        result = await self._call(self._acquire_slot, args=[self._prefix, server_id, session_id, limit])
+        if int(result) < 0:
+            raise StoreError(f"server {server_id!r} is not announced, so its slots would not count")
+        return bool(result)
+
+    async def release_slot(self, server_id: str, session_id: str) -> None:
+        await self._call(self._client.srem, self._slots(server_id), session_id)
+
+    async def slots_in_use(self) -> int:
+        return int(await self._call(self._count_slots, args=[self._prefix]))
+
+
+async def open_store(url: str | None, *, prefix: str = "live:", timeout: float = 1.0) -> SessionStore:
+    """The store for `live serve --redis URL`: a `RedisStore` on `url`, or a
+    `MemoryStore` when there is none (a single server).
+
+    Raises `StoreUnavailable` with a one-line message if Redis does not answer.
+    """
+    if not url:
+        return MemoryStore()
+    return await RedisStore.connect(url, prefix=prefix, timeout=timeout)
