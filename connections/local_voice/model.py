@@ -98,7 +98,7 @@ class LocalVoice(BaseLlm):
         super().__init__(model)
         self._config = config or VoiceConfig()
         self._models = LanguageModels()
-        self._general = GeneralDecoders(self._config.threads)
+        self._general = GeneralDecoders(1)
         self._limiter: RunVar[anyio.CapacityLimiter] = RunVar(f"local-voice-limiter-{id(self)}")
 
     @property

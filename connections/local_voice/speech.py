@@ -7,7 +7,12 @@ PyPI wheels: `espeakng-loader` (libespeak-ng and its voices), `pocketsphinx`
 
 PocketSphinx holds the GIL while it decodes, so audio is always fed to it in
 pieces of at most `DECODE_PIECE_BYTES`: the event loop waits at most one piece
-(a few milliseconds) for the interpreter, never a whole utterance.
+(a few milliseconds) for the interpreter, never a whole utterance. Its second
+and third search passes (`fwdflat`, `bestpath`) run inside `end_utt` in one
+GIL-holding call of 0.2-1.7 s here with the general model, so they are off
+for it (the flat pass made no difference to the word error rate on our
+sentences, the best-path pass a little); with a small biased model the
+best-path pass takes 10-15 ms and stays on.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ __all__ = [
 ]
 
 RECOGNITION_RATE = 16000
-DECODE_PIECE_BYTES = 3200
-"""100 ms of 16 kHz PCM16: the most PocketSphinx gets per call (it holds the GIL)."""
+DECODE_PIECE_BYTES = 1024
+"""32 ms of 16 kHz PCM16: the most PocketSphinx gets per call (it holds the GIL)."""
 
 # ---------------------------------------------------------------------- eSpeak NG
 
@@ -183,10 +188,10 @@ class Hypothesis:
     score: float
 
 
-def _quiet_decoder(**kwargs: str):  # type: ignore[no-untyped-def]
+def _quiet_decoder(*, bestpath: bool, **kwargs: str):  # type: ignore[no-untyped-def]
     from pocketsphinx import Decoder
 
-    return Decoder(loglevel="FATAL", **kwargs)
+    return Decoder(loglevel="FATAL", fwdflat=False, bestpath=bestpath, **kwargs)
 
 
 def decode(decoder, pcm16k: bytes) -> Hypothesis:  # type: ignore[no-untyped-def]
@@ -263,14 +268,15 @@ class LanguageModels:
     def decoder(self, sentences: Sequence[str]):  # type: ignore[no-untyped-def]
         """A new decoder (one per session: decoding is stateful) for this vocabulary."""
         lm, dictionary = self.files(sentences)
-        return _quiet_decoder(lm=lm, dict=dictionary)
+        return _quiet_decoder(lm=lm, dict=dictionary, bestpath=True)  # 10-15 ms with a small model
 
 
 class GeneralDecoders:
     """Decoders with PocketSphinx's general English model, shared by all sessions.
 
-    Each holds about 90 MB, so there are at most `size` of them (one per worker
-    thread that may run at once); a caller takes one, decodes, gives it back.
+    Each holds about 90 MB and, as PocketSphinx keeps the GIL while decoding,
+    two threads never decode at once anyway: one (`size=1`) is the right
+    number for threads. A caller takes one, decodes, gives it back.
     """
 
     def __init__(self, size: int) -> None:
@@ -284,7 +290,7 @@ class GeneralDecoders:
             with self._lock:
                 if self._free:
                     return
-            decoder = _quiet_decoder()
+            decoder = _quiet_decoder(bestpath=False)
             with self._lock:
                 self._free.append(decoder)
 
@@ -295,7 +301,7 @@ class GeneralDecoders:
             with self._lock:
                 decoder = self._free.pop() if self._free else None
             if decoder is None:
-                decoder = _quiet_decoder()
+                decoder = _quiet_decoder(bestpath=False)
             try:
                 if cmn:
                     decoder.set_cmn(cmn)
