@@ -29,3 +29,16 @@ def test_relay_benchmark_reports_its_figures(tmp_path: Path) -> None:
         assert set(compare[key]) == {"p50_ms", "p99_ms", "max_ms"}
     assert compare["cpu_ratio"] > 0
     assert isinstance(report["largest_realtime_sessions"], int)
+
+
+def test_observability_benchmark_runs_metrics_off_on_and_recording(tmp_path: Path) -> None:
+    out = tmp_path / "obs.json"
+    report = relay.main(
+        ["--observability", "--sessions", "2", "--duration", "3", "--warmup", "1", "--json", str(out)]
+    )
+    (row,) = json.loads(out.read_text())["rows"]
+    assert report["benchmark"] == "relay-observability"
+    for mode in ("relay-bare", "relay", "relay-record"):
+        assert row[mode]["mode"] == mode
+        assert row[mode]["up"]["n"] > 0 and row[mode]["down"]["n"] > 0
+        assert row[mode]["cpu_s_per_session_minute"] > 0
