@@ -5,6 +5,7 @@
 //   live.addEventListener("transcript.output", (e) => show(e.detail.text));
 //   await live.connect();            // same-origin ws(s)://HOST/live by default
 //   await live.startMicrophone();    // call from a click: browsers unlock audio on a gesture
+//   await live.startCamera();        // or startScreen(): about a JPEG a second; stopVideo()
 //
 // No dependencies. The microphone is captured by an AudioWorklet at 16 kHz and
 // sent as 20 ms PCM16 binary frames; the agent's 24 kHz replies play through a
@@ -13,6 +14,8 @@
 // the same type with the message as `detail`; "state" reports the connection,
 // the microphone and whether the agent is audible. The Gemini key never reaches
 // the page: the server holds it.
+
+import { VideoCapture } from "./video-capture.js";
 
 const INPUT_RATE = 16000;
 const OUTPUT_RATE = 24000;
@@ -204,6 +207,72 @@ export class LiveClient extends EventTarget {
     this._setState({ microphone: false });
   }
 
+  /**
+   * Show the agent the camera: about one JPEG a second, at most 768 px on the
+   * long side, sized to the server's limit. Resolves with the MediaStream (for
+   * a preview); rejects with a LiveError `camera_unavailable`.
+   */
+  async startCamera({ deviceId, fps = 1, longSide = 768 } = {}) {
+    const video = { width: { ideal: 1280 }, height: { ideal: 720 }, ...(deviceId ? { deviceId: { exact: deviceId } } : {}) };
+    return this._startVideo("camera", () => navigator.mediaDevices.getUserMedia({ video }), { fps, longSide });
+  }
+
+  /**
+   * Show the agent a screen, window or tab the user picks (call from a click).
+   * Resolves with the MediaStream; rejects with a LiveError `screen_unavailable`.
+   * When the user stops sharing from the browser's own controls, video stops
+   * and "state" reports it.
+   */
+  async startScreen({ fps = 1, longSide = 768 } = {}) {
+    return this._startVideo("screen", () => navigator.mediaDevices.getDisplayMedia({ video: true, audio: false }), { fps, longSide });
+  }
+
+  /** Stop sending camera or screen frames. */
+  stopVideo() {
+    const capture = this._videoCapture;
+    if (!capture) return;
+    this._videoCapture = null;
+    capture.stop();
+    this._setState({ video: null });
+  }
+
+  async _startVideo(source, open, { fps, longSide }) {
+    if (!this._ws) throw new LiveError("not_connected", `connect() before start${source === "camera" ? "Camera" : "Screen"}()`, false);
+    let stream;
+    try {
+      stream = await open();
+    } catch (error) {
+      const err = new LiveError(`${source}_unavailable`, `no ${source}: ${error.message || error.name}`, false);
+      this._emit("error", { type: "error", code: err.code, message: err.message, fatal: false });
+      throw err;
+    }
+    this.stopVideo();
+    const limits = (this.session && this.session.image) || {};
+    const capture = new VideoCapture(stream, {
+      send: (frame) => {
+        const ws = this._ws;
+        if (!ws || ws.readyState !== WebSocket.OPEN) return false;
+        ws.send(frame);
+        return true;
+      },
+      backlog: () => (this._ws ? this._ws.bufferedAmount : 0),
+      maxBytes: limits.max_bytes || undefined,
+      fps: Math.min(fps, limits.max_rate || fps),
+      longSide,
+      onEnded: () => { if (this._videoCapture === capture) this.stopVideo(); },
+    });
+    this._videoCapture = capture;
+    this._videoStats = capture.stats;
+    try {
+      await capture.start();
+    } catch (error) {
+      this.stopVideo();
+      throw new LiveError(`${source}_unavailable`, `the ${source} does not play: ${error.message || error}`, false);
+    }
+    this._setState({ video: source });
+    return stream;
+  }
+
   /** A typed user turn. */
   sendText(text) {
     this._send({ type: "text", text });
@@ -248,6 +317,7 @@ export class LiveClient extends EventTarget {
     return {
       ...this._counters,
       playing: this.state.agentSpeaking,
+      video: this._videoStats ? { ...this._videoStats } : null,
       captureRate: this._capture ? this._capture.context.sampleRate : null,
       playbackRate: this._playback ? this._playback.context.sampleRate : null,
     };
@@ -391,6 +461,7 @@ export class LiveClient extends EventTarget {
 
   _teardown() {
     this.stopMicrophone();
+    this.stopVideo();
     if (this._playback) {
       this._playback.context.close();
       this._playback = null;
