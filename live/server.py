@@ -33,9 +33,10 @@ from urllib.parse import urlsplit
 import anyio
 from anyio.abc import TaskStatus
 from google.genai import types
+from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.http11 import Request, Response
 
 from live.agent import Agent, run_tool
@@ -55,11 +56,13 @@ from live.metrics import Metrics
 from live.observe import Measured, Recorded, SessionObserver
 from live.record import Recorder, SessionRecord, current_record
 from live.protocol import (
+    DEFAULT_INPUT_RATE,
     ErrorEvent,
     ProtocolError,
     ServerEvent,
     SessionClose,
     SessionClosed,
+    SessionGoAway,
     SessionReattached,
     SessionReconnecting,
     SessionResume,
@@ -74,6 +77,7 @@ from live.protocol import (
     is_image_message,
     parse_client_message,
 )
+from live.fleet import Fleet
 from live.reattach import ReplayBuffer, new_resume_token, token_digest, token_matches, with_seq
 from live.queues import BYTES_PER_SECOND_OUT, ClientOutbox, OutboxOverflow, UpstreamQueue
 from live.session import (
@@ -113,6 +117,7 @@ CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
+CLOSE_SERVICE_RESTART = 1012
 CLOSE_TRY_LATER = 1013
 
 # Frames websockets may buffer per socket before it stops reading from it (its
@@ -179,6 +184,9 @@ class ServerConfig:
     - `reattach_grace`: when a client's socket drops without `session.close`,
       the session (and its model connection) waits this long for the client to
       come back with `session.resume`; 0 ends it at once.
+    - `drain_timeout`: with a shared store (`--redis`), how long a stopping
+      server waits for each session to reach a safe point before it hands the
+      session to the fleet anyway.
     - `reattach_audio_seconds`, `reattach_events`: what a session keeps of its
       stream for a client that comes back (`live.reattach.ReplayBuffer`):
       beyond the first, the oldest reply audio is dropped; beyond the second,
@@ -215,6 +223,7 @@ class ServerConfig:
     stable_after: float = 60.0
     shutdown_grace: float = 2.0
     reattach_grace: float = 30.0
+    drain_timeout: float = 30.0
     reattach_audio_seconds: float = 5.0
     reattach_events: int = 512
     reuse_port: bool = False
@@ -317,6 +326,8 @@ class ClientSession:
         )
         self.resume_digest: str | None = None
         self.handed_off = False  # this socket's handler gave it to another session
+        self.adopted: dict[str, Any] | None = None  # facts of a session taken over from the fleet
+        self.to_fleet = False  # handed to another server of the fleet: its state stays stored
         self._send_lock = anyio.Lock()
         self._socket_done = anyio.Event()  # the current socket was let go (or the session ended)
         self._away: anyio.CancelScope | None = None
@@ -403,8 +414,10 @@ class ClientSession:
             if self.end_reason is not None or start is None:
                 return
             if isinstance(start, SessionResume):
-                await self.server.reattach(self, start)
-                return
+                adopted = await self.server.reattach(self, start)
+                if adopted is None:
+                    return
+                start = self._adopt(start, adopted)
             self.manual_activity = start.turn_taking == "manual" or self.server.agent_manual_activity
             self._start_record(start)
             self.core = SessionCore(
@@ -444,11 +457,19 @@ class ClientSession:
             self.server.live_sessions.pop(self.id, None)
             reason = self.end_reason or "client disconnected"
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.shutdown_grace):
-                if self._final_error is not None:
-                    await self._send_now(self._final_error)
-                await self._send_now(SessionClosed(reason))
-                if self.ws is not None:
-                    await self.ws.close(self.close_code, reason[:120])
+                if self.to_fleet:
+                    # Another server carries it on: the client reattaches there.
+                    if self.ws is not None:
+                        await self.ws.close(CLOSE_SERVICE_RESTART, "server restarting: reattach")
+                else:
+                    if self._final_error is not None:
+                        await self._send_now(self._final_error)
+                    await self._send_now(SessionClosed(reason))
+                    if self.ws is not None:
+                        await self.ws.close(self.close_code, reason[:120])
+                fleet = self.server.fleet
+                if fleet is not None and self.core is not None:
+                    await fleet.ended(self.id, keep_state=self.to_fleet)
             self._socket_done.set()
             if self.record is not None:
                 self.record.close(reason)
@@ -489,24 +510,47 @@ class ClientSession:
         """
         core = self.core
         assert core is not None
-        link = await self._tg.start(self._connection, self._request(start.history))
-        if start.history:
-            await link.conn.send_history(list(start.history))
-        resume_token = None
-        if self.config.reattach_grace > 0:
-            resume_token = new_resume_token()
-            self.resume_digest = token_digest(resume_token)
-            self.server.live_sessions[self.id] = self
-        await self._send_now(
-            SessionStarted(
-                self.id,
-                self.model,
-                start.input_rate,
-                resume_token=resume_token,
-                max_image_bytes=self.config.image_limit,
-                max_image_rate=self.config.max_image_rate,
+        fleet = self.server.fleet
+        if self.adopted is None:
+            if fleet is not None and not await fleet.admit(self.id):
+                limit = fleet.max_sessions_global
+                message = f"the service is at its limit of {limit} sessions; try again later"
+                self.finish(message, CLOSE_TRY_LATER, ErrorEvent("capacity", message, True))
+                return
+            link = await self._tg.start(self._connection, self._request(start.history))
+            if start.history:
+                await link.conn.send_history(list(start.history))
+            resume_token = None
+            if self.config.reattach_grace > 0:
+                resume_token = new_resume_token()
+                self.resume_digest = token_digest(resume_token)
+                self.server.live_sessions[self.id] = self
+            await self._send_now(
+                SessionStarted(
+                    self.id,
+                    self.model,
+                    start.input_rate,
+                    resume_token=resume_token,
+                    max_image_bytes=self.config.image_limit,
+                    max_image_rate=self.config.max_image_rate,
+                )
             )
-        )
+            if fleet is not None:
+                await fleet.started(self.id, self.durable_state())
+        else:
+            # Taken over from a server that is gone: resume its model session from
+            # the stored handle, and tell the new connection what the old one owed.
+            await self._apply(core.connection_lost())
+            link = await self._open_resumed(announce=False)
+            self.server.live_sessions[self.id] = self
+            stored_seq = int(self.adopted.get("last_seq") or 0)
+            await self._send_now(
+                SessionReattached(self.id, 0, max(0, stored_seq - self.replay.last_seq))
+            )
+            self.replay.last_seq = max(stored_seq, self.replay.last_seq)
+            if fleet is not None:
+                await fleet.started(self.id, self.durable_state())
+            log.info("session %s taken over from the fleet (handle from the store)", self.id)
         self.obs.started(self.clock())
         log.info("session %s started model=%s input_rate=%d", self.id, self.model, start.input_rate)
         self._log_started = True
@@ -623,13 +667,14 @@ class ClientSession:
         supervisor.connected(self.clock())
         return new
 
-    async def _open_resumed(self) -> _Link:
+    async def _open_resumed(self, *, announce: bool = True) -> _Link:
         core = self.core
         assert core is not None
         link = await self._tg.start(self._connection, self._request(resume_handle=core.resumption_handle))
         self.reconnects += 1
         self.obs.resumed()
-        self._event(SessionResumed())
+        if announce:
+            self._event(SessionResumed())
         await self._apply(core.connection_resumed(self.clock()))
         log.info("session %s resumed (connection %d)", self.id, self.reconnects + 1)
         return link
@@ -649,6 +694,47 @@ class ClientSession:
             finally:
                 if link is not None:
                     link.sender_done.set()
+
+    def durable_state(self) -> dict[str, Any]:
+        """What another server of the fleet needs to carry this session on."""
+        core = self.core
+        return {
+            "agent": self.server.agent.name,
+            "model": self.model,
+            "input_rate": int(core.input_mime.rsplit("=", 1)[1]) if core else 16000,
+            "turn_taking": "manual" if self.manual_activity else "auto",
+            "resume_digest": self.resume_digest,
+            "last_seq": self.replay.last_seq,
+            "core": core.snapshot() if core is not None else {},
+        }
+
+    def _adopt(self, message: SessionResume, state: dict[str, Any]) -> SessionStart:
+        """Become the session `state` describes, on this server, for this socket."""
+        self.id = message.session_id
+        current_session.set(self.id)
+        self.adopted = state
+        self.resume_digest = state.get("resume_digest")
+        self.replay.last_seq = message.last_seq
+        return SessionStart(
+            input_rate=int(state.get("input_rate") or DEFAULT_INPUT_RATE),
+            turn_taking=str(state.get("turn_taking") or "auto"),
+        )
+
+    async def hand_to_fleet(self, time_left: float) -> None:
+        """Draining: at the next safe point (or after `time_left`), leave the
+        session to another server of the fleet, with its newest facts stored."""
+        core = self.core
+        fleet = self.server.fleet
+        if core is None or fleet is None:
+            self.shutdown()
+            return
+        self._event(SessionGoAway(time_left))
+        with anyio.move_on_after(time_left):
+            while not core.at_safe_point:
+                await anyio.sleep(0.05)
+        await fleet.save(self.id, self.durable_state())
+        self.to_fleet = True
+        self.finish("handed to another server of the fleet (this one is stopping)")
 
     def _start_record(self, start: SessionStart) -> None:
         """With `--record`: open this session's record; the model side finds it too."""
@@ -1087,6 +1173,7 @@ class LiveServer:
         llm: BaseLlm,
         config: ServerConfig | None = None,
         metrics: Metrics | None = None,
+        fleet: Fleet | None = None,
         recorder: Recorder | None = None,
         agent_spec: str | None = None,
         *,
@@ -1109,6 +1196,8 @@ class LiveServer:
         self.agent_spec = agent_spec  # MODULE:ATTR, when known: a replay loads the agent from it
         # What the sessions use: the model, recorded when asked, and counted.
         self.measured_llm: BaseLlm = Measured(Recorded(llm) if recorder else llm, self.metrics)
+        self.fleet = fleet
+        self._draining = False
         self.sessions: set[ClientSession] = set()
         # Started sessions a client may reattach to, by id.
         self.live_sessions: dict[str, ClientSession] = {}
@@ -1229,27 +1318,82 @@ class LiveServer:
 
     # ------------------------------------------------------------------ sockets
 
-    async def reattach(self, temporary: ClientSession, message: SessionResume) -> None:
-        """A socket asks to take over a live session: check, attach, and serve it."""
+    async def reattach(
+        self, temporary: ClientSession, message: SessionResume
+    ) -> dict[str, Any] | None:
+        """A socket asks to take over a live session: attach it here, relay it to
+        the server of the fleet that holds it, or (its holder gone) return the
+        session's stored facts for `temporary` to carry it on. None: handled."""
         ws = temporary.ws
         assert ws is not None
         session = self.live_sessions.get(message.session_id)
-        if session is None or session.end_reason is not None or session.resume_digest is None:
-            text = (
-                f"no session {message.session_id[:40]!r} to resume here: it ended, or the "
-                "client stayed away longer than the server waits"
-            )
-            log.info("resume refused from %s: session_expired", temporary.peer)
-            temporary.finish(text, CLOSE_NORMAL, ErrorEvent("session_expired", text, True))
-            return
-        if not token_matches(message.resume_token, session.resume_digest):
-            text = "session.resume: the resume token does not match this session"
-            log.warning("resume of session %s refused from %s: wrong token", session.id, temporary.peer)
-            temporary.finish(text, CLOSE_POLICY, ErrorEvent("unauthorized", text, True))
-            return
-        temporary.handed_off = True
-        await session.attach(ws, message.last_seq)
-        await session.serve_socket(ws)
+        if session is not None and session.end_reason is None and session.resume_digest:
+            if not token_matches(message.resume_token, session.resume_digest):
+                self._resume_unauthorized(temporary, message)
+                return None
+            temporary.handed_off = True
+            await session.attach(ws, message.last_seq)
+            await session.serve_socket(ws)
+            return None
+        if self.fleet is not None and not self.stopping:
+            address, state = await self.fleet.locate(message.session_id)
+            if address is not None:
+                temporary.handed_off = True
+                await self._relay(ws, address, message)
+                return None
+            digest = (state or {}).get("resume_digest")
+            if state is not None and digest:
+                if not token_matches(message.resume_token, digest):
+                    self._resume_unauthorized(temporary, message)
+                    return None
+                if state.get("agent") == self.agent.name and await self.fleet.take_over(
+                    message.session_id
+                ):
+                    return state
+        text = (
+            f"no session {message.session_id[:40]!r} to resume here: it ended, or the "
+            "client stayed away longer than the server waits"
+        )
+        log.info("resume refused from %s: session_expired", temporary.peer)
+        temporary.finish(text, CLOSE_NORMAL, ErrorEvent("session_expired", text, True))
+        return None
+
+    def _resume_unauthorized(self, temporary: ClientSession, message: SessionResume) -> None:
+        text = "session.resume: the resume token does not match this session"
+        log.warning(
+            "resume of session %s refused from %s: wrong token",
+            message.session_id[:40], temporary.peer,
+        )
+        temporary.finish(text, CLOSE_POLICY, ErrorEvent("unauthorized", text, True))
+
+    async def _relay(self, ws: ServerConnection, address: str, message: SessionResume) -> None:
+        """Carry a client's socket to the server of the fleet that holds its session."""
+        log.info("relaying a resume of session %s to %s", message.session_id[:40], address)
+        try:
+            async with ws_connect(address, max_size=None, compression=None, open_timeout=5) as upstream:
+                await upstream.send(encode(message))
+
+                async def pump(source: Any, sink: Any) -> None:
+                    with contextlib.suppress(ConnectionClosed):
+                        async for frame in source:
+                            await sink.send(frame)
+                    tg.cancel_scope.cancel()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(pump, ws, upstream)
+                    tg.start_soon(pump, upstream, ws)
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            log.warning("relay to %s failed: %s", address, exc)
+        with contextlib.suppress(ConnectionClosed):
+            await ws.close(CLOSE_SERVICE_RESTART, "reattach again")
+
+    async def drain(self) -> None:
+        """Stop taking sessions and hand every session to the fleet (or end it)."""
+        self._draining = True
+        timeout = self.config.drain_timeout
+        async with anyio.create_task_group() as tg:
+            for session in list(self.live_sessions.values()):
+                tg.start_soon(session.hand_to_fleet, timeout)
 
     async def _refuse_socket(self, ws: ServerConnection) -> None:
         await ws.close(CLOSE_POLICY, "this port serves /metrics only")
@@ -1337,7 +1481,17 @@ class LiveServer:
                 )
                 self.metrics_port = _bound_port(metrics_server)
             task_status.started(self.port)
-            await self._stop.wait()
+            async with anyio.create_task_group() as tg:
+                if self.fleet is not None:
+                    tg.start_soon(
+                        self.fleet.run,
+                        lambda: {i: s.durable_state() for i, s in self.live_sessions.items()},
+                    )
+                await self._stop.wait()
+                if self.fleet is not None:
+                    await self.drain()
+                    await self.fleet.retire()
+                tg.cancel_scope.cancel()
             for session in list(self.sessions):
                 session.shutdown()
             with anyio.move_on_after(config.shutdown_grace + 1):

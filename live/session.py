@@ -766,6 +766,66 @@ class SessionCore:
             self.awaiting_reply_since = now
         return [ToUpstream(item) for item in replay]
 
+    # -------------------------------------------------------------- durable facts
+
+    def snapshot(self) -> dict[str, Any]:
+        """What another server needs to carry this conversation on (JSON-able).
+
+        The newest resumption handle; the calls the model may not know the
+        outcome of (pending, or answered with no handle since); the typed turn
+        it owes an answer to.
+        """
+        tools = []
+        for call_id, call in self.tools.items():
+            if call.state is ToolState.PENDING or (call.response is not None and not call.covered):
+                tools.append(
+                    {
+                        "id": call_id,
+                        "name": call.name,
+                        "runs_on": call.runs_on,
+                        "args": call.args,
+                        "state": call.state.value,
+                        "response": call.response,
+                    }
+                )
+        owed = None
+        if self._owed_turn is not None and not self._owed_answered:
+            owed = "".join(p.text or "" for p in self._owed_turn.parts or [])
+        return {"handle": self.resumption_handle, "tools": tools, "owed": owed}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Take over a conversation another server carried (see `snapshot`).
+
+        Its connections are gone: every call it listed is told to the next
+        connection as context, with its result, or, for a call still running
+        when that server stopped, as lost (its outcome is unknown). Call
+        `connection_lost()` next, then open a connection resumed from
+        `resumption_handle`.
+        """
+        self.resumption_handle = snapshot.get("handle")
+        for item in snapshot.get("tools") or []:
+            response = item.get("response")
+            state = ToolState(item.get("state", "pending"))
+            if state is ToolState.PENDING:
+                state = ToolState.TIMED_OUT
+                response = {
+                    "error": "the server running this call stopped before it finished; "
+                    "its outcome is unknown"
+                }
+            self.tools[str(item["id"])] = _ToolCall(
+                name=str(item.get("name", "")),
+                runs_on=str(item.get("runs_on", "server")),
+                args=dict(item.get("args") or {}),
+                epoch=-1,
+                state=state,
+                response=response,
+                sent_epoch=-1,
+            )
+        owed = snapshot.get("owed")
+        if owed:
+            self._owed_turn = types.Content(role="user", parts=[types.Part(text=str(owed))])
+            self._owed_answered = False
+
     @property
     def at_safe_point(self) -> bool:
         """Nothing in flight: no reply owed or being generated, no call unanswered,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from google.genai import types
 
@@ -368,3 +370,20 @@ def test_grounding_code_and_images_reach_the_client():
 def test_deeply_nested_json_is_an_error_not_a_crash():
     [event] = events(core().client_text("[" * 100_000, now=0.0))
     assert event.code == "invalid_json" and not event.fatal
+
+
+def test_a_snapshot_carries_the_conversation_to_another_server():
+    s = core()
+    s.model_response(handle("h7"), now=0.0)
+    s.model_response(call("get_weather", call_id="w1", city="Rome"), now=0.1)  # still running
+    [up] = s.client_text('{"type": "text", "text": "And Oslo?"}', now=0.2)
+    s.content_sent(up.item)
+    snap = json.loads(json.dumps(s.snapshot()))  # it goes through a store as JSON
+    other = core()
+    other.restore(snap)
+    other.connection_lost()
+    assert other.resumption_handle == "h7"
+    [note] = other.connection_resumed(now=1.0)
+    text = "\n".join(part.text for part in note.item.parts)
+    assert "get_weather" in text and "outcome is unknown" in text  # the run died with its server
+    assert "And Oslo?" in text  # the question it owed is asked again
