@@ -29,3 +29,16 @@ def test_relay_benchmark_reports_its_figures(tmp_path: Path) -> None:
         assert set(compare[key]) == {"p50_ms", "p99_ms", "max_ms"}
     assert compare["cpu_ratio"] > 0
     assert isinstance(report["largest_realtime_sessions"], int)
+
+
+def test_store_benchmark_reports_its_figures(tmp_path: Path) -> None:
+    from bench import store
+
+    out = tmp_path / "store.json"
+    report = store.main(["--iterations", "5", "--json", str(out)])
+    assert json.loads(out.read_text()) == report
+    assert set(report["calls"]) == {"claim", "holder", "save_state_1k", "heartbeat_100_leases", "acquire_slot_4_servers"}
+    for figures in report["calls"].values():
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
+    assert set(report["failure"]) == {"killed_to_unavailable_ms", "frozen_to_unavailable_ms"}
+    assert all(value > 0 for value in report["failure"].values())
