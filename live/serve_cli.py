@@ -94,6 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--reattach-grace", type=_non_negative, default=30.0, metavar="SECONDS", help="how long a session whose client's socket dropped waits, model connection open, for the client to come back with session.resume (default 30; 0: end it at once)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
+    fleet = parser.add_argument_group("many servers (see Many servers in the README)")
+    fleet.add_argument(
+        "--redis", dest="redis_url", metavar="URL", default=os.environ.get("LIVE_REDIS_URL") or None,
+        help="share sessions with the other servers on this Redis (redis://[:PASSWORD@]HOST:PORT/DB, "
+        "rediss:// for TLS): which server holds each session, what another needs to take it over, "
+        "and the global session limit (default: $LIVE_REDIS_URL; none: this server alone)",
+    )
+    fleet.add_argument(
+        "--max-sessions-global", type=_positive(int), metavar="N",
+        help="concurrent sessions across every server on the same --redis, e.g. the Gemini project's "
+        "quota; a dead server's sessions stop counting when its lease runs out (default: no global limit)",
+    )
     tls = parser.add_argument_group("TLS (so browsers on other machines may use the microphone)")
     tls.add_argument("--certfile", help="PEM certificate chain: serve https:// and wss:// directly")
     tls.add_argument("--keyfile", help="PEM private key of --certfile (if not in the same file)")

@@ -51,7 +51,7 @@ Fleet-wide limit on concurrent sessions:
 Failures: `StoreUnavailable` (a `StoreError`) when Redis cannot be reached. At
 start `RedisStore.connect` raises it with a one-line message naming the URL (its
 password masked); mid-run every method raises it within about `timeout` seconds
-(1 s by default, one retry on a fresh connection) rather than hanging, so the caller
+(1 s by default; a dropped connection is retried once at once) rather than hanging, so the caller
 can carry on as a single server and log a warning.
 """
 
@@ -425,6 +425,7 @@ class RedisStore(SessionStore):
         and `StoreError` for a URL that is not a Redis URL.
         """
         import redis.asyncio
+        import redis.exceptions
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
@@ -434,9 +435,11 @@ class RedisStore(SessionStore):
                 url,
                 socket_timeout=timeout,
                 socket_connect_timeout=timeout,
-                # One quick retry covers a connection the server closed while idle; more
-                # (the library's default backs off for seconds) would stall the caller.
-                retry=Retry(NoBackoff(), 1),
+                # One immediate retry on a fresh connection covers one the server closed
+                # while idle; none on a timeout, since a Redis that does not answer within
+                # `timeout` will not answer the retry either (the library's default backs
+                # off and retries for seconds, which would stall the caller).
+                retry=Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)),
                 health_check_interval=30,
                 decode_responses=True,
             )

@@ -42,3 +42,16 @@ def test_observability_benchmark_runs_metrics_off_on_and_recording(tmp_path: Pat
         assert row[mode]["mode"] == mode
         assert row[mode]["up"]["n"] > 0 and row[mode]["down"]["n"] > 0
         assert row[mode]["cpu_s_per_session_minute"] > 0
+
+
+def test_store_benchmark_reports_its_figures(tmp_path: Path) -> None:
+    from bench import store
+
+    out = tmp_path / "store.json"
+    report = store.main(["--iterations", "5", "--json", str(out)])
+    assert json.loads(out.read_text()) == report
+    assert set(report["calls"]) == {"claim", "holder", "save_state_1k", "heartbeat_100_leases", "acquire_slot_4_servers"}
+    for figures in report["calls"].values():
+        assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
+    assert set(report["failure"]) == {"killed_to_unavailable_ms", "frozen_to_unavailable_ms"}
+    assert all(value > 0 for value in report["failure"].values())

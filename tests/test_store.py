@@ -339,3 +339,20 @@ async def test_a_frozen_redis_raises_unavailable_instead_of_hanging(redis_of_its
             assert await store.holder("s1") == "A"
     finally:
         await store.aclose()
+
+
+def test_serve_takes_the_redis_url_from_the_environment_or_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    from live.serve_cli import build_parser
+
+    monkeypatch.delenv("LIVE_REDIS_URL", raising=False)
+    alone = build_parser().parse_args([])
+    assert alone.redis_url is None and alone.max_sessions_global is None
+
+    monkeypatch.setenv("LIVE_REDIS_URL", "redis://:pw@10.0.0.5:6379/0")
+    from_env = build_parser().parse_args(["--max-sessions-global", "40"])
+    assert from_env.redis_url == "redis://:pw@10.0.0.5:6379/0" and from_env.max_sessions_global == 40
+    flag = build_parser().parse_args(["--redis", "redis://10.0.0.6:6379/1"])
+    assert flag.redis_url == "redis://10.0.0.6:6379/1"
+    assert "pw@" not in build_parser().format_help(), "the environment's URL is not shown in --help"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--max-sessions-global", "0"])
