@@ -25,11 +25,13 @@ from live import logs
 from live.agent import Agent
 from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
+from live.fleet import Fleet
 from live.protocol import image_bytes_fitting
 from live.registry import LlmRegistry, default_registry
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.server import LiveServer, ServerConfig, tls_context, tune_gc_for_serving
+from live.store import StoreUnavailable, open_store
 
 DEFAULT_MODEL = "local/echo"
 DEFAULT_INSTRUCTION = "You are a friendly voice assistant. Keep your answers short and clear."
@@ -100,6 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="share sessions with the other servers on this Redis (redis://[:PASSWORD@]HOST:PORT/DB, "
         "rediss:// for TLS): which server holds each session, what another needs to take it over, "
         "and the global session limit (default: $LIVE_REDIS_URL; none: this server alone)",
+    )
+    fleet.add_argument(
+        "--fleet-lease", type=_positive(float), default=6.0, metavar="SECONDS",
+        help="how long a server's hold on its sessions lasts without renewal: after it dies, "
+        "another server takes its sessions over this long later at most (default 6)",
+    )
+    fleet.add_argument(
+        "--drain-timeout", type=_positive(float), default=30.0, metavar="SECONDS",
+        help="on SIGTERM with --redis, how long to wait for each session to reach a safe point "
+        "before handing it to another server anyway (default 30)",
     )
     fleet.add_argument(
         "--max-sessions-global", type=_positive(int), metavar="N",
@@ -195,6 +207,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
         stall_timeout=args.stall_timeout,
         reattach_grace=args.reattach_grace,
+        drain_timeout=args.drain_timeout,
         reuse_port=args.workers > 1,
         metrics_port=args.metrics_port,
         certfile=args.certfile,
@@ -214,6 +227,25 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
 
 
 async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:
+    if args.redis_url:
+        # Before listening: a Redis that cannot be reached is a one-line error at start.
+        store = await open_store(args.redis_url)
+        server.fleet = Fleet(
+            store,
+            address="",
+            lease_seconds=args.fleet_lease,
+            max_sessions_global=args.max_sessions_global,
+        )
+        try:
+            await _serve_now(server, args, argv)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()
+        return
+    await _serve_now(server, args, argv)
+
+
+async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
@@ -330,9 +362,15 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     except UsageError as exc:
         print(f"live serve: {exc}", file=sys.stderr)
         return 2
+    if args.max_sessions_global is not None and not args.redis_url:
+        print("live serve: --max-sessions-global needs --redis (the servers share the count there)", file=sys.stderr)
+        return 2
     tune_gc_for_serving()
     try:
         anyio.run(_serve, server, args, argv)
+    except StoreUnavailable as exc:
+        print(f"live serve: {exc}", file=sys.stderr)
+        return 1
     except (OSError, BaseExceptionGroup) as exc:
         error = _os_error(exc)
         if error is None:

@@ -21,6 +21,7 @@ import http
 import json
 import logging
 import mimetypes
+import socket
 import ssl
 import time
 import uuid
@@ -429,6 +430,8 @@ class ClientSession:
                 max_image_rate=self.config.max_image_rate,
                 video_capped=not self.server.agent.context_compression,
             )
+            if self.adopted is not None:
+                self.core.restore(self.adopted.get("core") or {})
             with anyio.CancelScope() as scope:
                 # Cancelling this scope ends every task of the session; each model
                 # connection's own exit (shielded by the implementation) still
@@ -728,7 +731,8 @@ class ClientSession:
         if core is None or fleet is None:
             self.shutdown()
             return
-        self._event(SessionGoAway(time_left))
+        async with self._send_lock:  # in order with the stream, and sent before the end
+            await self._send_now(SessionGoAway(time_left))
         with anyio.move_on_after(time_left):
             while not core.at_safe_point:
                 await anyio.sleep(0.05)
@@ -1401,6 +1405,12 @@ class LiveServer:
     def _admission(self, session: ClientSession) -> ErrorEvent | None:
         """Why a new socket may not wait for `session.start`, if it may not."""
         config = self.config
+        if self._draining:
+            return ErrorEvent(
+                "server_draining",
+                "this server is stopping and takes no new sessions; try again (another server will)",
+                True,
+            )
         if len(self.sessions) >= config.max_sessions:
             return ErrorEvent(
                 "capacity",
@@ -1481,6 +1491,8 @@ class LiveServer:
                 )
                 self.metrics_port = _bound_port(metrics_server)
             task_status.started(self.port)
+            if self.fleet is not None and not self.fleet.address:
+                self.fleet.address = self.advertised_url()
             async with anyio.create_task_group() as tg:
                 if self.fleet is not None:
                     tg.start_soon(
@@ -1499,6 +1511,15 @@ class LiveServer:
                     await anyio.sleep(0.02)
             server.close(close_connections=True)
             await server.wait_closed()
+
+    def advertised_url(self) -> str:
+        """The WebSocket URL other servers of a fleet reach this one at."""
+        host = self.config.host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.getfqdn()
+        shown = f"[{host}]" if ":" in host else host
+        scheme = "wss" if self.config.certfile else "ws"
+        return f"{scheme}://{shown}:{self.port}/live"
 
     def stop(self) -> None:
         self._stop.set()

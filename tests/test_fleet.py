@@ -1,0 +1,223 @@
+"""Many servers, one conversation space: `live serve --redis` processes against the
+Live emulator, a real `redis-server`, and a load balancer without stickiness in
+front (a round-robin TCP proxy that skips servers refusing connections)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import pytest
+from anyio.abc import SocketStream
+
+from clients.client import LiveClient, Reattaching
+from connections.emulator import Script
+from connections.emulator.server import running_emulator
+from live import protocol as p
+from serving import collect
+from test_store import RedisServer
+
+pytestmark = pytest.mark.anyio
+
+MODEL = "gemini-live-2.5-flash-preview"
+LEASE = 1.5
+
+
+@pytest.fixture
+def redis() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+class Serving:
+    """One `live serve` process of the fleet."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--model", MODEL, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert match, f"live serve did not start: {line!r} {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
+        self.port = int(match.group(1))
+
+    def sessions(self) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as response:
+            import json
+
+            return int(json.load(response)["sessions"])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+async def _pipe(source: SocketStream, sink: SocketStream) -> None:
+    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        while True:
+            await sink.send(await source.receive())
+    with contextlib.suppress(Exception):
+        await sink.send_eof()
+
+
+@contextlib.asynccontextmanager
+async def balancer(ports: list[int]) -> AsyncIterator[int]:
+    """A round-robin TCP load balancer on a free port (no stickiness)."""
+    turn = [0]
+
+    async def handle(client: SocketStream) -> None:
+        async with client:
+            for _ in range(len(ports)):
+                port = ports[turn[0] % len(ports)]
+                turn[0] += 1
+                try:
+                    backend = await anyio.connect_tcp("127.0.0.1", port)
+                except OSError:
+                    continue  # a dead server: the next one
+                async with backend, anyio.create_task_group() as tg:
+                    tg.start_soon(_pipe, client, backend)
+                    tg.start_soon(_pipe, backend, client)
+                return
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        yield listener.extra(anyio.abc.SocketAttribute.local_port)
+        tg.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def fleet(redis: RedisServer, count: int, *extra: str) -> AsyncIterator[tuple[object, list[Serving], str]]:
+    async with running_emulator(Script(speed=20)) as emu:
+        env = {
+            **os.environ,
+            "GOOGLE_API_KEY": "dev",
+            "GOOGLE_GEMINI_BASE_URL": emu.base_url,
+            "SSL_CERT_FILE": str(emu.ca_file),
+            "NO_PROXY": "127.0.0.1,localhost",
+        }
+        servers = [
+            Serving(env, "--redis", redis.url, "--fleet-lease", str(LEASE), *extra) for _ in range(count)
+        ]
+        try:
+            async with balancer([s.port for s in servers]) as port:
+                yield emu, servers, f"ws://127.0.0.1:{port}/live"
+        finally:
+            for server in servers:
+                server.stop()
+
+
+async def say(client: LiveClient, text: str) -> list:
+    await client.send_text(text)
+    return await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None, timeout=30)
+
+
+def said(events: list, text: str) -> bool:
+    return any(isinstance(e, p.TranscriptOutput) and e.final and e.text == text for e in events)
+
+
+def holder(servers: list[Serving]) -> Serving:
+    [server] = [s for s in servers if s.proc.poll() is None and s.sessions() > 0]
+    return server
+
+
+async def test_a_server_killed_mid_conversation_is_taken_over_by_another(redis):
+    async with fleet(redis, 2) as (emu, servers, url), LiveClient.connect(url) as client:
+        assert said(await say(client, "one"), "You said: one.")
+        await anyio.sleep(LEASE / 2)  # the facts with the newest handle are in Redis
+        first = holder(servers)
+        killed = time.monotonic()
+        first.proc.send_signal(signal.SIGKILL)
+        # What a client sends into a socket that is dying is lost with it; the
+        # client learns of the drop, reattaches through the balancer, and goes on.
+        events = await collect(client, lambda e: isinstance(e, p.SessionReattached), timeout=30)
+        back = time.monotonic() - killed
+        assert any(isinstance(e, Reattaching) for e in events)
+        events = await say(client, "two")
+        took = time.monotonic() - killed
+        print(f"\nfrom a server's death: reattached after {back:.2f} s, next answer after {took:.2f} s (lease {LEASE} s)")
+        assert said(events, "You said: two.")
+        second = holder(servers)
+        assert second is not first
+    resumed = [s for s in emu.sessions if s.resumed_from]
+    assert resumed and resumed[-1].resumed_from in emu.sessions[0].handles  # the same Gemini session
+    assert resumed[-1].user_turns == ["two"]
+
+
+async def test_sigterm_drains_and_no_conversation_is_lost(redis):
+    async with fleet(redis, 2) as (emu, servers, url), LiveClient.connect(url) as client:
+        assert said(await say(client, "one"), "You said: one.")
+        first = holder(servers)
+        first.proc.send_signal(signal.SIGTERM)
+        events = await collect(client, lambda e: isinstance(e, p.SessionReattached), timeout=20)
+        assert any(isinstance(e, p.SessionGoAway) for e in events)
+        assert first.proc.wait(timeout=20) == 0
+        assert said(await say(client, "two"), "You said: two.")
+        assert holder(servers) is not first
+    assert any(s.resumed_from in emu.sessions[0].handles for s in emu.sessions[1:])
+
+
+async def test_the_global_limit_holds_across_servers_and_recovers_after_a_death(redis):
+    async with fleet(redis, 2, "--max-sessions-global", "1") as (_, servers, url):
+        async with LiveClient.connect(url, reattach_for=0) as first_client:
+            first = holder(servers)
+            with pytest.raises(Exception) as refused:
+                async with LiveClient.connect(url):
+                    pass
+            assert "capacity" in str(refused.value)
+            first.proc.send_signal(signal.SIGKILL)
+            with anyio.fail_after(LEASE * 4 + 5):
+                while True:
+                    try:
+                        async with LiveClient.connect(url, reattach_for=0) as again:
+                            assert again.session.session_id != first_client.session.session_id
+                            break
+                    except Exception:
+                        await anyio.sleep(0.3)
+
+
+def test_redis_unreachable_at_start_is_a_one_line_error():
+    port = RedisServer().port  # nothing listens there
+    proc = subprocess.run(
+        [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--redis", f"redis://:hunter2@127.0.0.1:{port}/0"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Redis" in lines[0] and str(port) in lines[0]
+    assert "hunter2" not in proc.stderr
+
+
+async def test_redis_lost_mid_run_degrades_to_one_server_with_a_warning(redis):
+    async with fleet(redis, 1) as (_, servers, url), LiveClient.connect(url) as client:
+        assert said(await say(client, "one"), "You said: one.")
+        redis.kill()
+        await anyio.sleep(LEASE)
+        assert said(await say(client, "two"), "You said: two.")
+        assert servers[0].proc.poll() is None
+        servers[0].proc.send_signal(signal.SIGTERM)
+        assert servers[0].proc.wait(timeout=20) == 0
+        log = servers[0].proc.stderr.read()
+    assert "shared store unavailable" in log and "single server" in log
+    assert "Traceback" not in log
