@@ -332,6 +332,8 @@ def _parse_session_resume(obj: Mapping[str, Any]) -> SessionResume:
             "invalid_field", "session.resume: 'last_seq' must be a non-negative integer"
         )
     return SessionResume(session_id=session_id, resume_token=token, last_seq=last_seq)
+
+
 _IMAGE_MESSAGE_OVERHEAD = 64  # {"type":"image","mime_type":"image/jpeg","data":""}, with room
 
 
