@@ -293,7 +293,9 @@ async def test_after_a_barge_in_the_page_reports_playback_and_is_told_what_the_u
     async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
         await start_talking(page, url)
         await page.evaluate(
-            "window.heard = []; window.live.on('transcript.output', (m) => { if (m.heard) window.heard.push(m); })"
+            "window.heard = []; window.seen = [];"
+            "for (const t of ['transcript.output', 'turn.interrupted', 'turn.complete', 'error', 'session.closed'])"
+            "  window.live.on(t, (m) => { window.seen.push(m); if (m.heard) window.heard.push(m); });"
         )
         session.push(*script)
 
@@ -303,7 +305,11 @@ async def test_after_a_barge_in_the_page_reports_playback_and_is_told_what_the_u
 
         await wait_until(playing_a_while, 8, "a second of the reply played, with more queued")
         session.push(double.interrupted(), double.turn_complete())
-        heard = await wait_until(lambda: page.evaluate("window.heard[0] || null"), 5, "what the user heard")
+        try:
+            heard = await wait_until(lambda: page.evaluate("window.heard[0] || null"), 5, "what the user heard")
+        except AssertionError as exc:
+            seen = await page.evaluate("JSON.stringify(window.seen.slice(-6))")
+            raise AssertionError(f"{exc}; the page's last events: {seen}; its counters: {await stats(page)}") from None
         await anyio.sleep(0.3)
         after = await stats(page)
         assert page.errors == []
