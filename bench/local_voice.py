@@ -252,7 +252,7 @@ async def main() -> None:
         await word_errors(llm)
     await latency(LocalVoice())
     idle_lag = await loop_lag(3.0)
-    print(f"cost, N sessions at once (weather agent, fed as fast as taken; an idle event loop "
+    print(f"cost, N sessions at once (weather agent, fed in real time; an idle event loop "
           f"here overran a 10 ms sleep by up to {idle_lag * 1000:.0f} ms):")
     live = LocalVoice()
     async with live.connect(AGENT.request()):

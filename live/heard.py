@@ -76,24 +76,43 @@ class HeardTracker:
         self.reply_start = self.queued
         self.fragments = []
 
-    def interrupted(self, unplayed_seconds: float, played_seconds: float | None = None) -> tuple[str, float] | None:
-        """The heard transcript and seconds played of the interrupted reply, or None without one.
+    def interrupted(self, unplayed_seconds: float) -> InterruptedReply | None:
+        """The reply the user barged in on, or None when no reply had begun.
 
-        `played_seconds` is the client's own report; without it, playback is
-        what was sent less what was still ahead of real time (`unplayed_seconds`).
-        The reply's queued audio that was never sent is dropped now.
+        `unplayed_seconds` is how much of what was sent had not been played at
+        real-time playback: the estimate a client's own report replaces. The
+        reply's queued audio that was never sent is dropped now.
         """
         fragments = self.fragments
         sent = max(0, self.sent - self.reply_start)
-        if played_seconds is None:
-            played = sent - int(unplayed_seconds * BYTES_PER_SECOND)
-        else:
-            played = int(played_seconds * BYTES_PER_SECOND)
-        played = max(0, min(played, sent))
-        total = self.queued - self.reply_start
-        relative = [(position - self.reply_start, text) for position, text in fragments]
+        estimate = max(0, sent - int(unplayed_seconds * BYTES_PER_SECOND))
+        reply = InterruptedReply(
+            [(position - self.reply_start, text) for position, text in fragments],
+            self.queued - self.reply_start,
+            sent,
+            estimate,
+        )
         self.sent = max(self.sent, self.queued)
         self.reply_ended()
-        if not fragments:
-            return None
-        return cut_transcript(relative, total, played), played / BYTES_PER_SECOND
+        return reply if fragments else None
+
+
+class InterruptedReply:
+    """An interrupted reply's transcript and audio, to be cut where playback was."""
+
+    __slots__ = ("fragments", "total", "sent", "estimate")
+
+    def __init__(self, fragments: list[tuple[int, str]], total: int, sent: int, estimate: int) -> None:
+        self.fragments = fragments
+        self.total = total
+        self.sent = sent
+        self.estimate = estimate
+
+    def heard(self, played_seconds: float | None = None) -> tuple[str, float]:
+        """The heard transcript and seconds played: the client's figure, else the estimate.
+
+        Playback cannot have passed what was sent.
+        """
+        played = self.estimate if played_seconds is None else int(played_seconds * BYTES_PER_SECOND)
+        played = max(0, min(played, self.sent))
+        return cut_transcript(self.fragments, self.total, played), played / BYTES_PER_SECOND

@@ -26,6 +26,7 @@ from live.images import IMAGE_TYPES, ImageInfo, InvalidImage, inspect_image
 __all__ = [
     "DEFAULT_INPUT_RATE",
     "OUTPUT_RATE",
+    "Playback",
     "ActivityEnd",
     "ActivityStart",
     "AudioEnd",
@@ -108,6 +109,7 @@ class SessionStart:
     history: tuple[types.Content, ...] = ()
     input_rate: int = DEFAULT_INPUT_RATE
     turn_taking: str = "auto"
+    reports_playback: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
@@ -120,6 +122,8 @@ class SessionStart:
         out["input_audio"] = {"rate": self.input_rate}
         if self.turn_taking != "auto":
             out["turn_taking"] = self.turn_taking
+        if self.reports_playback:
+            out["reports_playback"] = True
         return out
 
 
@@ -204,6 +208,18 @@ class Image:
         }
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Playback:
+    """After `turn.interrupted`: how many seconds of the interrupted reply the client played.
+
+    Sent by clients that said `reports_playback` in `session.start`; the server
+    then cuts the heard transcript at this point rather than at its estimate.
+    """
+
+    type: ClassVar[str] = "playback"
+    played: float
+
+
 ClientMessage: TypeAlias = (
     SessionStart
     | SessionResume
@@ -214,6 +230,7 @@ ClientMessage: TypeAlias = (
     | ToolResult
     | SessionClose
     | Image
+    | Playback
 )
 
 
@@ -295,7 +312,16 @@ def _parse_session_start(obj: Mapping[str, Any]) -> SessionStart:
             "invalid_field",
             f"session.start: 'turn_taking' must be one of {', '.join(map(repr, TURN_TAKING))}",
         )
-    return SessionStart(token=token, history=history, input_rate=rate, turn_taking=turn_taking)
+    reports_playback = obj.get("reports_playback", False)
+    if not isinstance(reports_playback, bool):
+        raise ProtocolError("invalid_field", "session.start: 'reports_playback' must be true or false")
+    return SessionStart(
+        token=token,
+        history=history,
+        input_rate=rate,
+        turn_taking=turn_taking,
+        reports_playback=reports_playback,
+    )
 
 
 def _parse_text(obj: Mapping[str, Any]) -> Text:
@@ -332,6 +358,8 @@ def _parse_session_resume(obj: Mapping[str, Any]) -> SessionResume:
             "invalid_field", "session.resume: 'last_seq' must be a non-negative integer"
         )
     return SessionResume(session_id=session_id, resume_token=token, last_seq=last_seq)
+
+
 _IMAGE_MESSAGE_OVERHEAD = 64  # {"type":"image","mime_type":"image/jpeg","data":""}, with room
 
 
@@ -377,6 +405,15 @@ def _parse_image(obj: Mapping[str, Any]) -> Image:
     return Image(mime_type=mime_type, data=data, info=info)
 
 
+def _parse_playback(obj: Mapping[str, Any]) -> Playback:
+    if "played" not in obj:
+        raise ProtocolError("missing_field", "playback needs a 'played' field (seconds, a number)")
+    played = obj["played"]
+    if isinstance(played, bool) or not isinstance(played, (int, float)) or not 0 <= played <= 86_400:
+        raise ProtocolError("invalid_field", "playback: 'played' must be a number of seconds, 0 or more")
+    return Playback(played=float(played))
+
+
 _CLIENT_PARSERS: dict[str, Callable[[Mapping[str, Any]], ClientMessage]] = {
     "session.start": _parse_session_start,
     "session.resume": _parse_session_resume,
@@ -387,6 +424,7 @@ _CLIENT_PARSERS: dict[str, Callable[[Mapping[str, Any]], ClientMessage]] = {
     "tool.result": _parse_tool_result,
     "session.close": lambda obj: SessionClose(),
     "image": _parse_image,
+    "playback": _parse_playback,
 }
 
 

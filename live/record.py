@@ -144,6 +144,26 @@ def response_from_json(obj: dict[str, Any], audio: Iterator[bytes] | None = None
     return LlmResponse(**kwargs)
 
 
+_OTHER_FIELDS = tuple(
+    f.name for f in dataclasses.fields(LlmResponse) if f.name not in ("content", "partial")
+)
+
+
+def _bare_audio(response: LlmResponse) -> types.Blob | None:
+    """The one audio blob of a response that carries nothing else, or None."""
+    content = response.content
+    if content is None or not content.parts or len(content.parts) != 1:
+        return None
+    blob = content.parts[0].inline_data
+    if blob is None or not (blob.mime_type or "").startswith("audio/"):
+        return None
+    for name in _OTHER_FIELDS:
+        value = getattr(response, name)
+        if value is not None and value is not False and value != ():
+            return None
+    return blob
+
+
 def _sent_to_json(item: types.Content | RealtimeInput | list[types.Content]) -> dict[str, Any]:
     if isinstance(item, list):
         return {"history": [redact(c.model_dump(mode="json", exclude_none=True)) for c in item]}
@@ -294,6 +314,15 @@ class SessionRecord:
 
     def model_response(self, conn: int, response: LlmResponse) -> None:
         if not self.open:
+            return
+        audio = _bare_audio(response)
+        if audio is not None:  # the hot path: one chunk of reply audio, nothing else
+            self._model_audio(audio.data or b"")
+            self._raw(
+                f'{{"t":{self._t():.4f},"kind":"model","conn":{conn},"response":{{"content":{{"role":"model",'
+                f'"parts":[{{"audio":{len(audio.data or b"")},"mime_type":{json.dumps(audio.mime_type)}}}]}},'
+                f'"partial":{"true" if response.partial else "false"}}}}}\n'
+            )
             return
         self._line(
             {"t": self._t(), "kind": "model", "conn": conn, "response": response_to_json(response, self._model_audio)}

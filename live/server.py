@@ -51,7 +51,7 @@ from live.errors import (
     RecoverableConnectionError,
 )
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
-from live.heard import HeardTracker
+from live.heard import HeardTracker, InterruptedReply
 from live.logs import current_session
 from live.metrics import Metrics
 from live.observe import Measured, Recorded, SessionObserver
@@ -87,6 +87,7 @@ from live.session import (
     CloseSession,
     FlushAudio,
     ImageUpstream,
+    PlaybackReported,
     ReconnectPolicy,
     RunTool,
     SendAudio,
@@ -113,6 +114,10 @@ log = logging.getLogger("live.server")
 WEB_ROOT = Path(__file__).resolve().parent.parent / "clients" / "web"
 
 # Close codes this server uses (RFC 6455 and IANA registry).
+# How long a client that reports its playback has, after `turn.interrupted`, to say
+# how much of the reply it played before the server's estimate is used instead.
+PLAYBACK_REPORT_WAIT = 0.5
+
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
@@ -347,6 +352,9 @@ class ClientSession:
         self.record: SessionRecord | None = None
         self.heard = HeardTracker()
         self._heard_event: TranscriptOutput | None = None
+        self.reports_playback = False  # set from session.start
+        self._awaiting_playback = anyio.CancelScope()
+        self._awaited_reply: InterruptedReply | None = None
         self.obs = SessionObserver(
             server.metrics,
             model=self.model,
@@ -421,6 +429,7 @@ class ClientSession:
                 start = self._adopt(start, adopted)
             self.manual_activity = start.turn_taking == "manual" or self.server.agent_manual_activity
             self._start_record(start)
+            self.reports_playback = start.reports_playback
             self.core = SessionCore(
                 input_rate=start.input_rate,
                 server_tools=frozenset(self.server.agent.tools_by_name),
@@ -1121,10 +1130,10 @@ class ClientSession:
                 if self.upstream.put_image(action.blob, len(action.blob.data or b"")):
                     self._report_image_drops()
             elif isinstance(action, FlushAudio):
-                heard = self.heard.interrupted(self.outbox.unplayed_seconds())
-                if heard is not None:
-                    self._heard_event = TranscriptOutput(heard[0], True, heard=True, played=round(heard[1], 3))
+                self._interrupted(self.heard.interrupted(self.outbox.unplayed_seconds()))
                 self.outbox.flush_audio()  # the client is told by the urgent event that follows
+            elif isinstance(action, PlaybackReported):
+                self._heard_reported(action.played)
             elif isinstance(action, RunTool):
                 self._start_tool_task(action.call.id or "", self._run_server_tool, action.call)
             elif isinstance(action, AwaitClientTool):
@@ -1137,6 +1146,39 @@ class ClientSession:
                     scope.cancel()
             elif isinstance(action, CloseSession):
                 self.finish(action.reason)
+
+    # ------------------------------------------------------------------ what the user heard
+
+    def _interrupted(self, reply: InterruptedReply | None) -> None:
+        """A reply was cut: say what was heard of it, now or when the client reports."""
+        earlier = self._awaited_reply
+        if earlier is not None:  # a new barge-in before the last one was reported
+            self._awaited_reply = None
+            self._awaiting_playback.cancel()
+            self._event(_heard_event(earlier.heard()))
+        if reply is None:
+            return
+        if not self.reports_playback:
+            self._heard_event = _heard_event(reply.heard())
+            return
+        scope = self._awaiting_playback = anyio.CancelScope()
+        self._tg.start_soon(self._heard_by_deadline, reply, scope)
+
+    async def _heard_by_deadline(self, reply: InterruptedReply, scope: anyio.CancelScope) -> None:
+        self._awaited_reply = reply
+        with scope:
+            await anyio.sleep(PLAYBACK_REPORT_WAIT)
+            # No report in time: the server's own estimate.
+            self._awaited_reply = None
+            self._event(_heard_event(reply.heard()))
+
+    def _heard_reported(self, played: float) -> None:
+        reply = self._awaited_reply
+        if reply is None:
+            return  # none awaited (late, or for a reply already answered for)
+        self._awaited_reply = None
+        self._awaiting_playback.cancel()
+        self._event(_heard_event(reply.heard(played)))
 
     def _start_tool_task(self, call_id: str, fn: Callable[..., Any], *args: Any) -> None:
         # The scope exists before the task starts, so a cancellation that arrives
@@ -1537,6 +1579,10 @@ def tls_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(certfile, keyfile)
     return context
+
+
+def _heard_event(heard: tuple[str, float]) -> TranscriptOutput:
+    return TranscriptOutput(heard[0], True, heard=True, played=round(heard[1], 3))
 
 
 def tune_gc_for_serving(young: int = 10_000) -> None:

@@ -44,6 +44,7 @@ from google.genai import types
 
 from live.llm import AUDIO_STREAM_END, LlmResponse, RealtimeInput
 from live.protocol import (
+    Playback,
     CodeEvent,
     CodeResultEvent,
     DataEvent,
@@ -79,6 +80,7 @@ __all__ = [
     "ReconnectPolicy",
     "CancelTool",
     "CloseSession",
+    "PlaybackReported",
     "FlushAudio",
     "ImageUpstream",
     "RunTool",
@@ -167,6 +169,13 @@ class CancelTool:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class PlaybackReported:
+    """The client says how many seconds of the interrupted reply it played."""
+
+    played: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CloseSession:
     """End the session: `reason` goes into `session.closed` and the log."""
 
@@ -183,6 +192,7 @@ Action: TypeAlias = (
     | AwaitClientTool
     | CancelTool
     | CloseSession
+    | PlaybackReported
 )
 
 
@@ -357,6 +367,8 @@ class SessionCore:
             return [ToUpstream(AUDIO_STREAM_END)]
         if isinstance(message, Image):
             return self.client_image(message, now)
+        if isinstance(message, Playback):
+            return [PlaybackReported(message.played)]
         if isinstance(message, (ActivityStart, ActivityEnd)) and not self.manual_activity:
             return [
                 SendEvent(

@@ -278,3 +278,44 @@ async def test_the_page_answers_a_client_side_tool_call_from_its_handler_map(tmp
     [response] = session.tool_responses[0].function_responses
     assert response.id == "t-1" and response.name == "get_page_time"
     assert set(response.response) == {"iso", "zone"}  # what the demo page's handler returned
+
+
+async def test_after_a_barge_in_the_page_reports_playback_and_is_told_what_the_user_heard(tmp_path):
+    wav, _ = speech_wav(tmp_path)
+    long_reply = speak("This is a long answer that goes on and on. " * 4, rate=24000)
+    step = 24000 * 2 // 25  # 40 ms chunks, each after the word it speaks
+    chunks = [long_reply[i : i + step] for i in range(0, len(long_reply), step)]
+    words = [f" w{i}" for i in range(len(chunks))]
+    script = []
+    for word, chunk in zip(words, chunks, strict=True):
+        script += [double.output_transcript(word), double.audio(chunk)]
+    llm, session = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        await page.evaluate(
+            "window.heard = []; window.seen = [];"
+            "for (const t of ['transcript.output', 'turn.interrupted', 'turn.complete', 'error', 'session.closed'])"
+            "  window.live.on(t, (m) => { window.seen.push(m); if (m.heard) window.heard.push(m); });"
+        )
+        session.push(*script)
+
+        async def playing_a_while():
+            s = await stats(page)
+            return s if s["samplesPlayed"] >= 24000 and s["queuedSamples"] >= 48000 else None
+
+        await wait_until(playing_a_while, 8, "a second of the reply played, with more queued")
+        session.push(double.interrupted(), double.turn_complete())
+        try:
+            heard = await wait_until(lambda: page.evaluate("window.heard[0] || null"), 5, "what the user heard")
+        except AssertionError as exc:
+            seen = await page.evaluate("JSON.stringify(window.seen.slice(-6))")
+            raise AssertionError(f"{exc}; the page's last events: {seen}; its counters: {await stats(page)}") from None
+        await anyio.sleep(0.3)
+        after = await stats(page)
+        assert page.errors == []
+    played = after["samplesPlayed"] / 24000  # the page played nothing more after the flush
+    full = "".join(words)
+    print(f"heard {heard['played']:.3f} s: {heard['text'][:40]}...; the page played {played:.3f} s")
+    assert heard["text"] and full.startswith(heard["text"])  # a prefix of the whole reply
+    assert abs(heard["played"] - played) <= 0.2
+    assert abs(len(heard["text"].split()) * 0.04 - played) <= 0.2  # the words of the audio played

@@ -63,6 +63,9 @@ export class LiveClient extends EventTarget {
     this._playback = null; // { context, node }
     this._closedByServer = false;
     this._pendingTools = new Set();
+    this._replySamples = 0; // reply audio received since the last turn boundary
+    this._flushId = 0;
+    this._playbackReport = null; // { id, received } while a flush's count is awaited
     this._counters = {
       framesSent: 0, bytesSent: 0, samplesReceived: 0, flushes: 0,
       samplesPlayed: 0, queuedSamples: 0, samplesFlushed: 0, underruns: 0,
@@ -127,7 +130,9 @@ export class LiveClient extends EventTarget {
       ws.addEventListener("close", onClose);
     });
     ws.addEventListener("open", () => {
-      const start = { type: "session.start", input_audio: { rate: INPUT_RATE } };
+      // reports_playback: after a barge-in this client says how much of the reply it
+      // played, so the server can say what the user heard (transcript.output, heard: true).
+      const start = { type: "session.start", input_audio: { rate: INPUT_RATE }, reports_playback: true };
       if (token) start.token = token;
       if (history && history.length) start.history = history;
       ws.send(JSON.stringify(start));
@@ -289,9 +294,11 @@ export class LiveClient extends EventTarget {
 
   /** Stop the reply now, on this side (the server keeps its own state). */
   flushPlayback() {
-    if (!this._playback) return;
+    if (!this._playback) return null;
     this._counters.flushes++;
-    this._playback.node.port.postMessage({ type: "flush" });
+    const id = ++this._flushId;
+    this._playback.node.port.postMessage({ type: "flush", id });
+    return id;
   }
 
   /** End the session: `session.close`, then the socket, microphone and speaker. */
@@ -386,6 +393,12 @@ export class LiveClient extends EventTarget {
 
   _onPlaybackStats(msg) {
     if (msg.type !== "stats") return;
+    const report = this._playbackReport;
+    if (report && msg.flushId === report.id) {
+      this._playbackReport = null;
+      const played = Math.max(0, report.received - msg.dropped) / OUTPUT_RATE;
+      this._send({ type: "playback", played });
+    }
     const c = this._counters;
     c.samplesPlayed = msg.played;
     c.queuedSamples = msg.queued;
@@ -397,6 +410,7 @@ export class LiveClient extends EventTarget {
   _onMessage(data) {
     if (typeof data !== "string") {
       this._counters.samplesReceived += data.byteLength / 2;
+      this._replySamples += data.byteLength / 2;
       if (this._playback) this._playback.node.port.postMessage(data, [data]);
       return;
     }
@@ -407,8 +421,17 @@ export class LiveClient extends EventTarget {
       return;
     }
     switch (msg.type) {
-      case "turn.interrupted":
-        this.flushPlayback();
+      case "turn.interrupted": {
+        // Played = what this reply brought, less what the flush dropped (from the worklet).
+        const received = this._replySamples;
+        this._replySamples = 0;
+        const id = this.flushPlayback();
+        if (id === null) this._send({ type: "playback", played: 0 });
+        else this._playbackReport = { id, received };
+        break;
+      }
+      case "turn.complete":
+        this._replySamples = 0;
         break;
       case "generation.complete":
         if (this._playback) this._playback.node.port.postMessage({ type: "end" });

@@ -39,13 +39,14 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       return;
     }
     if (msg.type === "flush") {
-      this.flushed += this.queued;
+      const dropped = this.queued;
+      this.flushed += dropped;
       this.chunks = [];
       this.offset = 0;
       this.queued = 0;
       this.ending = false;
-      this.setPlaying(false);
-      this.report();
+      this.playing = false;
+      this.report({ flushId: msg.id, dropped }); // what this flush dropped, for the server
     } else if (msg.type === "end") {
       this.ending = true;
     }
@@ -58,9 +59,10 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     }
   }
 
-  report() {
+  report(extra = {}) {
     this.sinceReport = 0;
     this.port.postMessage({
+      ...extra,
       type: "stats",
       played: this.played,
       queued: this.queued,
