@@ -7,8 +7,11 @@ than real time (the listener counts samples, not seconds).
 
 from __future__ import annotations
 
+import dataclasses
+
 import anyio
 import pytest
+from google.genai import types
 
 from audio_fixtures import silence, speak
 from clients.client import AudioFrame, LiveClient
@@ -146,3 +149,33 @@ async def test_bad_audio_is_an_error_event_and_the_session_goes_on(voice):
         events = await collect(client, lambda e: isinstance(e, p.TurnComplete), timeout=20)
     [answer] = [e.text for e in events if isinstance(e, p.TranscriptOutput) and e.final]
     assert answer == "You said: hello there."
+
+
+async def test_with_its_own_voice_detection_off_the_turn_is_what_lies_between_activity_start_and_end(voice):
+    config = types.LiveConnectConfig(
+        realtime_input_config=types.RealtimeInputConfig(
+            automatic_activity_detection=types.AutomaticActivityDetection(disabled=True)
+        )
+    )
+    agent = dataclasses.replace(WEATHER, config=config)
+    async with running(agent, voice) as (_, url), LiveClient.connect(url) as client:
+        # Speech with no activity signals is not a turn: nothing is answered.
+        await send_paced(client, silence(0.3) + spoken("What is the weather in Paris?") + silence(1.0))
+        with anyio.move_on_after(2):
+            early = await collect(client, lambda e: isinstance(e, p.TurnComplete), timeout=3)
+            pytest.fail(f"answered without a manual turn: {early}")
+        await client.activity_start()
+        await send_paced(client, spoken("What is the weather in Tokyo?"))
+        await client.activity_end()
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete), timeout=30)
+    [call] = [e for e in events if isinstance(e, p.ToolCallEvent)]
+    assert call.args == {"city": "Tokyo"}
+
+
+async def test_a_tool_named_without_its_argument_is_not_called_and_the_reply_says_what_is_missing(voice):
+    async with running(WEATHER, voice) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("what is the weather")
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete), timeout=20)
+    assert not [e for e in events if isinstance(e, p.ToolCallEvent)]
+    [answer] = [e.text for e in events if isinstance(e, p.TranscriptOutput) and e.final]
+    assert answer == "You said: what is the weather. To call get weather I need the city."
