@@ -188,6 +188,7 @@ class SimSession(double.ScriptedSession):
         self.issued: dict[str, str] = {}
         self.pending: dict[str, str] = {}
         self.cancelled: set[str] = set()
+        self.ignored: list[tuple[str, str]] = []
         self.resumed_from: str | None = None
         self.history_flag = False
         self.seed_complete = True
@@ -287,6 +288,7 @@ class SimSession(double.ScriptedSession):
         update = m.session_resumption_update
         if update is not None and update.resumable and update.new_handle:
             self.sim.handle_delivered = True
+            self.sim.delivered_handles.append(update.new_handle)
 
     def _received(self, m: types.LiveClientMessage) -> list[Any]:
         sim = self.sim
@@ -296,7 +298,10 @@ class SimSession(double.ScriptedSession):
         ri = m.realtime_input
         if ri is not None:
             if self.history_flag and not self.seed_complete:
-                sim.log(f"model {self.index}: realtime input before the history seed is complete: not processed")
+                if ri.audio is None:
+                    sim.log(f"model {self.index}: realtime input before the history seed is complete: not processed")
+                if ri.text is not None:
+                    self.ignored.append(("user", ri.text))
                 return []
             if ri.audio is not None:
                 if self.speaking_since is None:
@@ -649,6 +654,7 @@ class Simulation:
         self.chaos = True
         self.handles: dict[str, tuple[tuple[str, str], ...]] = {}
         self.handle_delivered = False
+        self.delivered_handles: list[str] = []
         self.established: list[SimSession] = []
         self.connections: list[SimSession] = []
         self.model_rejections: list[str] = []
@@ -987,7 +993,8 @@ class Simulation:
                 self.violation(
                     "typed-turn",
                     f"typed turn {q!r} is in the final model context {count} times "
-                    f"(connection {final.index}, resumed from {final.resumed_from!r})",
+                    f"(connection {final.index}, resumed from {final.resumed_from!r}); "
+                    + self._whereabouts(("user", q)),
                 )
         must_know = set(self.results_seen) | set(self.timed_out)
         must_know |= {c for c, name in self.client_answered.items() if name != "never"}
@@ -1014,8 +1021,32 @@ class Simulation:
             self.violation(
                 "tool-result-unknown",
                 f"call {call_id} ran, but its result is neither in the final model context "
-                f"(connection {final.index}, resumed from {final.resumed_from!r}) nor reported to the client",
+                f"(connection {final.index}, resumed from {final.resumed_from!r}) nor reported "
+                "to the client; " + self._whereabouts(("response", call_id)),
             )
+
+    def _whereabouts(self, item: tuple[str, str]) -> str:
+        """Where a lost item went: which connection got it, and whether a handle covered it."""
+        got = [c.index for c in self.established if item in c.ctx]
+        if not got:
+            ignored = [c.index for c in self.established if item in c.ignored]
+            if ignored:
+                return (
+                    f"connection(s) {ignored} did not process it: realtime input before the "
+                    "history seed's turn_complete, under the history flag"
+                )
+            return "no connection received it"
+        covering = [h for h, snap in self.handles.items() if item in snap]
+        delivered = [h for h in covering if h in self.delivered_handles]
+        if delivered:
+            return (
+                f"connection(s) {got} received it; handle(s) {delivered} covering it reached the "
+                "server, yet the session went on from an older state"
+            )
+        return (
+            f"connection(s) {got} received it; no handle covering it reached the server "
+            "(the model was not resumable since), and it was not sent again after the reconnect"
+        )
 
     def _check_unexpected_end(self, end_reason: str | None) -> None:
         """The session ended before the client closed it: was that allowed?"""
