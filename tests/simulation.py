@@ -38,6 +38,7 @@ import struct
 import sys
 import time
 import traceback
+import uuid
 from typing import Any
 
 import anyio
@@ -273,6 +274,24 @@ class SimSession(double.ScriptedSession):
         if sim.chaos:
             self.fault_at = now + sim.rng.expovariate(1 / 6.0)
         sim.tg.start_soon(self._mind)
+
+    # -- sends take a while, now and then (a socket's buffer is full)
+    async def _latency(self) -> None:
+        rng = self.sim.rng
+        if rng.random() < 0.05:
+            await anyio.sleep(rng.choice([0.001, 0.01, 0.1]))
+
+    async def send_realtime_input(self, **kwargs: Any) -> None:
+        await self._latency()
+        await super().send_realtime_input(**kwargs)
+
+    async def send_client_content(self, **kwargs: Any) -> None:
+        await self._latency()
+        await super().send_client_content(**kwargs)
+
+    async def send_tool_response(self, **kwargs: Any) -> None:
+        await self._latency()
+        await super().send_tool_response(**kwargs)
 
     # -- what the connection receives
     async def receive(self) -> Any:
@@ -633,7 +652,10 @@ class _ErrorLog(logging.Handler):
         text = record.getMessage()
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
-            text += f": {type(exc).__name__}: {str(exc)[:200]}"
+            while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+                exc = exc.exceptions[0]
+            text = f"{record.msg % ('<id>',) if record.msg.count('%s') == 1 else text}: {type(exc).__name__}: {str(exc)[:200]}"
+            exc = record.exc_info[1]
             self.sim.tracebacks.append("".join(traceback.format_exception(exc))[-3000:])
         self.sim.logged_errors.append(text)
         self.sim.log(f"server log ERROR {text}")
@@ -861,16 +883,39 @@ class Simulation:
         for call in self.connections:
             call.wake.set()
         calm_end = self.now() + CALM_SECONDS
+        quiet_since: float | None = None
         while self.now() < calm_end and self.closed_event is None:
             self._check_queues()
             for call_id, name in list(self.client_calls.items()):
                 if call_id not in self.client_answered:
                     self._answer(ws, call_id, name)
+            if not self._quiet():
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = self.now()
+            elif self.now() - quiet_since >= 3.0:
+                break
             await anyio.sleep(0.5)
         if self.closed_event is not None:
             return "ended"
         self.send(ws, {"type": "session.close"})
         return "closed"
+
+    def _quiet(self) -> bool:
+        """Nothing in flight anywhere: the calm part may end early."""
+        session = self.session
+        core = session.core if session else None
+        if core is None or not self.established:
+            return False
+        conn = self.established[-1]
+        return (
+            core.at_safe_point
+            and not conn.closed
+            and conn._idle()
+            and conn.go_away_at is None
+            and not self.client_calls
+            and not session.outbox._frames
+        )
 
     def _answer(self, ws: FakeSocket, call_id: str, name: str) -> None:
         if self.closed_event is not None or call_id not in self.client_calls:
@@ -1086,6 +1131,10 @@ def run_seed(seed: int, avoid: frozenset[str] = frozenset()) -> Outcome:
     propagate, level = server_log.propagate, server_log.level
     server_log.propagate = False
     server_log.setLevel(logging.WARNING)
+    # Session and call ids come from uuid4: from the seed too, so a trace replays byte for byte.
+    ids = random.Random(seed)
+    real_uuid4 = uuid.uuid4
+    uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)  # type: ignore[assignment]
     try:
         anyio.run(
             sim.run,
@@ -1098,6 +1147,7 @@ def run_seed(seed: int, avoid: frozenset[str] = frozenset()) -> Outcome:
         sim.violations.append(f"[crash] {type(exc).__name__}: {exc}")
         sim.tracebacks.append("".join(traceback.format_exception(exc))[-4000:])
     finally:
+        uuid.uuid4 = real_uuid4  # type: ignore[assignment]
         server_log.removeHandler(handler)
         server_log.propagate = propagate
         server_log.setLevel(level)
