@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import functools
 import json
@@ -190,6 +191,8 @@ class SimSession(double.ScriptedSession):
         self.pending: dict[str, str] = {}
         self.cancelled: set[str] = set()
         self.ignored: list[tuple[str, str]] = []
+        self.turns = 0
+        self.completes: dict[int, int] = {}  # id of a turn_complete message -> the reply it ends
         self.resumed_from: str | None = None
         self.history_flag = False
         self.seed_complete = True
@@ -304,6 +307,19 @@ class SimSession(double.ScriptedSession):
             await inner.aclose()
 
     def _delivered(self, m: types.LiveServerMessage) -> None:
+        sim = self.sim
+        sc = m.server_content
+        if sc is not None:
+            for part in (sc.model_turn.parts or ()) if sc.model_turn else ():
+                blob = part.inline_data
+                if blob is not None and blob.data:
+                    gen = _audio_gen(blob.data)
+                    if gen is not None:
+                        sim.gen_first.setdefault(gen, sim.now())
+                        sim.audio_delivered[gen] += 1
+            gen = self.completes.pop(id(m), None)
+            if gen is not None:
+                sim.gen_completed[gen] = sim.now()
         update = m.session_resumption_update
         if update is not None and update.resumable and update.new_handle:
             self.sim.handle_delivered = True
@@ -555,13 +571,28 @@ class SimSession(double.ScriptedSession):
             self.interrupt_pending = False
             gen = self.gen.gen
             self.gen = None
+            sim.gen_interrupted.add(gen)
             events: list[Any] = [double.interrupted()]
             for k in range(rng.choice([0, 0, 1, 2])):
                 events.append(double.audio(_tag_audio(gen, 100 + k)))
-            if rng.random() < 0.6:
+            closed = rng.random() < 0.6
+            if closed:
                 events.append(double.turn_complete())
             sim.log(f"model {self.index}: interrupted g{gen} ({len(events) - 1} late)")
             self.push(*events)
+            if not closed and rng.random() < 0.3:
+                # Audio of the cut reply already on its way, arriving a while later (never
+                # after a turn_complete, nor after the next reply began).
+                delay = rng.choice([0.2, 0.8, 2.0])
+                turns = self.turns
+
+                async def late() -> None:
+                    await anyio.sleep(delay)
+                    if not self.closed and self.gen is None and self.turns == turns:
+                        sim.log(f"model {self.index}: late audio of g{gen}, {delay} s after the interruption")
+                        self.push(double.audio(_tag_audio(gen, 200)))
+
+                sim.tg.start_soon(late)
             return
         self.interrupt_pending = False
         gen = self.gen
@@ -594,6 +625,7 @@ class SimSession(double.ScriptedSession):
             if rng.random() < 0.3:
                 events.append(double.usage(prompt=10, response=20))
             events.append(double.turn_complete())
+            self.completes[id(events[-1])] = gen.gen
             sim.log(f"model {self.index}: g{gen.gen} complete")
             self.push(*events)
             self._maybe_handle(0.8)
@@ -605,6 +637,7 @@ class SimSession(double.ScriptedSession):
             else:
                 sim.gens += 1
                 self.gen = Generation(sim.gens, rng.randint(1, 8), now)
+                self.turns += 1
                 sim.log(f"model {self.index}: starts reply g{sim.gens}")
             return
         self._maybe_handle(0.15)
@@ -622,6 +655,7 @@ class SimSession(double.ScriptedSession):
             self.pending[call_id] = name
             self.ctx.append(("call", call_id))
         self.call_turn = True
+        self.turns += 1
         sim.log(f"model {self.index}: calls {[(c.id, c.name) for c in calls]}")
         self.push(double.tool_calls(*calls))
 
@@ -698,6 +732,12 @@ class Simulation:
         self.cancelled_seen: set[str] = set()
         self.timed_out: set[str] = set()
         self.error_events: list[dict[str, Any]] = []
+        self.gen_first: dict[int, float] = {}
+        self.audio_delivered: collections.Counter[int] = collections.Counter()
+        self.audio_received: collections.Counter[int] = collections.Counter()
+        self.gen_completed: dict[int, float] = {}
+        self.gen_interrupted: set[int] = set()
+        self.disruptions: list[float] = []  # when the client heard of an interruption or a lost connection
         self.server_done = anyio.Event()
         self.session: Any = None
         self.tg: Any = None
@@ -738,6 +778,8 @@ class Simulation:
             self.violation("after-closed", f"the client got {str(frame)[:100]!r} after session.closed")
         if isinstance(frame, bytes):
             gen = _audio_gen(frame)
+            if gen is not None:
+                self.audio_received[gen] += 1
             self.log(f"client <- audio g{gen}")
             self._output(gen, "audio")
             return
@@ -749,11 +791,15 @@ class Simulation:
             final = " (final)" if event.get("final") else ""
             self._output(_gen_of_text(event.get("text", "")), kind + final)
         elif kind in ("turn.complete", "turn.interrupted"):
+            if kind == "turn.interrupted" or event.get("reason"):
+                self.disruptions.append(self.now())
             reason = f"({event['reason']})" if event.get("reason") else ""
             for gen in self.gens_seen - set(self.gens_closed):
                 self.gens_closed[gen] = kind + reason
         elif kind == "session.closed":
             self.closed_event = event
+        elif kind == "session.reconnecting":
+            self.disruptions.append(self.now())
         elif kind == "tool.call" and event.get("runs_on") == "client":
             self.client_calls[event["id"]] = event["name"]
         elif kind == "tool.result":
@@ -980,7 +1026,16 @@ class Simulation:
 
     async def run(self) -> None:
         transport = double.DoubleTransport(factory=self.make_session)
-        llm = Gemini(self.model, transport=transport)
+        sim = self
+
+        @contextlib.asynccontextmanager
+        async def slow_connect(model: str, config: types.LiveConnectConfig) -> Any:
+            # Opening a connection takes a while: the old one goes on meanwhile.
+            await anyio.sleep(sim.rng.choice([0.0, 0.0, 0.05, 0.3, 1.0]))
+            async with transport(model, config) as session:
+                yield session
+
+        llm = Gemini(self.model, transport=slow_connect)
         server = LiveServer(self.agent(), llm, CONFIG, clock=trio.current_time)
         ws = FakeSocket(self)
         self.log(f"seed {self.seed}: model {self.model}")
@@ -1027,6 +1082,20 @@ class Simulation:
             self._check_unexpected_end(end_reason)
         if how != "closed" or closed is None or end_reason != "client closed the session":
             return
+        # Audio of a reply that was never cut reaches the client whole.
+        for gen, done in self.gen_completed.items():
+            if gen in self.gen_interrupted:
+                continue
+            start = self.gen_first.get(gen, done)
+            if any(start <= t <= done + 2.0 for t in self.disruptions):
+                continue
+            sent, got = self.audio_delivered[gen], self.audio_received[gen]
+            if got < sent:
+                self.violation(
+                    "audio-lost",
+                    f"reply g{gen} completed without interruption, but only {got} of its {sent} "
+                    "audio chunks reached the client",
+                )
         # An orderly close after the calm: what the model must know.
         final = self.established[-1] if self.established else None
         if final is None:
