@@ -671,6 +671,7 @@ class Outcome:
     end_reason: str | None
     connects: int
     virtual_seconds: float
+    cpu_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -869,7 +870,7 @@ class Simulation:
                 await anyio.sleep(0.05)
         if self.closed_event is not None:
             return "ended"
-        chaos_end = self.now() + rng.uniform(3.0, 60.0)
+        chaos_end = self.now() + rng.uniform(3.0, 45.0)
         pending_results: list[tuple[float, str, str]] = []
         speaking = False
         while self.now() < chaos_end and self.closed_event is None:
@@ -891,8 +892,9 @@ class Simulation:
                 if manual and not speaking:
                     self.send(ws, {"type": "activity.start"})
                 speaking = True
+                self.log(f"client -> {n} audio frames, 20 ms apart")
                 for _ in range(n):
-                    self.send(ws, b"\x01\x02" * 320)
+                    ws.client_send(b"\x01\x02" * 320)
                     await anyio.sleep(0.02)
                     if self.closed_event is not None:
                         break
@@ -1192,6 +1194,7 @@ class Simulation:
 
 def run_seed(seed: int, avoid: frozenset[str] = frozenset()) -> Outcome:
     """Run one seeded conversation; its outcome holds the violations and the trace."""
+    cpu_started = time.process_time()
     trio._core._run._r.seed(seed)  # the scheduler's choices among ready tasks
     sim = Simulation(seed, avoid)
     handler = _ErrorLog(sim)
@@ -1228,6 +1231,7 @@ def run_seed(seed: int, avoid: frozenset[str] = frozenset()) -> Outcome:
         end_reason=session.end_reason if session else None,
         connects=len(sim.connections),
         virtual_seconds=sim.trace and float(sim.trace[-1].split()[0]) or 0.0,
+        cpu_seconds=time.process_time() - cpu_started,
     )
 
 
@@ -1280,8 +1284,10 @@ def main(argv: list[str] | None = None) -> int:
         for rule in dict.fromkeys(rule_of(v) for v in o.violations):
             by_rule[rule].append(o.seed)
     failed = [o for o in outcomes if not o.ok]
-    print(f"{len(outcomes)} seeds in {elapsed:.1f} s ({elapsed / len(outcomes) * 1000:.1f} ms each, "
-          f"{args.jobs} jobs); {len(failed)} failed")
+    cpu = sum(o.cpu_seconds for o in outcomes)
+    print(f"{len(outcomes)} seeds in {elapsed:.1f} s with {args.jobs} jobs ({cpu / len(outcomes) * 1000:.1f} ms "
+          f"of CPU each, {sum(o.virtual_seconds for o in outcomes) / len(outcomes):.0f} s of virtual time); "
+          f"{len(failed)} failed")
     for rule, seeds in sorted(by_rule.items(), key=lambda kv: -len(kv[1])):
         example = next(o for o in failed if o.seed == seeds[0])
         first = next(v for v in example.violations if rule_of(v) == rule)
