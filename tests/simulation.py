@@ -35,6 +35,7 @@ import logging
 import math
 import os
 import random
+import re
 import struct
 import sys
 import time
@@ -154,6 +155,9 @@ class FakeSocket:
 # --------------------------------------------------------------------------- the model
 
 
+_TYPED = re.compile(r"\bq:\d+\b")
+
+
 def _tag_audio(gen: int, chunk: int) -> bytes:
     return struct.pack("<II", gen, chunk) + b"\x00\x01" * 236
 
@@ -190,12 +194,12 @@ class SimSession(double.ScriptedSession):
         self.issued: dict[str, str] = {}
         self.pending: dict[str, str] = {}
         self.cancelled: set[str] = set()
-        self.ignored: list[tuple[str, str]] = []
+        self.ignored_items: list[tuple[str, str]] = []
+        self.dead = False  # the socket died (a close seen first by the sender): nothing more comes
         self.turns = 0
         self.completes: dict[int, int] = {}  # id of a turn_complete message -> the reply it ends
         self.resumed_from: str | None = None
         self.history_flag = False
-        self.seed_complete = True
         self.auto_vad = True
         self.gemini3 = False
         self.owed = False
@@ -258,7 +262,6 @@ class SimSession(double.ScriptedSession):
                     "history-flag-without-history",
                     f"connection {self.index} sets the history flag, but no history is seeded",
                 )
-            self.seed_complete = False
         if self.refuse is None and sim.chaos and self.index > 0 and sim.rng.random() < 0.15:
             self.refuse = sim.random_refusal()
         if self.refuse is not None:
@@ -286,6 +289,9 @@ class SimSession(double.ScriptedSession):
 
     async def send_realtime_input(self, **kwargs: Any) -> None:
         await self._latency()
+        if self._awaiting_seed and kwargs.get("text") is not None:
+            self.ignored_items.extend(("user", q) for q in _TYPED.findall(kwargs["text"]))
+            self.sim.log(f"model {self.index}: text before the history seed's turn_complete: not processed")
         await super().send_realtime_input(**kwargs)
 
     async def send_client_content(self, **kwargs: Any) -> None:
@@ -332,12 +338,6 @@ class SimSession(double.ScriptedSession):
         self.received_first = True
         ri = m.realtime_input
         if ri is not None:
-            if self.history_flag and not self.seed_complete:
-                if ri.audio is None:
-                    sim.log(f"model {self.index}: realtime input before the history seed is complete: not processed")
-                if ri.text is not None:
-                    self.ignored.append(("user", ri.text))
-                return []
             if ri.audio is not None:
                 if self.speaking_since is None:
                     self.speaking_since = now
@@ -350,13 +350,6 @@ class SimSession(double.ScriptedSession):
                 sim.log(f"model {self.index}: text {ri.text!r}")
                 self._user_text(ri.text, now)
             elif ri.activity_start is not None or ri.activity_end is not None:
-                if self.auto_vad:
-                    sim.model_rejections.append(
-                        f"connection {self.index}: activity signal with automatic activity detection on"
-                    )
-                    self._close_now(1007, "explicit activity control is not supported when "
-                                    "automatic activity detection is enabled")
-                    return []
                 if ri.activity_end is not None:
                     self._end_utterance(now, force=True)
                 else:
@@ -376,9 +369,12 @@ class SimSession(double.ScriptedSession):
                         f"function response {fid!r} sent to connection {self.index}, which never "
                         f"issued that call (it resumed from {self.resumed_from!r})",
                     )
-                    sim.model_rejections.append(f"connection {self.index}: function response for unknown id {fid}")
-                    self._close_now(1007, f"function response for unknown call id {fid}")
-                    return []
+                    return []  # the double closes the connection with 1007
+                if ("response", fid) in self.ctx:
+                    sim.violation(
+                        "response-twice",
+                        f"function response {fid!r} sent to connection {self.index} a second time",
+                    )
                 self.ctx.append(("response", fid))
                 self.pending.pop(fid, None)
             if self.call_turn and not self.pending:
@@ -403,13 +399,8 @@ class SimSession(double.ScriptedSession):
                                 f"{'' if first else ' after other input'}",
                             )
                         self.ctx.append(("history", text))
-                    elif text.startswith("q:") and content.role == "user":
-                        sim.log(f"model {self.index}: turn {text!r}")
-                        self.ctx.append(("user", text))
-                        user_turn = True
                     else:
-                        sim.log(f"model {self.index}: context {text[:120]!r}")
-                        self.ctx.append(("context", text))
+                        self._take_text(text)
                         user_turn = user_turn or content.role == "user"
                 elif part.function_response is not None:
                     fr = part.function_response
@@ -419,22 +410,21 @@ class SimSession(double.ScriptedSession):
                     user_turn = True
                 elif part.function_call is not None:
                     self.ctx.append(("context", f"{part.function_call.id} {part.function_call.name}"))
-        if cc.turn_complete:
-            if self.history_flag and not self.seed_complete:
-                self.seed_complete = True
-                last = (cc.turns or [None])[-1]
-                if last is not None and last.role == "user":
-                    self._owe(now)
-            elif user_turn or cc.turns:
-                self._owe(now)
-        elif self.history_flag and not self.seed_complete:
-            sim.log(f"model {self.index}: history seed without turn_complete: still waiting for it")
+        if cc.turn_complete and (user_turn or cc.turns):
+            self._owe(now)
+
+    def _take_text(self, text: str) -> None:
+        """A user text: typed turns (q:N, several when joined) and any context note."""
+        for q in _TYPED.findall(text):
+            self.sim.log(f"model {self.index}: turn {q!r}")
+            self.ctx.append(("user", q))
+        rest = _TYPED.sub("", text).strip()
+        if rest:
+            self.sim.log(f"model {self.index}: context {rest[:160]!r}")
+            self.ctx.append(("context", rest))
 
     def _user_text(self, text: str, now: float) -> None:
-        if text.startswith("q:"):
-            self.ctx.append(("user", text))
-        else:
-            self.ctx.append(("context", text))
+        self._take_text(text)
         self._owe(now)
 
     def _owe(self, now: float) -> None:
@@ -462,17 +452,18 @@ class SimSession(double.ScriptedSession):
         self.ended_at = self.sim.now()
 
     def _close_sender_first(self, code: int) -> None:
-        """The socket died: the next send fails at once, the receiver learns a little later."""
+        """The socket died and the sending side notices first."""
         self.sim.log(f"model {self.index}: socket dies {code} (sender first)")
-        self._script.clear()
-        self.server_close = double.Close(code, "" if code == 1006 else "Internal error")
+        self.drop(code, "" if code == 1006 else "Internal error", seen_by="sender")
+        self.dead = True
         self.ended_at = self.sim.now()
 
-        async def tell_receiver() -> None:
-            await anyio.sleep(self.sim.rng.uniform(0.0, 0.5))
-            self._wake()
-
-        self.sim.tg.start_soon(tell_receiver)
+    def _violation(self, reason: str) -> None:
+        # The double's own strictness: what the service rejects closes with 1007.
+        self.sim.model_rejections.append(f"connection {self.index}: {reason}")
+        self.sim.log(f"model {self.index}: rejects the input and closes 1007: {reason}")
+        self.ended_at = self.sim.now()
+        super()._violation(reason)
 
     def _fault(self, now: float) -> None:
         rng = self.sim.rng
@@ -539,11 +530,11 @@ class SimSession(double.ScriptedSession):
     async def _mind(self) -> None:
         sim = self.sim
         try:
-            while not self.closed:
+            while not (self.closed or self.dead):
                 self.wake = anyio.Event()
                 with anyio.move_on_after(self._next_wake(sim.now())):
                     await self.wake.wait()
-                if self.closed:
+                if self.closed or self.dead:
                     break
                 self._step(sim.now())
         finally:
@@ -561,7 +552,7 @@ class SimSession(double.ScriptedSession):
             return
         if now >= self.fault_at:
             self._fault(now)
-            if self.closed:
+            if self.closed or self.dead:
                 return
         if self.speaking_since is not None and self.auto_vad and now >= self.last_audio + 0.4:
             if rng.random() < 0.5:
@@ -1145,7 +1136,7 @@ class Simulation:
         """Where a lost item went: which connection got it, and whether a handle covered it."""
         got = [c.index for c in self.established if item in c.ctx]
         if not got:
-            ignored = [c.index for c in self.established if item in c.ignored]
+            ignored = [c.index for c in self.established if item in c.ignored_items]
             if ignored:
                 return (
                     f"connection(s) {ignored} did not process it: realtime input before the "
