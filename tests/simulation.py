@@ -181,6 +181,7 @@ class Generation:
     gen: int
     chunks_left: int
     next_at: float
+    answers: tuple[str, ...] = ()  # the typed turns this reply answers
 
 
 class SimSession(double.ScriptedSession):
@@ -617,6 +618,8 @@ class SimSession(double.ScriptedSession):
                 events.append(double.usage(prompt=10, response=20))
             events.append(double.turn_complete())
             self.completes[id(events[-1])] = gen.gen
+            for q in gen.answers:
+                sim.answered[q] = self.index
             sim.log(f"model {self.index}: g{gen.gen} complete")
             self.push(*events)
             self._maybe_handle(0.8)
@@ -627,7 +630,8 @@ class SimSession(double.ScriptedSession):
                 self._call_tools(now)
             else:
                 sim.gens += 1
-                self.gen = Generation(sim.gens, rng.randint(1, 8), now)
+                answers = tuple(q for kind, q in self.ctx if kind == "user" and q not in sim.answered)
+                self.gen = Generation(sim.gens, rng.randint(1, 8), now, answers)
                 self.turns += 1
                 sim.log(f"model {self.index}: starts reply g{sim.gens}")
             return
@@ -702,6 +706,7 @@ class Simulation:
         self.chaos = True
         self.handles: dict[str, tuple[tuple[str, str], ...]] = {}
         self.handle_delivered = False
+        self.answered: dict[str, int] = {}  # typed turn -> the connection that answered it in full
         self.delivered_handles: list[str] = []
         self.established: list[SimSession] = []
         self.connections: list[SimSession] = []
@@ -1134,7 +1139,18 @@ class Simulation:
 
     def _whereabouts(self, item: tuple[str, str]) -> str:
         """Where a lost item went: which connection got it, and whether a handle covered it."""
-        got = [c.index for c in self.established if item in c.ctx]
+        kind, key = item
+        got = [
+            c.index
+            for c in self.established
+            if item in c.ctx or (kind == "response" and any(key in t for k, t in c.ctx if k == "context"))
+        ]
+        answered = ""
+        if kind == "user":
+            who = self.answered.get(key)
+            answered = (
+                f"; connection {who} answered it in full" if who is not None else "; never answered"
+            )
         if not got:
             ignored = [c.index for c in self.established if item in c.ignored_items]
             if ignored:
@@ -1142,17 +1158,18 @@ class Simulation:
                     f"connection(s) {ignored} did not process it: realtime input before the "
                     "history seed's turn_complete, under the history flag"
                 )
-            return "no connection received it"
+            return "no connection received it" + answered
         covering = [h for h, snap in self.handles.items() if item in snap]
         delivered = [h for h in covering if h in self.delivered_handles]
         if delivered:
             return (
                 f"connection(s) {got} received it; handle(s) {delivered} covering it reached the "
-                "server, yet the session went on from an older state"
+                "server, yet the session went on from an older state" + answered
             )
         return (
             f"connection(s) {got} received it; no handle covering it reached the server "
             "(the model was not resumable since), and it was not sent again after the reconnect"
+            + answered
         )
 
     def _check_unexpected_end(self, end_reason: str | None) -> None:
