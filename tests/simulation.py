@@ -198,6 +198,7 @@ class SimSession(double.ScriptedSession):
         self.ignored_items: list[tuple[str, str]] = []
         self.dead = False  # the socket died (a close seen first by the sender): nothing more comes
         self.turns = 0
+        self.heard = 0  # input transcripts sent: after one, late audio of a cut reply no longer comes
         self.completes: dict[int, int] = {}  # id of a turn_complete message -> the reply it ends
         self.resumed_from: str | None = None
         self.history_flag = False
@@ -440,7 +441,9 @@ class SimSession(double.ScriptedSession):
         self.audio_in_utterance = 0
         if force or spoke:
             rng = self.sim.rng
-            if rng.random() < 0.7:
+            if spoke or rng.random() < 0.7:
+                # Transcription is on: what the user said is transcribed, before any answer.
+                self.heard += 1
                 self.push(double.input_transcript(f"u{self.index}.{spoke}", finished=True))
             if rng.random() < 0.85 or not self.sim.chaos:
                 self.ctx.append(("speech", str(spoke)))
@@ -557,6 +560,7 @@ class SimSession(double.ScriptedSession):
                 return
         if self.speaking_since is not None and self.auto_vad and now >= self.last_audio + 0.4:
             if rng.random() < 0.5:
+                self.heard += 1
                 self.push(double.input_transcript(f"u{self.index}.partial"))
             self._end_utterance(now, force=False)
         if self.gen is not None and self.interrupt_pending:
@@ -576,11 +580,11 @@ class SimSession(double.ScriptedSession):
                 # Audio of the cut reply already on its way, arriving a while later (never
                 # after a turn_complete, nor after the next reply began).
                 delay = rng.choice([0.2, 0.8, 2.0])
-                turns = self.turns
+                turns, heard = self.turns, self.heard
 
                 async def late() -> None:
                     await anyio.sleep(delay)
-                    if not self.closed and self.gen is None and self.turns == turns:
+                    if not self.closed and self.gen is None and (self.turns, self.heard) == (turns, heard):
                         sim.log(f"model {self.index}: late audio of g{gen}, {delay} s after the interruption")
                         self.push(double.audio(_tag_audio(gen, 200)))
 
