@@ -978,7 +978,7 @@ class Simulation:
         return rng.choice(
             [
                 lambda: "not json {",
-                lambda: "[" * rng.choice([100, 5000, 100000] if "deep_json" not in self.avoid else [100]),
+                lambda: "[" * rng.choice([100, 5000, 60000] if "deep_json" not in self.avoid else [100]),
                 lambda: '{"type": "nope"}',
                 lambda: '{"type": "text"}',
                 lambda: '"a string"',

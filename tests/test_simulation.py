@@ -36,6 +36,14 @@ def _report(outcomes: list[simulation.Outcome]) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open findings of the simulation (FINDINGS in the closing note of issue 10): a "
+    "go-away handover without a resumption handle opens a fresh connection; the final "
+    "transcript of a cut reply follows turn.interrupted; a typed turn that barges in counts "
+    "as answered; one slot for unanswered typed turns; context notes of tool results marked "
+    "covered before a handle holds them. Remove this mark when the run is clean.",
+)
 def test_seeded_sessions_keep_every_invariant():
     outcomes = simulation.run_many(range(SEEDS), jobs=JOBS)
     if not all(o.ok for o in outcomes):
