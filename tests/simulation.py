@@ -20,7 +20,35 @@ that replays it with its event trace:
 
 The model keeps a context per connection (what it received, inherited through
 the resumption handle it resumed from), which is what "the model knows" means
-below.
+below. It is as strict as the double (no resumable handle while a call is
+unanswered or a reply is owed or generated). The rules, by the name a violation
+carries:
+
+- `tool-result-unknown`: every call that ran (a server tool that returned, a
+  client result the server accepted, a client call that timed out) is, at the
+  orderly close, in the final connection's context (as a function response, or
+  named in a context note), or the client got an error naming it; calls the
+  model cancelled are exempt.
+- `response-to-stranger`, `response-twice`: a function response goes only to a
+  connection that issued the call, once.
+- `session-ended`: no recoverable fault ends a session. Allowed ends: the client
+  closed or vanished; a fatal refusal the model was told to make (1007, 1008,
+  quota); "cannot be resumed" when no resumable handle ever reached the server;
+  "gave up" when each of the last `reconnect_attempts` connects was refused or
+  lived less than `stable_after` (the policy's own budget).
+- `after-closed`: nothing reaches the client after `session.closed`.
+- `after-turn-end`: no audio, transcript or text of a reply after the
+  `turn.complete` or `turn.interrupted` that ended it (replies are tagged).
+- `audio-lost`: a reply that completed and was never cut, with no interruption or
+  reconnect while it played, reaches the client whole.
+- `typed-turn`: every typed turn is in the final connection's context exactly once.
+- `history-resent`, `history-flag-on-resume`, `history-flag-without-history`,
+  `fresh-reconnect`: history only on the first connection, the history flag only
+  there and only with history, and never a fresh connection once the session started.
+- `no-end`, `connection-left-open`, `no-session-closed`, `server-error-logged`,
+  `queue-bound`: the session's `run()` returns within 30 s of the client leaving,
+  every model connection is closed, the client is told, nothing is logged as an
+  error, and the session's queues stay within their bounds (sampled).
 """
 
 from __future__ import annotations
