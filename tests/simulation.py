@@ -46,7 +46,8 @@ carries:
   `fresh-reconnect`: history only on the first connection, the history flag only
   there and only with history, and never a fresh connection once the session started.
 - `no-end`, `connection-left-open`, `no-session-closed`, `server-error-logged`,
-  `queue-bound`: the session's `run()` returns within 30 s of the client leaving,
+  `queue-bound`: the session's `run()` returns within 30 s of the client leaving (plus the
+  reattach grace after a vanished client),
   every model connection is closed, the client is told, nothing is logged as an
   error, and the session's queues stay within their bounds (sampled).
 """
@@ -99,7 +100,8 @@ CONFIG = ServerConfig(
 TOOL_TIMEOUT = 5.0
 CLIENT_TOOL_TIMEOUT = 8.0
 CALM_SECONDS = 90.0
-CLOSE_WITHIN = 30.0
+# A client that vanished may come back within the reattach grace: the session waits for it.
+CLOSE_WITHIN = 30.0 + getattr(CONFIG, "reattach_grace", 0.0)
 # session.start may declare turn-taking (manual activity signals) where the server supports it.
 TURN_TAKING = "turn_taking" in {f.name for f in dataclasses.fields(SessionStart)}
 # Error codes a client gets for its own bad tool results: not a report of a lost result.
