@@ -18,6 +18,8 @@ __all__ = ["AudioPacer", "ClientOutbox", "OutboxOverflow", "UpstreamQueue"]
 
 T = TypeVar("T")
 BYTES_PER_SECOND_OUT = 24_000 * 2  # PCM16 mono at 24 kHz
+# Events that belong to the reply being spoken (as `live.protocol.encode` writes them).
+_REPLY_EVENTS = ('{"type":"transcript.output"', '{"type":"text"')
 
 
 _CONTROL, _AUDIO, _IMAGE = 0, 1, 2
@@ -290,11 +292,17 @@ class ClientOutbox:
         return self._pacer.ahead(self._clock())
 
     def flush_audio(self) -> int:
-        """Drop all queued audio (the user barged in); returns the bytes dropped."""
+        """Drop all queued reply audio, and the reply's transcript and text events
+        still waiting with it (the user barged in); returns the bytes dropped.
+
+        Nothing of the cut reply may follow `turn.interrupted`."""
         dropped = self._audio_bytes
-        if dropped:
-            kept = collections.deque(f for f in self._frames if isinstance(f, str))
+        if dropped or any(isinstance(f, str) and f.startswith(_REPLY_EVENTS) for f in self._frames):
+            kept = collections.deque(
+                f for f in self._frames if isinstance(f, str) and not f.startswith(_REPLY_EVENTS)
+            )
             self.flushed_frames += len(self._frames) - len(kept)
+            self._events = sum(1 for f in kept if isinstance(f, str))
             self._frames = kept
             self._audio_bytes = 0
             self.flushed_bytes += dropped

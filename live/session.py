@@ -310,8 +310,13 @@ class SessionCore:
         self.epoch = 0
         self.user_speaking = False
         self._hearing_user = False  # input transcription fragments not yet finalized
-        self._owed_turn: types.Content | None = None  # sent, and no handle holds it yet
-        self._owed_answered = False  # its reply was completed
+        # Typed turns sent that no handle holds yet and the model has not answered.
+        self._owed: list[types.Content] = []
+        self._answerable = 0  # how many of them the reply in progress answers
+        # Context notes on their way, by id: the calls each tells of.
+        # Contents on their way that tell of calls, by id: those calls, and the
+        # typed turns joined to them (owed once sent).
+        self._notes: dict[int, tuple[list[str], list[types.Content]]] = {}
         self._replay: list[types.Content] = []
         self.max_image_bytes = max_image_bytes
         self.max_image_rate = max_image_rate
@@ -494,21 +499,24 @@ class SessionCore:
     def model_response(self, response: LlmResponse, now: float) -> list[Action]:
         """Map one model response to actions, looking at every field."""
         actions: list[Action] = []
+        if response.interrupted:
+            # First: audio bundled with the interruption belongs to the old reply,
+            # and so does audio until that turn ends (see the module docstring).
+            self.turn = TurnState.INTERRUPTED
+            actions.append(FlushAudio())
+            actions.append(SendEvent(TurnInterrupted()))
+            # The cut reply's final transcript would follow turn.interrupted:
+            # the client has its fragments (and, from the server, what was heard).
+            if response.output_transcription is not None and response.output_transcription.finished:
+                response = dataclasses.replace(response, output_transcription=None)
         if (
             response.content is not None
             or response.output_transcription is not None
             or response.turn_complete
-            or response.interrupted
             or response.generation_complete
         ):
             self.awaiting_reply_since = None  # the model is answering
-        if response.interrupted:
-            # First: audio bundled with the interruption belongs to the old reply.
-            self.turn = TurnState.INTERRUPTED
-            self._owed_answered = True  # the user cut the reply short: not to be replayed
-            actions.append(FlushAudio())
-            actions.append(SendEvent(TurnInterrupted()))
-        elif self.turn is TurnState.INTERRUPTED and (
+        if not response.interrupted and self.turn is TurnState.INTERRUPTED and (
             response.voice_activity is not None
             or (response.input_transcription is not None and response.input_transcription.text)
         ):
@@ -521,7 +529,7 @@ class SessionCore:
             for part in content.parts:
                 self._map_part(part, response.partial, actions)
         if response.output_transcription is not None and self.turn is TurnState.LISTENING:
-            self.turn = TurnState.RESPONDING  # a reply has begun, audio or not
+            self._responding()  # a reply has begun, audio or not
 
         if response.grounding_metadata is not None:
             actions.append(
@@ -549,7 +557,9 @@ class SessionCore:
         if response.generation_complete:
             actions.append(SendEvent(GenerationComplete()))
         if response.turn_complete:
-            self._owed_answered = True
+            if self.turn is TurnState.RESPONDING:
+                del self._owed[: self._answerable]  # answered: the turns sent before the reply
+            self._answerable = 0
             self.turn = TurnState.LISTENING
             reason = response.turn_complete_reason
             actions.append(SendEvent(TurnComplete(reason.value if reason else None)))
@@ -574,7 +584,8 @@ class SessionCore:
     def _handle_issued(self, handle: str) -> None:
         """A resumable handle: the state behind it holds everything sent so far."""
         self.resumption_handle = handle
-        self._owed_turn = None
+        self._owed.clear()
+        self._answerable = 0
         for call in self.tools.values():
             if call.sent_epoch == self.epoch or call.state is ToolState.CANCELLED:
                 call.covered = True
@@ -587,7 +598,8 @@ class SessionCore:
                 if self.turn is TurnState.INTERRUPTED:
                     self.late_audio_dropped += 1
                     return
-                self.turn = TurnState.RESPONDING
+                if self.turn is not TurnState.RESPONDING:
+                    self._responding()
                 actions.append(SendAudio(blob.data))
             elif self.turn is not TurnState.INTERRUPTED:
                 data = base64.b64encode(blob.data).decode("ascii")
@@ -610,8 +622,13 @@ class SessionCore:
             return
         if part.text and not part.thought:
             if self.turn is TurnState.LISTENING:
-                self.turn = TurnState.RESPONDING
+                self._responding()
             actions.append(SendEvent(TextEvent(part.text, partial)))
+
+    def _responding(self) -> None:
+        """A reply begins: it can answer the typed turns sent before it, not later ones."""
+        self.turn = TurnState.RESPONDING
+        self._answerable = len(self._owed)
 
     def _tool_call(self, call: types.FunctionCall) -> list[Action]:
         # A new call means a new generation: nothing late can follow the interrupted one.
@@ -692,13 +709,13 @@ class SessionCore:
             return content
         own: list[types.Part] = []
         foreign: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        told: list[str] = []
         for part in parts:
             fr = part.function_response
             call = self.tools.get(fr.id or "") if fr is not None else None
             if fr is not None and call is not None and call.epoch != self.epoch:
                 foreign.append((call.name, call.args, dict(fr.response or {})))
-                call.covered = True  # told to this connection; a handle will hold it
-                call.sent_epoch = None
+                told.append(fr.id or "")
             else:
                 own.append(part)
         if not foreign:
@@ -707,7 +724,9 @@ class SessionCore:
             # Both in one content cannot happen (calls answered together were
             # issued together); keep the own responses rather than mix kinds.
             return content.model_copy(update={"parts": own})
-        return tool_context_content(foreign)
+        note = tool_context_content(foreign)
+        self._notes[id(note)] = (told, [])
+        return note
 
     def content_sent(self, content: types.Content, now: float | None = None) -> None:
         """A content reached the model's connection.
@@ -719,6 +738,18 @@ class SessionCore:
         parts = content.parts or []
         if not parts:
             return
+        note = self._notes.pop(id(content), None)
+        if note is not None:
+            # A context note: its calls are now told to this connection, until a
+            # handle holds them; typed turns joined to it are owed an answer.
+            told, typed = note
+            for call_id in told:
+                call = self.tools.get(call_id)
+                if call is not None:
+                    call.sent_epoch = self.epoch
+                    call.covered = False
+            self._owed.extend(typed)
+            return
         if parts[0].function_response is not None:
             for part in parts:
                 fr = part.function_response
@@ -728,8 +759,7 @@ class SessionCore:
                     call.covered = False
             return
         if content.role == "user" and parts[0].text is not None:
-            self._owed_turn = content
-            self._owed_answered = False
+            self._owed.append(content)
 
     def connection_lost(self) -> list[Action]:
         """The model connection is going away; a new one (resumed) will follow.
@@ -746,23 +776,30 @@ class SessionCore:
         self.user_speaking = False
         self._hearing_user = False
         self.epoch += 1
-        uncovered = [
-            (c.name, c.args, c.response or {})
-            for c in self.tools.values()
+        told = [
+            call_id
+            for call_id, c in self.tools.items()
             if c.sent_epoch is not None and not c.covered and c.response is not None
         ]
-        for call in self.tools.values():
-            if call.sent_epoch is not None and not call.covered:
-                call.sent_epoch = None
-                call.covered = True
+        for call_id in told:
+            # To be told again; tracked until a handle holds what the new connection took.
+            self.tools[call_id].sent_epoch = None
         replay: list[types.Content] = []
-        if uncovered:
-            replay.append(tool_context_content(uncovered))
-        if self._owed_turn is not None and not self._owed_answered:
-            replay.append(self._owed_turn)
-        self._owed_turn = None
+        if told:
+            replay.append(
+                tool_context_content(
+                    [(self.tools[i].name, self.tools[i].args, self.tools[i].response or {}) for i in told]
+                )
+            )
+        typed = self._owed
+        replay.extend(typed)
+        self._owed = []
+        self._answerable = 0
+        self._notes.clear()
         if replay:
-            self._replay = [_joined_turn(replay)]
+            joined = _joined_turn(replay)
+            self._notes[id(joined)] = (told, typed)
+            self._replay = [joined]
         return actions
 
     def connection_resumed(self, now: float) -> list[Action]:
@@ -800,9 +837,7 @@ class SessionCore:
                         "response": call.response,
                     }
                 )
-        owed = None
-        if self._owed_turn is not None and not self._owed_answered:
-            owed = "".join(p.text or "" for p in self._owed_turn.parts or [])
+        owed = "\n".join(p.text or "" for c in self._owed for p in c.parts or []) or None
         return {"handle": self.resumption_handle, "tools": tools, "owed": owed}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -835,8 +870,7 @@ class SessionCore:
             )
         owed = snapshot.get("owed")
         if owed:
-            self._owed_turn = types.Content(role="user", parts=[types.Part(text=str(owed))])
-            self._owed_answered = False
+            self._owed = [types.Content(role="user", parts=[types.Part(text=str(owed))])]
 
     @property
     def at_safe_point(self) -> bool:
@@ -879,9 +913,9 @@ class SessionCore:
 
 
 def _joined_turn(contents: list[types.Content]) -> types.Content:
-    """Several user texts as one turn, so the model answers them once."""
-    parts = [part for content in contents for part in (content.parts or [])]
-    return types.Content(role="user", parts=parts)
+    """Several user texts as one turn, a paragraph each, so the model answers them once."""
+    texts = ["".join(part.text or "" for part in content.parts or []) for content in contents]
+    return types.Content(role="user", parts=[types.Part(text="\n\n".join(t for t in texts if t))])
 
 
 @dataclasses.dataclass

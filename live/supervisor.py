@@ -19,7 +19,10 @@ The rules, each with its reason:
   resets after a stable period, so a model that keeps closing cannot make the
   session spin and a long conversation is not failed by drops hours apart.
 - Without a resumption handle there is nothing to resume: the session ends.
-- After a go-away the session moves to a new connection at the first safe point
+- After a go-away the session moves to a new connection (only with a handle to
+  resume from: without one a new connection would not know the conversation, so
+  the session waits for a handle, and ends when the old connection closes)
+  at the first safe point
   (no reply owed or being generated, no call unanswered, the user not mid-sentence)
   or `handover_margin` seconds before the deadline, whichever comes first.
 - A model that owes a reply (to a user turn or a tool result) for `stall_timeout`
@@ -122,8 +125,10 @@ class Supervisor:
         if outcome is not None:
             announced = outcome == CLOSED and go_away_at is not None
             return self._after_end(now, outcome, announced=announced, has_handle=has_handle)
-        if go_away_at is not None and (
-            safe_point or now >= go_away_at - self.handover_margin
+        if (
+            go_away_at is not None
+            and has_handle
+            and (safe_point or now >= go_away_at - self.handover_margin)
         ):
             return HandOver()
         if awaiting_reply_since is not None and now - awaiting_reply_since > self.stall_timeout:
@@ -132,7 +137,7 @@ class Supervisor:
                 "resuming the session on a new connection"
             )
         deadlines = []
-        if go_away_at is not None:
+        if go_away_at is not None and has_handle:
             deadlines.append(go_away_at - self.handover_margin)
         if awaiting_reply_since is not None:
             deadlines.append(awaiting_reply_since + self.stall_timeout + 0.01)

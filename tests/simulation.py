@@ -38,10 +38,13 @@ carries:
   lived less than `stable_after` (the policy's own budget).
 - `after-closed`: nothing reaches the client after `session.closed`.
 - `after-turn-end`: no audio, transcript or text of a reply after the
-  `turn.complete` or `turn.interrupted` that ended it (replies are tagged).
+  `turn.complete` or `turn.interrupted` that ended it (replies are tagged), but
+  the one `transcript.output` with `heard: true` that says what the user heard.
 - `audio-lost`: a reply that completed and was never cut, with no interruption or
   reconnect while it played, reaches the client whole.
-- `typed-turn`: every typed turn is in the final connection's context exactly once.
+- `typed-turn`: every typed turn is in the final connection's context exactly once,
+  except one answered in full whose connection died before any handle held it
+  (not sent again, so the user does not hear the answer twice).
 - `history-resent`, `history-flag-on-resume`, `history-flag-without-history`,
   `fresh-reconnect`: history only on the first connection, the history flag only
   there and only with history, and never a fresh connection once the session started.
@@ -601,9 +604,10 @@ class SimSession(double.ScriptedSession):
             events: list[Any] = [double.interrupted()]
             for k in range(rng.choice([0, 0, 1, 2])):
                 events.append(double.audio(_tag_audio(gen, 100 + k)))
-            closed = rng.random() < 0.6
-            if closed:
-                events.append(double.turn_complete())
+            # The service closes an interrupted turn with its own turnComplete (as
+            # Gemini does); audio of the cut reply still in flight comes before it.
+            closed = True
+            events.append(double.turn_complete())
             sim.log(f"model {self.index}: interrupted g{gen} ({len(events) - 1} late)")
             self.push(*events)
             if not closed and rng.random() < 0.3:
@@ -818,7 +822,9 @@ class Simulation:
         kind = event.get("type")
         self.events.append((self.now(), event))
         self.log(f"client <- {frame[:160]}")
-        if kind in ("transcript.output", "text"):
+        if kind == "transcript.output" and event.get("heard"):
+            pass  # what the user heard of a cut reply: sent after turn.interrupted by design
+        elif kind in ("transcript.output", "text"):
             final = " (final)" if event.get("final") else ""
             self._output(_gen_of_text(event.get("text", "")), kind + final)
         elif kind in ("turn.complete", "turn.interrupted"):
@@ -1135,6 +1141,11 @@ class Simulation:
         ctx = final.ctx
         for q in self.typed:
             count = sum(1 for item in ctx if item == ("user", q))
+            if count == 0 and q in self.answered:
+                # Answered in full, then its connection died before a handle held it:
+                # not sent again, so the user does not hear the answer twice (a
+                # documented limit of resumption).
+                continue
             if count != 1:
                 self.violation(
                     "typed-turn",

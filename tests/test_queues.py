@@ -83,12 +83,14 @@ def test_the_pacer_keeps_the_client_at_most_lead_ahead_of_real_time():
 async def test_the_outbox_keeps_events_behind_their_audio_but_interruptions_jump_ahead():
     outbox = ClientOutbox(lead=None)
     await outbox.put_audio(b"\x01\x00" * 10)
-    outbox.put_event('{"type":"transcript.output"}')
+    outbox.put_event('{"type":"transcript.output","text":"cut"}')
+    outbox.put_event('{"type":"usage"}')
     await outbox.put_audio(b"\x02\x00" * 10)
     assert await outbox.get() == b"\x01\x00" * 10
     outbox.put_urgent('{"type":"turn.interrupted"}')
     assert await outbox.get() == '{"type":"turn.interrupted"}'
-    assert await outbox.get() == '{"type":"transcript.output"}'  # the event survives
+    # Nothing of the cut reply follows turn.interrupted; other events survive.
+    assert await outbox.get() == '{"type":"usage"}'
     assert outbox.flushed_bytes == 20  # the audio still waiting was dropped
     with anyio.move_on_after(0.05) as empty:
         await outbox.get()
