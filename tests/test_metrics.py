@@ -285,5 +285,9 @@ async def test_with_two_workers_the_figures_add_up():
         assert len(started) == sessions and set(started) == {"0", "1"}  # both processes served
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            proc.terminate()  # the first process stops the worker it started
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
