@@ -598,6 +598,8 @@ def _describe(e: dict[str, Any], t: float, calls: dict[str, float]) -> str | Non
         mtype = msg.get("type")
         if mtype == "text":
             return prefix + f"user    typed: {msg.get('text')!r}"
+        if mtype == "image":
+            return prefix + f"user    showed an image: {msg.get('mime_type')}, {msg.get('data')}"
         if mtype == "tool.result":
             return prefix + f"client  tool result {msg.get('name')} ({msg.get('id')}): {json.dumps(msg.get('response'))}"
         return prefix + f"client  {mtype}"

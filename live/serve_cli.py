@@ -31,7 +31,7 @@ from live.registry import LlmRegistry, default_registry
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.server import LiveServer, ServerConfig, tls_context, tune_gc_for_serving
-from live.store import StoreUnavailable, open_store
+from live.store import StoreError, open_store
 
 DEFAULT_MODEL = "local/echo"
 DEFAULT_INSTRUCTION = "You are a friendly voice assistant. Keep your answers short and clear."
@@ -368,7 +368,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     tune_gc_for_serving()
     try:
         anyio.run(_serve, server, args, argv)
-    except StoreUnavailable as exc:
+    except StoreError as exc:  # Redis unreachable, or not a Redis URL
         print(f"live serve: {exc}", file=sys.stderr)
         return 1
     except (OSError, BaseExceptionGroup) as exc:

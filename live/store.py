@@ -443,8 +443,8 @@ class RedisStore(SessionStore):
                 health_check_interval=30,
                 decode_responses=True,
             )
-        except ValueError as exc:
-            raise StoreError(f"not a Redis URL (redis://, rediss:// or unix://): {shown} ({exc})") from None
+        except ValueError:  # its text may quote the URL, password and all
+            raise StoreError(f"not a Redis URL (redis://, rediss:// or unix://): {shown}") from None
         store = cls(client, url=url, prefix=prefix)
         try:
             await store._call(client.ping)

@@ -261,14 +261,19 @@ async def test_with_two_workers_the_figures_add_up():
         async with anyio.create_task_group() as tg:
             for _ in range(sessions):
                 tg.start_soon(converse)
-        # Any process answers, and each answer holds every process's figures.
+        # Any process answers, and each answer holds every process's figures. A
+        # session is counted once its socket is closed, a moment after the client
+        # read session.closed: wait for every end to be counted (or fail on time).
         for _ in range(4):
-            with anyio.fail_after(5):
+            with anyio.fail_after(10):
                 while True:
                     m = await ascrape(metrics_port)
-                    if value(m, "live_sessions_active") == 0:
+                    ended = sum(v for (name, _), v in m.items() if name == "live_sessions_total")
+                    if ended >= sessions and value(m, "live_sessions_active") == 0:
                         break
                     await anyio.sleep(0.05)
+            reasons = {dict(labels)["end_reason"]: v for (name, labels), v in m.items() if name == "live_sessions_total"}
+            assert reasons == {"client_closed": sessions}
             assert value(m, "live_sessions_total", model="local/echo", agent="assistant", end_reason="client_closed") == sessions
             assert value(m, "live_client_frames_total", direction="in") == sessions * 6
             assert value(m, "live_errors_total", code="unknown_type") == sessions
@@ -280,5 +285,9 @@ async def test_with_two_workers_the_figures_add_up():
         assert len(started) == sessions and set(started) == {"0", "1"}  # both processes served
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            proc.terminate()  # the first process stops the worker it started
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

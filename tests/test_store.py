@@ -356,3 +356,16 @@ def test_serve_takes_the_redis_url_from_the_environment_or_the_flag(monkeypatch:
     assert "pw@" not in build_parser().format_help(), "the environment's URL is not shown in --help"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--max-sessions-global", "0"])
+
+
+def test_serve_with_a_url_that_is_not_redis_is_a_one_line_error() -> None:
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--redis", "http://admin:hunter2@cache.internal:6379/"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "live serve: not a Redis URL (redis://, rediss:// or unix://): http://admin:***@cache.internal:6379/"
+    )

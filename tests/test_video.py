@@ -205,3 +205,24 @@ async def test_local_voice_accepts_images_and_ignores_them():
         events = await collect(client, lambda e: isinstance(e, p.TurnComplete), timeout=30)
     assert not [e for e in events if isinstance(e, p.ErrorEvent)]
     assert [e for e in events if isinstance(e, p.TranscriptInput) and e.final]  # it still listens
+
+
+async def test_a_record_keeps_the_size_of_each_image_not_the_picture(live_emulator: Emulator, tmp_path):
+    from live.record import Recorder, load, timeline
+
+    picture = jpeg(320, 180, (50, 60, 70))
+    encoded = base64.b64encode(picture).decode()
+    agent = Agent(name="eyes", model=MODEL)
+    async with running(agent, gemini_for(live_emulator), recorder=Recorder(tmp_path)) as (_, url):
+        async with LiveClient.connect(url) as client:
+            await client.send_image(picture, "image/jpeg")
+            await client.send_text("hello")
+            await collect(client, lambda e: isinstance(e, p.TurnComplete), timeout=10)
+    [folder] = list(tmp_path.iterdir())
+    record = load(folder)
+    [shown] = [e["event"] for e in record.of("client") if e["event"]["type"] == "image"]
+    assert shown == {"type": "image", "mime_type": "image/jpeg", "data": f"<{len(encoded)} base64 characters>"}
+    [sent] = [e for e in record.of("model.send") if e.get("mime_type") == "image/jpeg"]
+    assert sent["blob"] == len(picture)
+    assert encoded[:100] not in (folder / "events.jsonl").read_text()
+    assert any("showed an image: image/jpeg" in line for line in timeline(record))
