@@ -123,6 +123,7 @@ CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
+_WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 CLOSE_SERVICE_RESTART = 1012
 CLOSE_TRY_LATER = 1013
 
@@ -1259,7 +1260,11 @@ class LiveServer:
     @functools.cached_property
     def host_policy(self) -> HostPolicy:
         config = self.config
-        return HostPolicy.for_bind(config.host, config.allowed_hosts, config.allowed_origins)
+        hosts = tuple(config.allowed_hosts)
+        if self.fleet is not None and config.host in _WILDCARD_HOSTS:
+            # Other servers of the fleet relay sockets here by the name it announces.
+            hosts += (socket.getfqdn(),)
+        return HostPolicy.for_bind(config.host, hosts, config.allowed_origins)
 
     def _refuse(
         self, connection: ServerConnection, status: http.HTTPStatus, why: str, body: str
@@ -1557,7 +1562,7 @@ class LiveServer:
     def advertised_url(self) -> str:
         """The WebSocket URL other servers of a fleet reach this one at."""
         host = self.config.host
-        if host in ("0.0.0.0", "::", ""):
+        if host in _WILDCARD_HOSTS:
             host = socket.getfqdn()
         shown = f"[{host}]" if ":" in host else host
         scheme = "wss" if self.config.certfile else "ws"
