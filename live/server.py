@@ -124,6 +124,7 @@ CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL = 1011
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+CONTROL_SEND_TIMEOUT = 10.0  # seconds a typed turn or tool result may take to reach the model
 CLOSE_SERVICE_RESTART = 1012
 CLOSE_TRY_LATER = 1013
 
@@ -279,6 +280,9 @@ class _Link:
         self.outcome: Outcome | None = None
         # Retired from the conversation: what it still receives is discarded.
         self.muted = False
+        # Set once the client was told of this connection (session.started or
+        # session.resumed): its responses wait until then.
+        self.ready = anyio.Event()
         self._scope = scope
         self._poke = poke
 
@@ -548,6 +552,7 @@ class ClientSession:
                     max_image_rate=self.config.max_image_rate,
                 )
             )
+            link.ready.set()
             if fleet is not None:
                 await fleet.started(self.id, self.durable_state())
         else:
@@ -688,6 +693,7 @@ class ClientSession:
         self.obs.resumed()
         if announce:
             self._event(SessionResumed())
+        link.ready.set()
         await self._apply(core.connection_resumed(self.clock()))
         log.info("session %s resumed (connection %d)", self.id, self.reconnects + 1)
         return link
@@ -1039,8 +1045,17 @@ class ClientSession:
                         elif isinstance(items[0], types.Content):
                             # Tool results and turns go whole or not at all.
                             content = core.for_connection(items[0])
-                            with anyio.CancelScope(shield=True):
+                            # Whole or not at all, but not forever: a model that never
+                            # takes it is a dead connection (and must not hold a
+                            # session's end or a server's stop).
+                            with anyio.CancelScope(
+                                shield=True, deadline=anyio.current_time() + CONTROL_SEND_TIMEOUT
+                            ) as sending:
                                 await conn.send_content(content)
+                            if sending.cancelled_caught:
+                                raise RecoverableConnectionError(
+                                    f"the model did not take a message within {CONTROL_SEND_TIMEOUT:g} s"
+                                )
                             core.content_sent(content)
                         else:
                             await send_realtime(items[0])
@@ -1060,6 +1075,7 @@ class ClientSession:
         core = self.core
         assert core is not None
         try:
+            await link.ready.wait()  # the client hears of the connection before anything from it
             async for response in link.conn.receive():
                 if link.muted:
                     continue  # retired: nothing of it reaches the conversation
