@@ -795,7 +795,8 @@ class SessionCore:
         replay.extend(typed)
         self._owed = []
         self._answerable = 0
-        self._notes.clear()
+        # Notes still waiting in the upstream queue keep their entries: they go to
+        # the next connection, and their calls are tracked once they are sent.
         if replay:
             joined = _joined_turn(replay)
             self._notes[id(joined)] = (told, typed)

@@ -36,13 +36,6 @@ def _report(outcomes: list[simulation.Outcome]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="one open finding, in about 1 seed in 600: a tool result told to a resumed "
-    "connection as context can still be missing from the final model's context after "
-    "several drops in a row before any handle (replay: python -m tests.simulation --seed 409 -v). "
-    "Remove this mark when the run is clean.",
-)
 def test_seeded_sessions_keep_every_invariant():
     outcomes = simulation.run_many(range(SEEDS), jobs=JOBS)
     if not all(o.ok for o in outcomes):
