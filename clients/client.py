@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+import anyio
 from google.genai import types
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -136,12 +137,16 @@ class LiveClient:
         origin: str | None = None,
         open_timeout: float = 10.0,
         reattach_for: float = 30.0,
+        start_timeout: float = 15.0,
     ) -> AsyncIterator[LiveClient]:
         """Open the socket, start the session, and close both when done.
 
         `turn_taking="manual"` means this client marks the user's turns itself
         with `activity_start()` / `activity_end()`; with "auto" the model's voice
-        detection decides. `reattach_for=0` turns reattaching off.
+        detection decides. `reattach_for=0` turns reattaching off. `open_timeout`
+        bounds the WebSocket handshake, `start_timeout` the wait for
+        `session.started` after it (a stuck server raises `SessionRefused` with
+        the code "timeout").
         """
         ws = await cls._open(url, origin, open_timeout)
         try:
@@ -156,7 +161,13 @@ class LiveClient:
                         )
                     )
                 )
-            started = await cls._await_started(ws)
+            started = None
+            with anyio.move_on_after(start_timeout):
+                started = await cls._await_started(ws)
+            if started is None:
+                raise SessionRefused(
+                    "timeout", f"the server did not start a session within {start_timeout:g} s"
+                )
         except BaseException:
             await ws.close()
             raise
@@ -179,7 +190,7 @@ class LiveClient:
         )
 
     @staticmethod
-    async def _await_started(ws: ClientConnection) -> SessionStarted:
+    async def _await_started(ws: ClientConnection) -> SessionStarted | None:
         error: ErrorEvent | None = None
         try:
             async for frame in ws:

@@ -722,6 +722,8 @@ def _explain(exc: BaseException, url: str) -> str | None:
     if isinstance(exc, SessionRefused):
         if exc.code == "closed":
             return f"the server at {url} closed the connection before the session started"
+        if exc.code == "timeout":
+            return f"the server at {url} accepted the connection but did not start a session ({exc.message})"
         return f"the server refused the session: {exc.code}: {exc.message}"
     if isinstance(exc, ConnectionLost):
         return f"the connection to {url} was lost"

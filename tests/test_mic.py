@@ -31,6 +31,7 @@ from websockets.asyncio.server import serve as ws_serve
 
 from audio_fixtures import silence, speak, wav_bytes
 from clients import mic
+from clients.client import LiveClient, SessionRefused
 from clients.mic import ConversationView, FrameQueue, JitterBuffer, MicGate
 from live import protocol as p
 from live.agent import Agent
@@ -377,6 +378,23 @@ async def test_no_server_is_one_line(capsys):
     [line] = capsys.readouterr().err.splitlines()
     assert rc == 1
     assert line.startswith(f"live mic: cannot connect to ws://127.0.0.1:{port}/live: ")
+
+
+@pytest.mark.anyio
+async def test_a_server_that_never_starts_the_session_is_given_up_on():
+    async def silent(ws) -> None:
+        async for _ in ws:  # reads session.start, never answers, until the client leaves
+            pass
+
+    async with ws_serve(silent, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{next(iter(server.sockets)).getsockname()[1]}/live"
+        t0 = time.monotonic()
+        with anyio.fail_after(5), pytest.raises(SessionRefused) as refused:
+            async with LiveClient.connect(url, start_timeout=0.5):
+                pass
+    assert refused.value.code == "timeout"
+    assert 0.45 <= time.monotonic() - t0 < 3
+    assert mic._explain(refused.value, url).startswith(f"the server at {url} accepted the connection")
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from connections import double
 from live.agent import Agent
 from live.auth import mint_token
 from serving import running
-from test_browser import chromium_page, scripted, speech_wav, wait_until
+from browsers import chromium_page, scripted, speech_wav, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -127,7 +127,10 @@ async def test_a_browser_talks_over_https_with_a_token_from_the_apps_backend(ca,
             await page.goto(f"{origin}/?token_url=/app/live-token")
             assert await page.evaluate("window.isSecureContext")
             await page.click("#talk")
-            await page.wait_for_function("window.live && window.live.state.microphone", timeout=5000)
+            await page.wait_for_function(
+                "window.live && window.live.state.microphone && window.live.state.connection === 'open'",
+                timeout=5000,
+            )
             record = llm.sessions[0]
 
             async def heard_speech():

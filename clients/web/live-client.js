@@ -3,8 +3,8 @@
 //   import { LiveClient } from "/client/live-client.js";
 //   const live = new LiveClient({ tools: { get_time: () => ({ now: Date.now() }) } });
 //   live.addEventListener("transcript.output", (e) => show(e.detail.text));
+//   await live.startMicrophone();    // from a click: asks for the microphone first
 //   await live.connect();            // same-origin ws(s)://HOST/live by default
-//   await live.startMicrophone();    // call from a click: browsers unlock audio on a gesture
 //   await live.startCamera();        // or startScreen(): about a JPEG a second; stopVideo()
 //
 // No dependencies. The microphone is captured by an AudioWorklet at 16 kHz and
@@ -12,13 +12,23 @@
 // second AudioWorklet with a 100 ms prebuffer, flushed at once on
 // `turn.interrupted`. Every server event is re-dispatched as a CustomEvent of
 // the same type with the message as `detail`; "state" reports the connection,
-// the microphone and whether the agent is audible. The Gemini key never reaches
-// the page: the server holds it.
+// the microphone, whether the agent is audible and whether the microphone is
+// gated. The Gemini key never reaches the page: the server holds it.
+//
+// Echo: by default (`halfDuplex: true`, as `live mic`) nothing is sent while
+// the agent's reply plays and for `gateTailMs` after, because the browser's
+// echo canceller has not covered Web Audio output on every platform; with
+// headphones, `setHalfDuplex(false)` keeps the microphone open for barge-in.
+//
+// Browsers give microphones and audio worklets only to secure contexts
+// (https:// pages, or http://localhost): elsewhere `connect()` and
+// `startMicrophone()` fail at once with the code `insecure_context`.
 
 import { VideoCapture } from "./video-capture.js";
 
 const INPUT_RATE = 16000;
 const OUTPUT_RATE = 24000;
+const PENDING_PLAYBACK_LIMIT = 250; // chunks held while the playback worklet loads (~10 s)
 
 const SERVER_EVENTS = [
   "session.started", "transcript.input", "transcript.output", "text", "tool.call",
@@ -43,6 +53,39 @@ export class LiveError extends Error {
   }
 }
 
+/** Why this page cannot use the microphone or play audio, or null when it can. */
+export function insecureContextMessage() {
+  if (globalThis.isSecureContext !== false) return null;
+  return (
+    `this page (${location.origin}) is not a secure context, so the browser gives it no ` +
+    "microphone and no audio worklets. Open it over https:// (start the server with " +
+    "--certfile and --keyfile) or from http://localhost on the server's own machine."
+  );
+}
+
+function microphoneError(error) {
+  const name = (error && error.name) || "Error";
+  if (name === "NotAllowedError" || name === "SecurityError") {
+    return new LiveError(
+      "microphone_denied",
+      "the microphone is blocked for this page. Allow it from the icon at the left of the " +
+      "address bar (site settings → microphone), then press Start talking again.",
+      false,
+    );
+  }
+  if (name === "NotFoundError" || name === "OverconstrainedError") {
+    return new LiveError("microphone_unavailable", "no microphone was found: plug one in and try again", false);
+  }
+  if (name === "NotReadableError" || name === "AbortError") {
+    return new LiveError(
+      "microphone_unavailable",
+      "the microphone is in use by another program or could not be started: close the other program and try again",
+      false,
+    );
+  }
+  return new LiveError("microphone_unavailable", `the microphone could not be used (${name}: ${error && error.message})`, false);
+}
+
 export class LiveClient extends EventTarget {
   /**
    * @param {object} [options]
@@ -50,25 +93,36 @@ export class LiveClient extends EventTarget {
    *   client-run tools: name -> (args, call) => response (a JSON object, or a promise of one)
    * @param {number} [options.prebufferMs] reply audio held before playback starts (100)
    * @param {number} [options.frameMs] microphone frame length, 20-40 ms (20)
+   * @param {boolean} [options.halfDuplex] mute the microphone while the agent is audible (true)
+   * @param {number} [options.gateTailMs] how long it stays muted after the reply drains (300)
+   * @param {number} [options.startTimeoutMs] how long connect() waits for session.started (15000)
    */
-  constructor({ tools = {}, prebufferMs = 100, frameMs = 20 } = {}) {
+  constructor({
+    tools = {}, prebufferMs = 100, frameMs = 20, halfDuplex = true, gateTailMs = 300, startTimeoutMs = 15000,
+  } = {}) {
     super();
     this.tools = { ...tools };
     this.prebufferMs = prebufferMs;
     this.frameMs = frameMs;
+    this.halfDuplex = halfDuplex;
+    this.gateTailMs = gateTailMs;
+    this.startTimeoutMs = startTimeoutMs;
     this.session = null;
-    this.state = { connection: "idle", microphone: false, agentSpeaking: false };
+    this.state = { connection: "idle", microphone: false, agentSpeaking: false, microphoneGated: false };
     this._ws = null;
     this._capture = null; // { context, node, source, stream }
-    this._playback = null; // { context, node }
+    this._playback = null; // { context, node, ready, pending }
+    this._opening = null; // the microphone being asked for
+    this._epoch = 0; // bumped by close/teardown: cancels what was under way
     this._closedByServer = false;
     this._pendingTools = new Set();
     this._replySamples = 0; // reply audio received since the last turn boundary
     this._flushId = 0;
     this._playbackReport = null; // { id, received } while a flush's count is awaited
+    this._lastAudibleAt = -Infinity; // when reply audio was last queued or playing
     this._counters = {
-      framesSent: 0, bytesSent: 0, samplesReceived: 0, flushes: 0,
-      samplesPlayed: 0, queuedSamples: 0, samplesFlushed: 0, underruns: 0,
+      framesSent: 0, bytesSent: 0, framesGated: 0, samplesReceived: 0, flushes: 0,
+      samplesPlayed: 0, queuedSamples: 0, samplesFlushed: 0, underruns: 0, playbackDropped: 0,
     };
   }
 
@@ -83,26 +137,36 @@ export class LiveClient extends EventTarget {
 
   /**
    * Open the socket and start a session. Resolves with the `session.started`
-   * message; rejects with a LiveError (`unauthorized`, `capacity`, ...).
+   * message; rejects with a LiveError (`unauthorized`, `capacity`, `timeout`,
+   * `insecure_context`, `token_unavailable`, ...), after which the client is
+   * closed and holds nothing (no audio context, no microphone).
    * `token` is a string, or a function returning one (or a promise of one),
    * called on every connect: the hook to fetch a fresh short-lived token
    * from the app's backend, so no secret ever lives in the page.
    */
-  async connect(url = defaultUrl(), { token, history } = {}) {
+  async connect(url = defaultUrl(), { token, history, startTimeoutMs = this.startTimeoutMs } = {}) {
     if (this._ws) throw new LiveError("already_connected", "this client is already connected", false);
+    const epoch = this._epoch;
     this._setState({ connection: "connecting" });
-    this._preparePlayback(); // inside the caller's click, so the browser lets it play
-    if (typeof token === "function") {
-      try {
-        token = await token();
-      } catch (error) {
-        this._setState({ connection: "closed" });
-        const failure = new LiveError("token_unavailable", `could not get a session token: ${error.message || error}`, true);
-        this._emit("error", { type: "error", code: failure.code, message: failure.message, fatal: true });
-        throw failure;
+    let ws;
+    try {
+      const insecure = insecureContextMessage();
+      if (insecure) throw new LiveError("insecure_context", insecure);
+      this._preparePlayback(); // inside the caller's click, so the browser lets it play
+      if (typeof token === "function") {
+        try {
+          token = await token();
+        } catch (error) {
+          throw new LiveError("token_unavailable", `could not get a session token: ${error.message || error}`, true);
+        }
       }
+      if (epoch !== this._epoch) throw new LiveError("cancelled", "the session was ended while it was starting", false);
+      ws = new WebSocket(url);
+    } catch (error) {
+      if (epoch !== this._epoch) throw error; // close() came first and cleaned up
+      this._teardown();
+      throw this._report(error instanceof LiveError ? error : new LiveError("connection_failed", `cannot connect to ${url}: ${error.message}`));
     }
-    const ws = new WebSocket(url);
     ws.binaryType = "arraybuffer";
     this._ws = ws;
     this._closedByServer = false;
@@ -110,7 +174,12 @@ export class LiveClient extends EventTarget {
       let refusal = null;
       const onMessage = (event) => {
         if (typeof event.data !== "string") return;
-        const msg = JSON.parse(event.data);
+        let msg;
+        try {
+          msg = JSON.parse(event.data);
+        } catch {
+          return;
+        }
         if (msg.type === "session.started") {
           cleanup();
           resolve(msg);
@@ -122,7 +191,12 @@ export class LiveClient extends EventTarget {
         cleanup();
         reject(refusal || new LiveError("connection_failed", `could not start a session at ${url}`));
       };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new LiveError("timeout", `the server at ${url} did not start a session within ${startTimeoutMs / 1000} s`));
+      }, startTimeoutMs);
       const cleanup = () => {
+        clearTimeout(timer);
         ws.removeEventListener("message", onMessage);
         ws.removeEventListener("close", onClose);
       };
@@ -139,64 +213,46 @@ export class LiveClient extends EventTarget {
     });
     try {
       this.session = await started;
+      if (epoch !== this._epoch) throw new LiveError("cancelled", "the session was ended while it was starting", false);
     } catch (error) {
-      this._ws = null;
-      this._setState({ connection: "closed" });
-      this._emit("error", { type: "error", code: error.code, message: error.message, fatal: true });
-      throw error;
+      ws.close();
+      const cancelled = epoch !== this._epoch;
+      if (this._ws === ws) this._teardown();
+      if (cancelled) throw new LiveError("cancelled", "the session was ended while it was starting", false);
+      throw this._report(error);
     }
-    ws.addEventListener("message", (event) => this._onMessage(event.data));
-    ws.addEventListener("close", (event) => this._onClose(event));
+    // Events from this socket only while it is the current one: a late `close`
+    // from an old socket must not end a newer session on a reused client.
+    ws.addEventListener("message", (event) => { if (this._ws === ws) this._onMessage(event.data); });
+    ws.addEventListener("close", (event) => { if (this._ws === ws) this._onClose(event); });
     this._setState({ connection: "open" });
     this._emit("session.started", this.session);
     return this.session;
   }
 
   /**
-   * Capture the microphone and stream it. The constraints default to the
-   * browser's echo cancellation, noise suppression and gain control, which is
-   * what lets the agent be heard through speakers without hearing itself.
+   * Ask for the microphone and stream it once connected. Call it first, from
+   * a click: a denied or missing microphone is then known before a model
+   * session is opened. The constraints default to the browser's echo
+   * cancellation, noise suppression and gain control. Rejects with a
+   * LiveError (`microphone_denied`, `microphone_unavailable`, `cancelled`
+   * when close() came first), also dispatched as an "error" event.
    */
   async startMicrophone({ deviceId, echoCancellation = true, noiseSuppression = true, autoGainControl = true } = {}) {
     if (this._capture) return;
-    if (!this._ws) throw new LiveError("not_connected", "connect() before startMicrophone()", false);
-    if (this._playback) this._playback.context.resume();
-    let stream;
+    if (this._opening) return this._opening;
+    const epoch = this._epoch;
+    this._opening = this._openMicrophone(epoch, {
+      audio: {
+        channelCount: 1, echoCancellation, noiseSuppression, autoGainControl,
+        ...(deviceId ? { deviceId: { exact: deviceId } } : {}),
+      },
+    });
     try {
-      stream = await navigator.mediaDevices.getUserMedia({
-        audio: {
-          channelCount: 1, echoCancellation, noiseSuppression, autoGainControl,
-          ...(deviceId ? { deviceId: { exact: deviceId } } : {}),
-        },
-      });
-    } catch (error) {
-      const err = new LiveError("microphone_unavailable", `no microphone: ${error.message || error.name}`, false);
-      this._emit("error", { type: "error", code: err.code, message: err.message, fatal: false });
-      throw err;
+      await this._opening;
+    } finally {
+      this._opening = null;
     }
-    let context;
-    try {
-      context = new AudioContext({ sampleRate: INPUT_RATE, latencyHint: "interactive" });
-    } catch {
-      context = new AudioContext({ latencyHint: "interactive" }); // the worklet resamples
-    }
-    try {
-      await context.audioWorklet.addModule(new URL("./capture-worklet.js", import.meta.url));
-      const source = context.createMediaStreamSource(stream);
-      const node = new AudioWorkletNode(context, "live-capture", {
-        numberOfInputs: 1, numberOfOutputs: 0, channelCount: 1, channelCountMode: "explicit",
-        processorOptions: { targetRate: INPUT_RATE, frameMs: this.frameMs },
-      });
-      node.port.onmessage = (event) => this._sendFrame(event.data);
-      source.connect(node);
-      await context.resume();
-      this._capture = { context, node, source, stream };
-    } catch (error) {
-      stream.getTracks().forEach((t) => t.stop());
-      context.close();
-      throw error;
-    }
-    this._setState({ microphone: true });
   }
 
   /** Stop capturing and tell the server the audio stream ended (`audio.end`). */
@@ -209,7 +265,17 @@ export class LiveClient extends EventTarget {
     capture.stream.getTracks().forEach((t) => t.stop());
     capture.context.close();
     this._send({ type: "audio.end" });
-    this._setState({ microphone: false });
+    this._setState({ microphone: false, microphoneGated: false });
+  }
+
+  /**
+   * Half duplex (true): the microphone is muted while the agent is audible, so
+   * it cannot hear itself through speakers. Full duplex (false): for
+   * headphones; talking over the agent interrupts it.
+   */
+  setHalfDuplex(on) {
+    this.halfDuplex = Boolean(on);
+    if (!this.halfDuplex) this._setState({ microphoneGated: false });
   }
 
   /**
@@ -301,19 +367,25 @@ export class LiveClient extends EventTarget {
     return id;
   }
 
-  /** End the session: `session.close`, then the socket, microphone and speaker. */
+  /**
+   * End the session: `session.close`, then the socket, microphone and speaker.
+   * Also cancels a connect() or startMicrophone() still under way.
+   */
   async close() {
     const ws = this._ws;
+    this._epoch++;
     this.stopMicrophone();
-    if (ws && ws.readyState === WebSocket.OPEN) {
+    if (ws && ws.readyState === WebSocket.OPEN && this.state.connection !== "connecting") {
       this._setState({ connection: "closing" });
       ws.send(JSON.stringify({ type: "session.close" }));
       await new Promise((resolve) => {
         const timer = setTimeout(() => { ws.close(); resolve(); }, 2000);
         ws.addEventListener("close", () => { clearTimeout(timer); resolve(); });
       });
+    } else if (ws) {
+      ws.close();
     }
-    this._teardown();
+    if (this._ws === ws) this._teardown();
   }
 
   /**
@@ -336,6 +408,15 @@ export class LiveClient extends EventTarget {
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 
+  /** Dispatch an error as an "error" event, once, and return it (to throw). */
+  _report(error) {
+    if (!error.reported) {
+      error.reported = true;
+      this._emit("error", { type: "error", code: error.code, message: error.message, fatal: error.fatal });
+    }
+    return error;
+  }
+
   _setState(change) {
     const next = { ...this.state, ...change };
     if (Object.keys(change).every((k) => this.state[k] === next[k])) return;
@@ -347,9 +428,102 @@ export class LiveClient extends EventTarget {
     if (this._ws && this._ws.readyState === WebSocket.OPEN) this._ws.send(JSON.stringify(message));
   }
 
+  async _openMicrophone(epoch, constraints) {
+    const cancelled = () => new LiveError("cancelled", "the session was ended while the microphone was being opened", false);
+    const insecure = insecureContextMessage();
+    if (insecure) throw this._report(new LiveError("insecure_context", insecure));
+    if (this._playback) this._playback.context.resume();
+    let stream;
+    try {
+      stream = await navigator.mediaDevices.getUserMedia(constraints);
+    } catch (error) {
+      if (epoch !== this._epoch) throw cancelled();
+      throw this._report(microphoneError(error));
+    }
+    const stop = () => stream.getTracks().forEach((t) => t.stop());
+    // The user may have ended the session while the permission prompt was open.
+    if (epoch !== this._epoch) {
+      stop();
+      throw cancelled();
+    }
+    let capture;
+    try {
+      capture = await this._startCapture(stream);
+    } catch (error) {
+      stop();
+      if (epoch !== this._epoch) throw cancelled();
+      throw this._report(new LiveError(
+        "microphone_unavailable", `the microphone could not be connected (${error.name}: ${error.message})`, false,
+      ));
+    }
+    if (epoch !== this._epoch) {
+      stop();
+      capture.context.close();
+      throw cancelled();
+    }
+    this._capture = capture;
+    this._setState({ microphone: true });
+  }
+
+  /**
+   * A capture graph at 16 kHz; where the browser refuses to connect a
+   * microphone to a context at a rate other than the device's
+   * (NotSupportedError), one at the device's rate, and the worklet resamples.
+   */
+  async _startCapture(stream) {
+    let lastError = null;
+    for (const sampleRate of [INPUT_RATE, undefined]) {
+      let context;
+      try {
+        context = new AudioContext(sampleRate ? { sampleRate, latencyHint: "interactive" } : { latencyHint: "interactive" });
+      } catch (error) {
+        lastError = error;
+        continue;
+      }
+      try {
+        await context.audioWorklet.addModule(new URL("./capture-worklet.js", import.meta.url));
+        const source = context.createMediaStreamSource(stream);
+        const node = new AudioWorkletNode(context, "live-capture", {
+          numberOfInputs: 1, numberOfOutputs: 0, channelCount: 1, channelCountMode: "explicit",
+          processorOptions: { targetRate: INPUT_RATE, frameMs: this.frameMs },
+        });
+        node.port.onmessage = (event) => this._sendFrame(event.data);
+        source.connect(node);
+        await context.resume();
+        return { context, node, source, stream };
+      } catch (error) {
+        context.close();
+        lastError = error;
+        if (!sampleRate || error.name !== "NotSupportedError") throw error;
+      }
+    }
+    throw lastError;
+  }
+
+  /** Whether the microphone may be sent now (the half-duplex gate). */
+  _gateOpen() {
+    if (!this.halfDuplex) return true;
+    const now = performance.now();
+    const c = this._counters;
+    if (this.state.agentSpeaking || c.queuedSamples > 0) this._lastAudibleAt = now;
+    const context = this._playback && this._playback.context;
+    const latencyMs = context ? 1000 * ((context.outputLatency || 0) + (context.baseLatency || 0)) : 0;
+    const open = now - this._lastAudibleAt >= this.gateTailMs + latencyMs;
+    if (open === this.state.microphoneGated) {
+      // The model should not wait for the rest of an utterance cut by the gate.
+      if (!open) this._send({ type: "audio.end" });
+      this._setState({ microphoneGated: !open });
+    }
+    return open;
+  }
+
   _sendFrame(buffer) {
     const ws = this._ws;
-    if (!ws || ws.readyState !== WebSocket.OPEN) return;
+    if (!ws || ws.readyState !== WebSocket.OPEN || this.state.connection === "connecting") return;
+    if (!this._gateOpen()) {
+      this._counters.framesGated++;
+      return;
+    }
     // A socket that cannot keep up (about 2 s queued) drops frames rather than growing.
     if (ws.bufferedAmount > INPUT_RATE * 2 * 2) return;
     ws.send(buffer);
@@ -363,7 +537,7 @@ export class LiveClient extends EventTarget {
     try {
       context = new AudioContext({ sampleRate: OUTPUT_RATE, latencyHint: "interactive" });
     } catch {
-      context = new AudioContext({ latencyHint: "interactive" }); // the worklet interpolates
+      context = new AudioContext({ latencyHint: "interactive" }); // the worklet resamples
     }
     const ready = context.audioWorklet
       .addModule(new URL("./playback-worklet.js", import.meta.url))
@@ -377,17 +551,39 @@ export class LiveClient extends EventTarget {
         return node;
       });
     const pending = [];
-    this._playback = { context, node: null, ready, pending };
-    // Until the worklet is loaded, audio waits here (a few ms at most).
-    this._playback.node = {
-      port: { postMessage: (msg, transfer) => pending.push([msg, transfer]) },
+    const playback = { context, node: null, ready, pending };
+    this._playback = playback;
+    // Until the worklet is loaded, audio waits here (a few ms at most; bounded:
+    // past the limit the oldest chunk is dropped and counted).
+    playback.node = {
+      port: {
+        postMessage: (msg, transfer) => {
+          if (pending.length >= PENDING_PLAYBACK_LIMIT) {
+            pending.shift();
+            this._counters.playbackDropped++;
+          }
+          pending.push([msg, transfer]);
+        },
+      },
     };
-    ready.then((node) => {
-      if (!this._playback || this._playback.context !== context) return;
-      this._playback.node = node;
-      for (const [msg, transfer] of pending) node.port.postMessage(msg, transfer);
-      pending.length = 0;
-    });
+    ready.then(
+      (node) => {
+        if (this._playback !== playback) return;
+        playback.node = node;
+        for (const [msg, transfer] of pending) node.port.postMessage(msg, transfer);
+        pending.length = 0;
+      },
+      (error) => {
+        if (this._playback !== playback) return; // closed meanwhile
+        // Without the worklet there is no speaker: say so, and drop reply audio.
+        pending.length = 0;
+        playback.failed = true;
+        playback.node = { port: { postMessage: () => {} } };
+        this._report(new LiveError(
+          "playback_unavailable", `the agent's voice cannot be played here (${error.name}: ${error.message})`, false,
+        ));
+      },
+    );
     context.resume();
   }
 
@@ -404,6 +600,7 @@ export class LiveClient extends EventTarget {
     c.queuedSamples = msg.queued;
     c.samplesFlushed = msg.flushed;
     c.underruns = msg.underruns;
+    if (msg.playing || msg.queued > 0) this._lastAudibleAt = performance.now();
     this._setState({ agentSpeaking: msg.playing });
   }
 
@@ -411,7 +608,12 @@ export class LiveClient extends EventTarget {
     if (typeof data !== "string") {
       this._counters.samplesReceived += data.byteLength / 2;
       this._replySamples += data.byteLength / 2;
-      if (this._playback) this._playback.node.port.postMessage(data, [data]);
+      if (!this._playback || this._playback.failed) {
+        this._counters.playbackDropped++; // nothing can play it; it must not mute the microphone
+        return;
+      }
+      this._lastAudibleAt = performance.now();
+      this._playback.node.port.postMessage(data, [data]);
       return;
     }
     let msg;
@@ -434,6 +636,9 @@ export class LiveClient extends EventTarget {
         this._replySamples = 0;
         break;
       case "generation.complete":
+      case "turn.complete":
+        // A turn can end without generation.complete (the model's connection
+        // was lost): its tail must still play rather than wait for the next reply.
         if (this._playback) this._playback.node.port.postMessage({ type: "end" });
         break;
       case "tool.call":
@@ -483,6 +688,7 @@ export class LiveClient extends EventTarget {
   }
 
   _teardown() {
+    this._epoch++;
     this.stopMicrophone();
     this.stopVideo();
     if (this._playback) {
@@ -491,6 +697,7 @@ export class LiveClient extends EventTarget {
     }
     this._ws = null;
     this._pendingTools.clear();
-    this._setState({ connection: "closed", microphone: false, agentSpeaking: false });
+    this._lastAudibleAt = -Infinity;
+    this._setState({ connection: "closed", microphone: false, agentSpeaking: false, microphoneGated: false });
   }
 }

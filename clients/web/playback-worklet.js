@@ -48,7 +48,9 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       this.playing = false;
       this.report({ flushId: msg.id, dropped }); // what this flush dropped, for the server
     } else if (msg.type === "end") {
-      this.ending = true;
+      // The reply is complete: play its tail without waiting for the prebuffer.
+      // With nothing queued there is no tail, and the next reply keeps its prebuffer.
+      if (this.queued > 0) this.ending = true;
     }
   }
 
