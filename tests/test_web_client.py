@@ -98,7 +98,7 @@ async def test_a_microphone_that_cannot_be_connected_is_shown_not_hidden(tmp_pat
 async def test_a_page_off_localhost_over_plain_http_says_it_needs_https(tmp_path):
     wav, _ = speech_wav(tmp_path)
     llm, _ = scripted()
-    async with running(AGENT, llm) as (_, url):
+    async with running(AGENT, llm, allowed_hosts=("voice.example",)) as (_, url):
         port = url.split(":")[2].split("/")[0]
         rules = ["--host-resolver-rules=MAP voice.example 127.0.0.1", "--no-proxy-server"]
         async with chromium_page(wav, args=rules) as page:
