@@ -10,11 +10,8 @@ what it heard and said.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import logging
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +35,7 @@ from live.agent import Agent
 from live.llm import AudioStreamEnd
 from live.registry import default_registry
 from live_audio import RecordingLlm, rms_dbfs, speech_found
+from pulse import Pulse, pulse  # noqa: F401 (a fixture)
 from serving import running
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -408,52 +406,6 @@ def socket_closed_port() -> Iterator[int]:
 
 
 # --------------------------------------------------------------------------- PulseAudio
-
-
-@dataclasses.dataclass
-class Pulse:
-    env: dict[str, str]
-
-    def pactl(self, *args: str) -> str:
-        return subprocess.run(["pactl", *args], env=self.env, check=True, capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def pulse(tmp_path_factory) -> Iterator[Pulse]:
-    """A private PulseAudio: `mic` (fed through the `micfeed` sink) and `speaker` as defaults."""
-    for tool in ("pulseaudio", "pactl", "paplay", "parec"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (apt-get install pulseaudio pulseaudio-utils libasound2-plugins)")
-    runtime = tmp_path_factory.mktemp("pulse")
-    env = {
-        **os.environ,
-        "PULSE_RUNTIME_PATH": str(runtime),
-        "PULSE_SERVER": f"unix:{runtime}/native",
-        "HOME": str(runtime),
-        "XDG_CONFIG_HOME": str(runtime / "config"),
-        "PYTHONUNBUFFERED": "1",
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
-    env.pop("PULSE_SINK", None)
-    env.pop("PULSE_SOURCE", None)
-    started = subprocess.run(
-        ["pulseaudio", "--daemonize=yes", "-n", "--exit-idle-time=-1", "--disallow-exit",
-         "--load=module-native-protocol-unix auth-anonymous=1",
-         "--load=module-null-sink sink_name=speaker norewinds=1",
-         "--load=module-null-sink sink_name=micfeed norewinds=1",
-         "--load=module-remap-source source_name=mic master=micfeed.monitor"],
-        env=env, capture_output=True, text=True, timeout=20,
-    )
-    if started.returncode != 0:
-        pytest.skip(f"pulseaudio did not start: {started.stderr.strip()[-300:]}")
-    daemon = Pulse(env)
-    try:
-        daemon.pactl("set-default-sink", "speaker")
-        daemon.pactl("set-default-source", "mic")
-        yield daemon
-    finally:
-        subprocess.run(["pulseaudio", "--kill"], env=env, capture_output=True, timeout=10)
 
 
 @pytest.fixture
