@@ -418,6 +418,26 @@ def _compact(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class PcmResampler:
+    """PCM16 mono from one rate to another, chunk by chunk, through libsoxr.
+
+    Used only where a device refuses the protocol's rate (a microphone at
+    44.1/48 kHz, a speaker that will not take 24 kHz). soxr's "HQ" filter keeps
+    what the lower rate cannot carry from folding back as audible aliases.
+    """
+
+    def __init__(self, src_rate: int, dst_rate: int) -> None:
+        import soxr
+
+        self.src_rate = src_rate
+        self.dst_rate = dst_rate
+        self._stream = soxr.ResampleStream(src_rate, dst_rate, 1, dtype="int16", quality="HQ")
+
+    def process(self, pcm: bytes) -> bytes:
+        samples = np.frombuffer(pcm, dtype="<i2")
+        return self._stream.resample_chunk(samples).astype("<i2", copy=False).tobytes()
+
+
 # --------------------------------------------------------------------------- audio I/O
 
 
@@ -490,8 +510,8 @@ class AudioIO:
         self.speaker_rate = OUTPUT_RATE
         self.output_latency = 0.0
         self._stack = contextlib.ExitStack()
-        self._to_server: Any = None  # StreamResampler when the mic runs at another rate
-        self._to_speaker: Any = None
+        self._to_server: PcmResampler | None = None  # when the mic runs at another rate
+        self._to_speaker: PcmResampler | None = None
 
     def _check(self, device: int | str | None, kind: str) -> dict[str, Any]:
         try:
@@ -521,8 +541,6 @@ class AudioIO:
         return stream, native
 
     def __enter__(self) -> AudioIO:
-        from connections.audio import StreamResampler
-
         sd = self.sd
         in_info = self._check(self.input_device, "input")
         out_info = self._check(self.output_device, "output")
@@ -543,9 +561,9 @@ class AudioIO:
             raise
         self.output_latency = float(out_stream.latency or 0.0)
         if self.mic_rate != DEFAULT_INPUT_RATE:
-            self._to_server = StreamResampler(self.mic_rate, DEFAULT_INPUT_RATE)
+            self._to_server = PcmResampler(self.mic_rate, DEFAULT_INPUT_RATE)
         if self.speaker_rate != OUTPUT_RATE:
-            self._to_speaker = StreamResampler(OUTPUT_RATE, self.speaker_rate)
+            self._to_speaker = PcmResampler(OUTPUT_RATE, self.speaker_rate)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -561,18 +579,10 @@ class AudioIO:
             self.playback.callback(outdata, frames, time_, status)
 
     def to_server(self, frame: bytes) -> bytes:
-        if self._to_server is None:
-            return frame
-        from connections.audio import float_to_pcm16, pcm16_to_float
-
-        return float_to_pcm16(self._to_server.process(pcm16_to_float(frame)))
+        return frame if self._to_server is None else self._to_server.process(frame)
 
     def to_speaker(self, pcm: bytes) -> bytes:
-        if self._to_speaker is None:
-            return pcm
-        from connections.audio import float_to_pcm16, pcm16_to_float
-
-        return float_to_pcm16(self._to_speaker.process(pcm16_to_float(pcm)))
+        return pcm if self._to_speaker is None else self._to_speaker.process(pcm)
 
 
 # --------------------------------------------------------------------------- the session

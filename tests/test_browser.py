@@ -251,3 +251,96 @@ async def test_after_a_barge_in_the_page_reports_playback_and_is_told_what_the_u
     assert heard["text"] and full.startswith(heard["text"])  # a prefix of the whole reply
     assert abs(heard["played"] - played) <= 0.2
     assert abs(len(heard["text"].split()) * 0.04 - played) <= 0.2  # the words of the audio played
+
+
+CAPTURE_TONE = """
+async ([rate, hz]) => {
+  const ctx = new OfflineAudioContext(1, rate, rate);
+  await ctx.audioWorklet.addModule("/client/capture-worklet.js");
+  const osc = ctx.createOscillator();
+  osc.frequency.value = hz;
+  const gain = ctx.createGain();
+  gain.gain.value = 0.5;
+  const node = new AudioWorkletNode(ctx, "live-capture", {
+    numberOfInputs: 1, numberOfOutputs: 0, channelCount: 1, channelCountMode: "explicit",
+    processorOptions: { targetRate: 16000, frameMs: 20 },
+  });
+  const frames = [];
+  node.port.onmessage = (e) => frames.push(Array.from(new Int16Array(e.data)));
+  osc.connect(gain).connect(node);
+  osc.start();
+  await ctx.startRendering();
+  await new Promise((r) => setTimeout(r, 200));
+  return frames.flat();
+}
+"""
+
+PLAYBACK_TONE = """
+async ([rate, hz]) => {
+  const ctx = new OfflineAudioContext(1, rate, rate);
+  await ctx.audioWorklet.addModule("/client/playback-worklet.js");
+  const node = new AudioWorkletNode(ctx, "live-playback", {
+    numberOfInputs: 0, numberOfOutputs: 1, outputChannelCount: [1],
+    processorOptions: { prebufferMs: 100 },
+  });
+  const pcm = new Int16Array(24000);
+  for (let i = 0; i < pcm.length; i++) pcm[i] = Math.round(16000 * Math.sin(2 * Math.PI * hz * i / 24000));
+  node.port.postMessage(pcm.buffer, [pcm.buffer]);
+  node.port.postMessage({ type: "end" });
+  node.connect(ctx.destination);
+  await new Promise((r) => setTimeout(r, 100));
+  const rendered = await ctx.startRendering();
+  return Array.from(rendered.getChannelData(0));
+}
+"""
+
+
+def _rms(x) -> float:
+    import numpy as np
+
+    return float(np.sqrt(np.mean(np.square(np.asarray(x, dtype=np.float64)))))
+
+
+async def test_capture_at_a_devices_rate_removes_what_16_khz_cannot_carry(tmp_path):
+    """A tone above 8 kHz must not fold back into the speech band (at 16000 - f):
+    at least 40 dB down, while speech frequencies pass whole."""
+    import math
+
+    wav, _ = speech_wav(tmp_path)
+    llm, _ = scripted()
+    levels = {}
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await page.goto(http_root(url))
+        for rate in (44100, 48000):
+            for hz in (1000, 9000, 10000):
+                out = (await page.evaluate(CAPTURE_TONE, [rate, hz]))[1600:]
+                levels[rate, hz] = 20 * math.log10(max(_rms(out), 1e-9) / (0.5 * 32767 / math.sqrt(2)))
+    print("capture worklet:", ", ".join(f"{r} Hz in, {hz} Hz tone: {db:.0f} dB" for (r, hz), db in levels.items()))
+    for (rate, hz), db in levels.items():
+        if hz == 1000:
+            assert abs(db) < 0.5, (rate, db)
+        else:
+            assert db <= -40, (rate, hz, db)
+
+
+async def test_playback_at_a_devices_rate_has_no_mirror_images(tmp_path):
+    """24 kHz reply audio played at 44.1/48 kHz: a 10 kHz tone must not bring its
+    image at 24000 - 10000 = 14 kHz (at least 40 dB below the tone)."""
+    import numpy as np
+
+    wav, _ = speech_wav(tmp_path)
+    llm, _ = scripted()
+    levels = {}
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await page.goto(http_root(url))
+        for rate in (44100, 48000):
+            out = np.asarray(await page.evaluate(PLAYBACK_TONE, [rate, 10000]))
+            out = out[rate // 5 : rate - rate // 10]  # past the prebuffer, before the end
+            assert _rms(out) > 0.1  # it played
+            spectrum = np.abs(np.fft.rfft(out * np.hanning(len(out))))
+            freqs = np.fft.rfftfreq(len(out), 1 / rate)
+            tone = spectrum[np.abs(freqs - 10000) < 200].max()
+            image = spectrum[np.abs(freqs - 14000) < 200].max()
+            levels[rate] = 20 * np.log10(image / tone)
+    print("playback worklet:", ", ".join(f"at {r} Hz the 14 kHz image is {db:.0f} dB" for r, db in levels.items()))
+    assert all(db <= -40 for db in levels.values()), levels

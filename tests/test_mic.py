@@ -22,6 +22,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import numpy as np
 import pytest
 from anyio.streams.text import TextReceiveStream
 from websockets.asyncio.server import serve as ws_serve
@@ -29,7 +30,7 @@ from websockets.asyncio.server import serve as ws_serve
 from audio_fixtures import silence, speak, wav_bytes
 from clients import mic
 from clients.client import LiveClient, SessionRefused
-from clients.mic import ConversationView, FrameQueue, JitterBuffer, MicGate
+from clients.mic import BLOCK_MS, ConversationView, FrameQueue, JitterBuffer, MicGate
 from live import protocol as p
 from live.agent import Agent
 from live.llm import AudioStreamEnd
@@ -184,6 +185,54 @@ async def test_a_turn_cut_by_a_lost_model_connection_still_plays_out_and_reopens
     assert played[: 2 * 1200] == samples(1200)  # the 50 ms tail played
     assert not audio.playback.audible()
     assert conversation.gate.update(0.5, audio.playback.audible()) == "opened"
+
+
+# --------------------------------------------------------------------------- resampling
+
+
+def _tone(hz: float, rate: int, seconds: float = 1.0, amplitude: float = 0.5) -> np.ndarray:
+    t = np.arange(int(rate * seconds)) / rate
+    return (amplitude * 32767 * np.sin(2 * np.pi * hz * t)).astype("<i2")
+
+
+def _through(resampler: mic.PcmResampler, pcm: np.ndarray, block: int) -> np.ndarray:
+    out = b"".join(resampler.process(pcm[i : i + block].tobytes()) for i in range(0, len(pcm), block))
+    return np.frombuffer(out, dtype="<i2").astype(np.float64)
+
+
+def _level_db(signal: np.ndarray, reference: np.ndarray) -> float:
+    rms = lambda x: np.sqrt(np.mean(np.square(x.astype(np.float64))))  # noqa: E731
+    return 20 * np.log10(max(rms(signal), 1e-9) / rms(reference))
+
+
+@pytest.mark.parametrize("device_rate", [44100, 48000])
+def test_a_microphone_at_the_devices_rate_is_resampled_without_audible_aliases(device_rate):
+    """A tone above 8 kHz cannot exist at 16 kHz: it must be filtered out, not folded
+    back into the speech band (where it would be heard at 16000 - f)."""
+    block = device_rate * BLOCK_MS // 1000
+    for hz in (9000, 10000, 12000):
+        tone = _tone(hz, device_rate)
+        out = _through(mic.PcmResampler(device_rate, 16000), tone, block)[1600:]  # past the filter's start
+        level = _level_db(out, tone)
+        print(f"{device_rate} -> 16000: {hz} Hz tone comes out at {level:.0f} dB")
+        assert level <= -40
+    speech_band = _tone(1000, device_rate)
+    out = _through(mic.PcmResampler(device_rate, 16000), speech_band, block)[1600:]
+    assert abs(_level_db(out, speech_band)) < 0.5  # and the speech band passes whole
+
+
+@pytest.mark.parametrize("speaker_rate", [44100, 48000])
+def test_reply_audio_for_a_speaker_at_another_rate_has_no_images(speaker_rate):
+    """24 kHz up to the speaker's rate: a 10 kHz tone must not bring its mirror at 24000 - f."""
+    tone = _tone(10000, 24000)
+    out = _through(mic.PcmResampler(24000, speaker_rate), tone, 480)[speaker_rate // 10 :]
+    spectrum = np.abs(np.fft.rfft(out * np.hanning(len(out))))
+    freqs = np.fft.rfftfreq(len(out), 1 / speaker_rate)
+    wanted = spectrum[np.abs(freqs - 10000) < 200].max()
+    image = spectrum[np.abs(freqs - 14000) < 200].max()
+    level = 20 * np.log10(image / wanted)
+    print(f"24000 -> {speaker_rate}: image of a 10 kHz tone at {level:.0f} dB")
+    assert level <= -40
 
 
 # --------------------------------------------------------------------------- frame queue

@@ -3,9 +3,13 @@
 // Playback starts once `prebufferMs` of audio is queued (or the reply is marked
 // complete), so network jitter does not become clicks; a queue that runs dry
 // mid-reply waits for the prebuffer again. "flush" empties the queue at once
-// (the user barged in). When the context runs at another rate, samples are
-// linearly interpolated. Counters go back to the main thread about every
-// 50 ms, and at once after every flush or start/stop.
+// (the user barged in). When the context runs at another rate (44.1/48 kHz),
+// each chunk is resampled as it arrives by a windowed-sinc filter, so no
+// mirror images of the voice land above 12 kHz. Counters, always in 24 kHz
+// samples, go back to the main thread about every 50 ms, and at once after
+// every flush or start/stop.
+
+import { SincResampler } from "./sinc-resampler.js";
 
 const SOURCE_RATE = 24000;
 
@@ -13,20 +17,31 @@ class PlaybackProcessor extends AudioWorkletProcessor {
   constructor(options) {
     super();
     const opts = (options && options.processorOptions) || {};
-    this.prebuffer = Math.round((SOURCE_RATE * (opts.prebufferMs ?? 100)) / 1000);
+    this.prebuffer = Math.round((sampleRate * (opts.prebufferMs ?? 100)) / 1000); // output samples
     this.step = SOURCE_RATE / sampleRate; // source samples per output sample
-    this.chunks = []; // Float32Array, oldest first
+    this.resampler = this.step === 1 ? null : new SincResampler(SOURCE_RATE, sampleRate);
+    this.chunks = []; // Float32Array at the context's rate, oldest first
     this.offset = 0; // read position in chunks[0]
-    this.queued = 0; // source samples waiting
+    this.queued = 0; // output samples waiting
     this.playing = false;
     this.ending = false;
-    this.frac = 0; // interpolation position between `last` and the next sample
-    this.last = 0;
-    this.played = 0; // source samples consumed
+    this.played = 0; // output samples played
     this.flushed = 0;
     this.underruns = 0;
     this.sinceReport = 0;
     this.port.onmessage = (event) => this.onMessage(event.data);
+  }
+
+  push(samples) {
+    if (!samples.length) return;
+    this.chunks.push(samples);
+    this.queued += samples.length;
+  }
+
+  resample(samples) {
+    const out = [];
+    this.resampler.process(samples, (y) => out.push(y));
+    return Float32Array.from(out);
   }
 
   onMessage(msg) {
@@ -34,8 +49,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       const pcm = new Int16Array(msg);
       const samples = new Float32Array(pcm.length);
       for (let i = 0; i < pcm.length; i++) samples[i] = pcm[i] / 32768;
-      this.chunks.push(samples);
-      this.queued += samples.length;
+      this.push(this.resampler ? this.resample(samples) : samples);
       return;
     }
     if (msg.type === "flush") {
@@ -45,11 +59,15 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       this.offset = 0;
       this.queued = 0;
       this.ending = false;
+      if (this.resampler) this.resampler = new SincResampler(SOURCE_RATE, sampleRate);
       this.playing = false;
-      this.report({ flushId: msg.id, dropped }); // what this flush dropped, for the server
+      // What this flush dropped, in 24 kHz samples, for the server.
+      this.report({ flushId: msg.id, dropped: Math.round(dropped * this.step) });
     } else if (msg.type === "end") {
-      // The reply is complete: play its tail without waiting for the prebuffer.
-      // With nothing queued there is no tail, and the next reply keeps its prebuffer.
+      // The reply is complete: play its tail without waiting for the prebuffer
+      // (and push the resampler's last half-kernel out with silence). With
+      // nothing queued there is no tail, and the next reply keeps its prebuffer.
+      if (this.resampler) this.push(this.resample(new Float32Array(Math.ceil(this.resampler.half) + 2)));
       if (this.queued > 0) this.ending = true;
     }
   }
@@ -63,28 +81,16 @@ class PlaybackProcessor extends AudioWorkletProcessor {
 
   report(extra = {}) {
     this.sinceReport = 0;
+    const source = (n) => Math.round(n * this.step);
     this.port.postMessage({
       ...extra,
       type: "stats",
-      played: this.played,
-      queued: this.queued,
-      flushed: this.flushed,
+      played: source(this.played),
+      queued: source(this.queued),
+      flushed: source(this.flushed),
       underruns: this.underruns,
       playing: this.playing,
     });
-  }
-
-  next() {
-    // The next source sample; the caller has checked that one is queued.
-    const chunk = this.chunks[0];
-    const x = chunk[this.offset++];
-    if (this.offset >= chunk.length) {
-      this.chunks.shift();
-      this.offset = 0;
-    }
-    this.queued--;
-    this.played++;
-    return x;
   }
 
   process(_inputs, outputs) {
@@ -94,18 +100,17 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     }
     let i = 0;
     if (this.playing) {
-      if (this.step === 1) {
-        for (; i < out.length && this.queued > 0; i++) out[i] = this.next();
-      } else {
-        for (; i < out.length; i++) {
-          while (this.frac >= 1 && this.queued > 0) {
-            this.last = this.next();
-            this.frac -= 1;
-          }
-          if (this.frac >= 1) break;
-          const ahead = this.queued > 0 ? this.chunks[0][this.offset] : this.last;
-          out[i] = this.last + (ahead - this.last) * this.frac;
-          this.frac += this.step;
+      while (i < out.length && this.queued > 0) {
+        const chunk = this.chunks[0];
+        const n = Math.min(out.length - i, chunk.length - this.offset);
+        out.set(chunk.subarray(this.offset, this.offset + n), i);
+        i += n;
+        this.offset += n;
+        this.queued -= n;
+        this.played += n;
+        if (this.offset >= chunk.length) {
+          this.chunks.shift();
+          this.offset = 0;
         }
       }
       if (this.queued === 0) {
