@@ -450,7 +450,34 @@ def _import_sounddevice() -> Any:
         import sounddevice
     except OSError as exc:  # the PortAudio library itself is missing
         raise AudioDeviceError(f"PortAudio is not available ({exc}); apt-get install libportaudio2") from None
+    _silence_alsa_messages()
     return sounddevice
+
+
+_ALSA_HANDLER: Any = None  # kept alive: alsa-lib holds a pointer to it
+
+
+def _silence_alsa_messages() -> None:
+    """alsa-lib prints each xrun and probe failure straight to stderr, between the
+    conversation's lines; `live mic` counts over- and underruns and reports them
+    in one line instead."""
+    global _ALSA_HANDLER
+    import ctypes
+    import ctypes.util
+
+    if _ALSA_HANDLER is not None:
+        return
+    name = ctypes.util.find_library("asound")
+    if name is None:
+        return
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError:
+        return
+    # void handler(const char *file, int line, const char *function, int err, const char *fmt, ...)
+    kind = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p)
+    _ALSA_HANDLER = kind(lambda *_args: None)
+    lib.snd_lib_error_set_handler(_ALSA_HANDLER)
 
 
 def _device(spec: str | None) -> int | str | None:
@@ -509,19 +536,30 @@ class AudioIO:
         self.mic_rate = DEFAULT_INPUT_RATE
         self.speaker_rate = OUTPUT_RATE
         self.output_latency = 0.0
+        self.overflows = 0  # microphone blocks the device dropped (the machine was busy)
+        self.underflows = 0  # speaker blocks the device played as silence
         self._stack = contextlib.ExitStack()
         self._to_server: PcmResampler | None = None  # when the mic runs at another rate
         self._to_speaker: PcmResampler | None = None
 
     def _check(self, device: int | str | None, kind: str) -> dict[str, Any]:
+        word = "microphone" if kind == "input" else "speaker"
         try:
             return dict(self.sd.query_devices(device, kind=kind))
-        except (ValueError, self.sd.PortAudioError) as exc:
-            word = "microphone" if kind == "input" else "speaker"
+        except ValueError as exc:
+            text = str(exc)
+            if text.startswith("Multiple"):
+                matches = "; ".join(text.splitlines()[1:])
+                raise AudioDeviceError(
+                    f"the {word} name {device!r} matches several devices ({matches}): "
+                    "give its index or more of its name"
+                ) from None
             which = f" {device!r}" if device is not None else ""
             raise AudioDeviceError(
-                f"no {word}{which} found ({exc}); `live mic --list-devices` shows what there is"
+                f"no {word}{which} found ({text}); `live mic --list-devices` shows what there is"
             ) from None
+        except self.sd.PortAudioError as exc:
+            raise AudioDeviceError(f"the audio system cannot list devices: {_portaudio_reason(exc)}") from None
 
     def _open(self, factory: Callable[..., Any], device: Any, rate: int, info: dict[str, Any],
               **kwargs: Any) -> tuple[Any, int]:
@@ -550,12 +588,12 @@ class AudioIO:
                 callback=self._speaker_callback,
             )
             self.playback = Playback(JitterBuffer(rate=self.speaker_rate))
-            self._stack.enter_context(out_stream)
+            self._start(out_stream, out_info)
             in_stream, self.mic_rate = self._open(
                 sd.InputStream, self.input_device, DEFAULT_INPUT_RATE, in_info,
                 callback=self._mic_callback,
             )
-            self._stack.enter_context(in_stream)
+            self._start(in_stream, in_info)
         except BaseException:
             self._stack.close()
             raise
@@ -566,13 +604,26 @@ class AudioIO:
             self._to_speaker = PcmResampler(OUTPUT_RATE, self.speaker_rate)
         return self
 
+    def _start(self, stream: Any, info: dict[str, Any]) -> None:
+        try:
+            self._stack.enter_context(stream)
+        except self.sd.PortAudioError as exc:
+            stream.close()
+            raise AudioDeviceError(
+                f"cannot start {info.get('name', 'the device')!r}: {_portaudio_reason(exc)}"
+            ) from None
+
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    def _mic_callback(self, indata: Any, _frames: int, _time: Any, _status: Any) -> None:
+    def _mic_callback(self, indata: Any, _frames: int, _time: Any, status: Any) -> None:
+        if status and status.input_overflow:
+            self.overflows += 1
         self.frames.put(indata.tobytes())
 
     def _speaker_callback(self, outdata: Any, frames: int, time_: Any, status: Any) -> None:
+        if status and status.output_underflow:
+            self.underflows += 1
         if self.playback is None:
             outdata.fill(0)
         else:
@@ -697,17 +748,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _session(args: argparse.Namespace, view: ConversationView) -> int:
     handle_signals = threading.current_thread() is threading.main_thread()
-    async with LiveClient.connect(args.url, token=args.token or None) as client:
-        started: SessionStarted = client.session
-        with AudioIO(args.input_device, args.output_device) as audio:
+    # The devices first: a missing microphone must not cost a model session.
+    with AudioIO(args.input_device, args.output_device) as audio:
+        async with LiveClient.connect(args.url, token=args.token or None) as client:
+            started: SessionStarted = client.session
+            while audio.frames.get_nowait() is not None:
+                pass  # what was said before the session began is not sent late
+            audio.frames.dropped = 0
             mode = ("full duplex: talk over the agent to interrupt it" if args.headphones
                     else "half duplex: the microphone is muted while the agent speaks")
             view.line(f"live mic: connected to {args.url} (model {started.model}); {mode}. Ctrl-C ends.")
             view.status("listening")
             conversation = Conversation(client, audio, view, headphones=args.headphones)
             await conversation.run(handle_signals=handle_signals)
-            if audio.frames.dropped:
-                view.line(f"live mic: {audio.frames.dropped} microphone frames dropped (the loop fell behind)")
+        if audio.frames.dropped:
+            view.line(f"live mic: {audio.frames.dropped} microphone frames dropped (the loop fell behind)")
+        if audio.overflows or audio.underflows:
+            view.line(
+                f"live mic: the microphone overflowed {audio.overflows} times and the speaker ran dry "
+                f"{audio.underflows} times (the machine was too busy for the audio devices)"
+            )
     if conversation.closed_reason is not None:
         if conversation.fatal is not None:
             raise UsageError(f"the server ended the session: {conversation.fatal.code}: {conversation.fatal.message}")
@@ -754,9 +814,17 @@ def _explain(exc: BaseException, url: str) -> str | None:
     return None
 
 
+def _portaudio_reason(exc: BaseException) -> str:
+    args = getattr(exc, "args", ())
+    return str(args[0]) if args else str(exc)
+
+
 def list_devices(out: TextIO) -> int:
     sd = _import_sounddevice()
-    devices = sd.query_devices()
+    try:
+        devices = sd.query_devices()
+    except sd.PortAudioError as exc:
+        raise AudioDeviceError(f"the audio system cannot list devices: {_portaudio_reason(exc)}") from None
     if not len(devices):
         out.write("no audio devices found\n")
         return 1

@@ -389,9 +389,62 @@ def _render_terminal(text: str) -> list[str]:
 # --------------------------------------------------------------------------- one-line errors
 
 
+class _FakePortAudioError(Exception):
+    """sounddevice.PortAudioError: (message, PortAudio error code)."""
+
+
+class _FakeStream:
+    """A PortAudio stream that starts and stays silent, or fails to start as a busy device does."""
+
+    def __init__(self, sd: _FakeSounddevice, **kwargs) -> None:
+        self.sd = sd
+        self.latency = 0.01
+
+    def __enter__(self) -> _FakeStream:
+        if self.sd.start_fails:
+            raise _FakePortAudioError("Error starting stream: Device unavailable [PaErrorCode -9985]", -9985)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def close(self) -> None:
+        self.sd.closed += 1
+
+
+class _FakeSounddevice:
+    """What `live mic` uses of sounddevice, failing the way PortAudio does."""
+
+    PortAudioError = _FakePortAudioError
+
+    def __init__(self, *, query_error: Exception | None = None, start_fails: bool = False) -> None:
+        self.query_error = query_error
+        self.start_fails = start_fails
+        self.closed = 0
+
+    def query_devices(self, device=None, kind=None):
+        if self.query_error is not None:
+            raise self.query_error
+        return {"name": f"Fake {kind}", "default_samplerate": 48000.0}
+
+    def InputStream(self, **kwargs) -> _FakeStream:  # noqa: N802 - sounddevice's names
+        return _FakeStream(self, **kwargs)
+
+    OutputStream = InputStream
+
+
+@pytest.fixture
+def silent_devices(monkeypatch) -> _FakeSounddevice:
+    """Audio devices that start and stay silent: for what happens before any audio."""
+    fake = _FakeSounddevice()
+    monkeypatch.setattr(mic, "_import_sounddevice", lambda: fake)
+    return fake
+
+
 def run_main_in_thread(argv: list[str]) -> int:
     """`live mic` in-process, in a worker thread: it runs its own event loop and,
-    off the main thread, installs no signal handlers. These fail before any audio."""
+    off the main thread, installs no signal handlers. These fail before any audio
+    (on `silent_devices`, or a fake that fails)."""
     return mic.main(argv)
 
 
@@ -399,7 +452,7 @@ ECHO = Agent(name="echo", model="local/echo")
 
 
 @pytest.mark.anyio
-async def test_a_refused_session_is_one_line(capsys):
+async def test_a_refused_session_is_one_line(capsys, silent_devices):
     llm = default_registry().resolve("local/echo")
     async with running(ECHO, llm, token="s3cret") as (_, url):
         rc = await anyio.to_thread.run_sync(run_main_in_thread, ["--url", url, "--token", "wrong"])
@@ -409,7 +462,7 @@ async def test_a_refused_session_is_one_line(capsys):
 
 
 @pytest.mark.anyio
-async def test_a_full_server_is_one_line(capsys):
+async def test_a_full_server_is_one_line(capsys, silent_devices):
     llm = default_registry().resolve("local/echo")
     async with running(ECHO, llm, max_sessions=0) as (_, url):
         rc = await anyio.to_thread.run_sync(run_main_in_thread, ["--url", url])
@@ -419,7 +472,7 @@ async def test_a_full_server_is_one_line(capsys):
 
 
 @pytest.mark.anyio
-async def test_no_server_is_one_line(capsys):
+async def test_no_server_is_one_line(capsys, silent_devices):
     with socket_closed_port() as port:
         rc = await anyio.to_thread.run_sync(run_main_in_thread, ["--url", f"ws://127.0.0.1:{port}/live"])
     [line] = capsys.readouterr().err.splitlines()
@@ -442,6 +495,43 @@ async def test_a_server_that_never_starts_the_session_is_given_up_on():
     assert refused.value.code == "timeout"
     assert 0.45 <= time.monotonic() - t0 < 3
     assert mic._explain(refused.value, url).startswith(f"the server at {url} accepted the connection")
+
+
+def test_a_device_list_that_fails_is_one_line(monkeypatch, capsys):
+    fake = _FakeSounddevice(query_error=_FakePortAudioError("Error querying device -1", -9996))
+    monkeypatch.setattr(mic, "_import_sounddevice", lambda: fake)
+    assert mic.main(["--list-devices"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "live mic: the audio system cannot list devices: Error querying device -1"
+    ]
+
+
+def test_an_ambiguous_device_name_says_which_devices_it_matches(monkeypatch):
+    fake = _FakeSounddevice(query_error=ValueError(
+        "Multiple input devices found for 'USB':\n[1] USB Mic A\n[2] USB Mic B"
+    ))
+    monkeypatch.setattr(mic, "_import_sounddevice", lambda: fake)
+    with pytest.raises(mic.AudioDeviceError) as error:
+        mic.AudioIO("USB", None).__enter__()
+    assert str(error.value) == (
+        "the microphone name 'USB' matches several devices ([1] USB Mic A; [2] USB Mic B): "
+        "give its index or more of its name"
+    )
+
+
+@pytest.mark.anyio
+async def test_a_device_that_fails_to_start_is_one_line_and_costs_no_model_session(monkeypatch, capsys):
+    fake = _FakeSounddevice(start_fails=True)
+    monkeypatch.setattr(mic, "_import_sounddevice", lambda: fake)
+    llm = RecordingLlm(default_registry().resolve("local/echo"))
+    async with running(ECHO, llm) as (_, url):
+        rc = await anyio.to_thread.run_sync(run_main_in_thread, ["--url", url])
+    assert rc == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "live mic: cannot start 'Fake output': Error starting stream: Device unavailable [PaErrorCode -9985]"
+    ]
+    assert fake.closed == 1  # the stream that opened was closed
+    assert llm.sessions == []  # the devices are opened before the model session
 
 
 @contextlib.contextmanager
@@ -580,6 +670,12 @@ async def test_speech_reaches_the_server_and_the_reply_comes_out_of_the_speaker(
             record = llm.sessions[0]
             await wait_for(lambda: record.count_out(lambda r: r.turn_complete) >= 1, 8, "the echo's reply")
             await anyio.sleep(0.6)  # the client's buffer and the device still hold the end
+
+            def listening_again() -> bool:
+                ends = [i for i, line in enumerate(proc.lines) if line == "— turn complete"]
+                return bool(ends) and "· listening" in proc.lines[ends[0]:]
+
+            await wait_for(listening_again, 5, "the microphone to reopen after the reply")
         rc = await proc.interrupt()
     # Ctrl-C ends the session cleanly: exit 0, the server saw the client close it.
     assert rc == 0, proc.stderr
@@ -687,4 +783,4 @@ async def test_a_missing_audio_device_is_one_line(pulse):
     [line] = proc.stderr.splitlines()
     assert line.startswith("live mic: no microphone 'no-such-mic' found")
     assert "--list-devices" in line
-    assert llm.sessions[0].closed  # the session it had opened was closed, not leaked
+    assert llm.sessions == []  # no model session was opened for nothing
