@@ -120,6 +120,47 @@ async def test_a_page_off_localhost_over_plain_http_says_it_needs_https(tmp_path
     assert llm.sessions == []
 
 
+async def test_the_same_page_off_localhost_over_tls_talks(tmp_path):
+    """Served with --certfile/--keyfile under its own name, the page is a secure
+    context: it asks for the microphone, opens the session over wss, and talks."""
+    import trustme
+
+    from test_tls import spki_hash
+
+    wav, fed = speech_wav(tmp_path)
+    cert = trustme.CA().issue_cert("voice.example")
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    for i, pem in enumerate(cert.cert_chain_pems):
+        pem.write_to_path(str(certfile), append=i > 0)
+    cert.private_key_pem.write_to_path(str(keyfile))
+    llm, session = scripted()
+    tls = dict(certfile=str(certfile), keyfile=str(keyfile), allowed_hosts=("voice.example",))
+    async with running(AGENT, llm, **tls) as (_, url):
+        port = url.split(":")[2].split("/")[0]
+        args = ["--host-resolver-rules=MAP voice.example 127.0.0.1", "--no-proxy-server",
+                f"--ignore-certificate-errors-spki-list={spki_hash(certfile)}"]
+        async with chromium_page(wav, args=args) as page:
+            await page.goto(f"https://voice.example:{port}/")
+            assert await page.evaluate("window.isSecureContext") is True
+            assert await page.is_hidden("#notice")
+            await page.click("#talk")
+            await page.wait_for_function(
+                "window.live && window.live.state.microphone && window.live.state.connection === 'open'",
+                timeout=5000,
+            )
+            record = llm.sessions[0]
+
+            async def heard_speech():
+                return len(b"".join(d for _, d in record.audio_in)) >= len(fed) // 2
+
+            await wait_until(heard_speech, len(fed) / 32000 + 3, "speech to reach the server over wss")
+            session.push(double.output_transcript("Loud and clear."), double.turn_complete())
+            agent = page.locator("#log li[data-side=agent][data-final] .text")
+            await agent.first.wait_for(timeout=5000)
+            assert await agent.all_text_contents() == ["Loud and clear."]
+            assert await page.locator("#log li.error").count() == 0
+
+
 # --------------------------------------------------------------------------- 3. echo
 
 
