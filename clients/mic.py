@@ -450,34 +450,7 @@ def _import_sounddevice() -> Any:
         import sounddevice
     except OSError as exc:  # the PortAudio library itself is missing
         raise AudioDeviceError(f"PortAudio is not available ({exc}); apt-get install libportaudio2") from None
-    _silence_alsa_messages()
     return sounddevice
-
-
-_ALSA_HANDLER: Any = None  # kept alive: alsa-lib holds a pointer to it
-
-
-def _silence_alsa_messages() -> None:
-    """alsa-lib prints each xrun and probe failure straight to stderr, between the
-    conversation's lines; `live mic` counts over- and underruns and reports them
-    in one line instead."""
-    global _ALSA_HANDLER
-    import ctypes
-    import ctypes.util
-
-    if _ALSA_HANDLER is not None:
-        return
-    name = ctypes.util.find_library("asound")
-    if name is None:
-        return
-    try:
-        lib = ctypes.CDLL(name)
-    except OSError:
-        return
-    # void handler(const char *file, int line, const char *function, int err, const char *fmt, ...)
-    kind = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p)
-    _ALSA_HANDLER = kind(lambda *_args: None)
-    lib.snd_lib_error_set_handler(_ALSA_HANDLER)
 
 
 def _device(spec: str | None) -> int | str | None:
