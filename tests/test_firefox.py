@@ -49,19 +49,21 @@ async def test_firefox_captures_speech_from_the_microphone_and_plays_the_reply(p
     env = {**pulse.env, "HOME": str(tmp_path), "MOZ_HEADLESS": "1"}
     steps: list[dict] = []
     async with running(Agent(name="test", model="gemini-2.5-flash"), llm) as (_, url):
-        async with await anyio.open_process(
-            [*command, http_root(url), str(len(reply) // 2)], env=env, cwd=DRIVER
-        ) as firefox:
-
-            async def read_steps() -> None:
-                buffer = b""
-                assert firefox.stdout is not None
-                async for chunk in firefox.stdout:
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    steps.extend(json.loads(line) for line in lines if line.strip())
-
+        firefox = await anyio.open_process(
+            [*command, http_root(url), str(len(reply) // 2)], env=env, cwd=DRIVER,
+            stderr=(tmp_path / "driver.log").open("wb"),
+        )
+        try:
             async with anyio.create_task_group() as tg:
+
+                async def read_steps() -> None:
+                    buffer = b""
+                    assert firefox.stdout is not None
+                    async for chunk in firefox.stdout:
+                        buffer += chunk
+                        *lines, buffer = buffer.split(b"\n")
+                        steps.extend(json.loads(line) for line in lines if line.strip())
+
                 tg.start_soon(read_steps)
 
                 async def reached(step: str):
@@ -69,14 +71,14 @@ async def test_firefox_captures_speech_from_the_microphone_and_plays_the_reply(p
                         raise AssertionError(f"Firefox: {steps[-1]}")
                     return next((s for s in steps if s["step"] == step), None)
 
-                listening = await wait_until(lambda: reached("listening"), 40, "Firefox to listen")
+                listening = await wait_until(lambda: reached("listening"), 120, "Firefox to listen")
                 record = llm.sessions[0]
                 await anyio.run_process(["paplay", "--device=micfeed", str(wav)], env=pulse.env)
 
                 async def heard_the_speech():
                     return len(b"".join(d for _, d in record.audio_in)) >= len(speech)
 
-                await wait_until(heard_the_speech, 5, "the speech to reach the server")
+                await wait_until(heard_the_speech, 15, "the speech to reach the server")
                 step = 24000 * 2 // 25
                 session.push(
                     double.input_transcript("Hello there, can you hear me?"),
@@ -86,9 +88,20 @@ async def test_firefox_captures_speech_from_the_microphone_and_plays_the_reply(p
                     double.turn_complete(),
                 )
                 played = await wait_until(lambda: reached("played"), 30, "Firefox to play the reply")
-                with anyio.fail_after(20):
+                with anyio.fail_after(30):
                     await firefox.wait()
                 tg.cancel_scope.cancel()
+        except BaseException:
+            print((tmp_path / "driver.log").read_text(errors="replace")[-3000:])
+            raise
+        finally:
+            if firefox.returncode is None:
+                firefox.terminate()  # puppeteer closes Firefox on SIGTERM
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await firefox.wait()
+                if firefox.returncode is None:
+                    firefox.kill()
+            await firefox.aclose()
     assert firefox.returncode == 0, steps
     assert "Firefox/" in listening["userAgent"]
     assert listening["state"] == "Listening"
@@ -100,7 +113,9 @@ async def test_firefox_captures_speech_from_the_microphone_and_plays_the_reply(p
     print(f"firefox: capture at {stats['captureRate']} Hz, {match.found}/{match.speech_blocks} speech "
           f"blocks found ({match.fraction:.0%}); playback at {stats['playbackRate']} Hz, "
           f"{stats['samplesPlayed']} samples played")
-    assert match.speech_blocks > 50 and match.fraction >= 0.7
+    # Real-time capture through a sound server: measured 0.80-0.95 here, down to
+    # 0.6 while other jobs saturate both cores; unrelated speech scores 0.1-0.4.
+    assert match.speech_blocks > 50 and match.fraction >= 0.5
     # The reply played in full, and the page showed both sides.
     assert stats["samplesReceived"] == len(reply) // 2
     assert stats["samplesPlayed"] >= len(reply) // 2 and stats["samplesFlushed"] == 0
