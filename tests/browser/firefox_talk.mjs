@@ -30,8 +30,19 @@ async function snapshot(page) {
 
 let browser;
 let page;
+let stage = "launching Firefox";
 const pageErrors = [];
+// Every step below has its own timeout but one: a bound on the whole run, saying where it stuck.
+const watchdog = setTimeout(() => {
+  say("failed", { error: `stuck for 100 s while ${stage}`, pageErrors });
+  process.exit(1);
+}, 100000);
+const at = (what) => {
+  stage = what;
+  process.stderr.write(`${new Date().toISOString()} ${what}\n`);
+};
 try {
+  at("launching Firefox");
   browser = await puppeteer.launch({
     browser: "firefox",
     executablePath: FIREFOX,
@@ -42,15 +53,20 @@ try {
       "media.autoplay.block-webaudio": false,
     },
   });
+  at("opening a tab");
   page = await browser.newPage();
   page.on("pageerror", (error) => pageErrors.push(String(error)));
+  at("loading the page");
   await page.goto(url);
+  at("pressing Start talking");
   await page.click("#talk");
+  at("waiting for the session and the microphone");
   await page.waitForFunction(
     () => window.live && window.live.state.microphone && window.live.state.connection === "open",
     { timeout: 20000, polling: 50 },
   );
   say("listening", await snapshot(page));
+  at("waiting for the reply to play");
   await page.waitForFunction(
     (n) => {
       const s = window.live.stats();
@@ -60,7 +76,9 @@ try {
     Number(replySamples),
   );
   say("played", { ...(await snapshot(page)), pageErrors });
+  at("closing Firefox");
   await browser.close();
+  clearTimeout(watchdog);
 } catch (error) {
   let seen = null;
   try {
