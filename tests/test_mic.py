@@ -566,6 +566,13 @@ def spoken_wav(tmp_path: Path) -> tuple[Path, bytes]:
     return path, pcm
 
 
+def own_lines(stderr: str) -> list[str]:
+    """What live mic itself wrote: alsa-lib reports each xrun of a busy machine
+    on its own ("ALSA lib pcm.c:...(snd_pcm_recover) underrun occurred"), and
+    live mic counts them in its closing lines instead."""
+    return [line for line in stderr.splitlines() if not (line.startswith("ALSA lib ") and "run occurred" in line)]
+
+
 class MicProcess:
     def __init__(self, process: anyio.abc.Process) -> None:
         self.process = process
@@ -679,7 +686,7 @@ async def test_speech_reaches_the_server_and_the_reply_comes_out_of_the_speaker(
         rc = await proc.interrupt()
     # Ctrl-C ends the session cleanly: exit 0, the server saw the client close it.
     assert rc == 0, proc.stderr
-    assert proc.stderr == ""
+    assert own_lines(proc.stderr) == []
     assert proc.lines[-1] == "live mic: session ended"
     assert any("reason=client closed the session" in r.getMessage() for r in caplog.records)
     assert record.closed
@@ -768,7 +775,7 @@ async def test_a_lost_connection_is_one_line(pulse):
                 rc = await proc.process.wait()
             await anyio.sleep(0.1)
     assert rc == 1
-    assert proc.stderr.splitlines() == [f"live mic: the connection to {url} was lost"]
+    assert own_lines(proc.stderr) == [f"live mic: the connection to {url} was lost"]
 
 
 @pytest.mark.audio
@@ -780,7 +787,7 @@ async def test_a_missing_audio_device_is_one_line(pulse):
             rc = await proc.process.wait()
         await anyio.sleep(0.1)
     assert rc == 1
-    [line] = proc.stderr.splitlines()
+    [line] = own_lines(proc.stderr)
     assert line.startswith("live mic: no microphone 'no-such-mic' found")
     assert "--list-devices" in line
     assert llm.sessions == []  # no model session was opened for nothing
