@@ -29,6 +29,7 @@ import { VideoCapture } from "./video-capture.js";
 const INPUT_RATE = 16000;
 const OUTPUT_RATE = 24000;
 const PENDING_PLAYBACK_LIMIT = 250; // chunks held while the playback worklet loads (~10 s)
+const EARLY_FRAMES_LIMIT = 500; // microphone frames held while the session starts (10 s of 20 ms)
 
 const SERVER_EVENTS = [
   "session.started", "transcript.input", "transcript.output", "text", "tool.call",
@@ -113,6 +114,7 @@ export class LiveClient extends EventTarget {
     this._capture = null; // { context, node, source, stream }
     this._playback = null; // { context, node, ready, pending }
     this._opening = null; // the microphone being asked for
+    this._early = []; // microphone frames captured before the session started
     this._epoch = 0; // bumped by close/teardown: cancels what was under way
     this._closedByServer = false;
     this._pendingTools = new Set();
@@ -227,6 +229,9 @@ export class LiveClient extends EventTarget {
     ws.addEventListener("close", (event) => { if (this._ws === ws) this._onClose(event); });
     this._setState({ connection: "open" });
     this._emit("session.started", this.session);
+    const early = this._early;
+    this._early = [];
+    for (const frame of early) this._sendFrame(frame);
     return this.session;
   }
 
@@ -519,7 +524,14 @@ export class LiveClient extends EventTarget {
 
   _sendFrame(buffer) {
     const ws = this._ws;
-    if (!ws || ws.readyState !== WebSocket.OPEN || this.state.connection === "connecting") return;
+    if (this.state.connection === "idle" || this.state.connection === "connecting") {
+      // Said between allowing the microphone and the session starting: held
+      // (up to EARLY_FRAMES_LIMIT, oldest dropped) and sent once it starts.
+      if (this._early.length >= EARLY_FRAMES_LIMIT) this._early.shift();
+      this._early.push(buffer);
+      return;
+    }
+    if (!ws || ws.readyState !== WebSocket.OPEN) return;
     if (!this._gateOpen()) {
       this._counters.framesGated++;
       return;
@@ -689,6 +701,7 @@ export class LiveClient extends EventTarget {
 
   _teardown() {
     this._epoch++;
+    this._early = [];
     this.stopMicrophone();
     this.stopVideo();
     if (this._playback) {
