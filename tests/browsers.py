@@ -88,5 +88,6 @@ async def start_talking(page, url: str) -> None:
     await page.goto(http_root(url))
     await page.click("#talk")
     await page.wait_for_function(
-        "window.live && window.live.state.microphone && window.live.state.connection === 'open'", timeout=15000,  # a model that loads on connect (local/voice), on a busy machine
+        "window.live && window.live.state.microphone && window.live.state.connection === 'open'",
+        timeout=15000,  # a model that loads on connect (local/voice), on a busy machine
     )
