@@ -28,7 +28,7 @@ def speech_wav(tmp_path: Path) -> tuple[Path, bytes]:
 
 
 @contextlib.asynccontextmanager
-async def chromium_page(microphone: Path, *, args: Sequence[str] = (), init_script: str | None = None,
+async def chromium_page(microphone: Path, args: Sequence[str] = (), *, init_script: str | None = None,
                         color_scheme: str | None = None) -> AsyncIterator[object]:
     """A page in headless Chromium whose microphone plays `microphone` (a WAV)
     once, from the moment it is opened. `init_script` runs before the page's own."""

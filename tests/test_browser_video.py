@@ -20,7 +20,7 @@ from connections.emulator import Emulator
 from connections.gemini import Gemini
 from live.agent import Agent
 from serving import running
-from test_browser import chromium_page, http_root, wait_until
+from browsers import chromium_page, http_root, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 
@@ -42,7 +42,9 @@ async def show_the_agent(page, url: str, button: str, seconds: float, emulator: 
     """Start talking, press the camera or screen button, and watch frames and audio arrive."""
     await page.goto(http_root(url))
     await page.click("#talk")
-    await page.wait_for_function("window.live && window.live.state.microphone", timeout=5000)
+    await page.wait_for_function(
+        "window.live && window.live.state.microphone && window.live.state.connection === 'open'", timeout=5000
+    )
     await page.click(button)
     await page.wait_for_function("window.live.state.video", timeout=5000)
     assert await page.get_attribute(button, "aria-pressed") == "true"

@@ -15,7 +15,7 @@ from audio_fixtures import silence, speak, wav_bytes
 from connections.local_voice import LocalVoice
 from samples import weather
 from serving import running
-from test_browser import chromium_page, start_talking, stats, wait_until
+from browsers import chromium_page, start_talking, stats, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 
