@@ -644,11 +644,9 @@ export class LiveClient extends EventTarget {
         else this._playbackReport = { id, received };
         break;
       }
-      case "turn.complete":
-        this._replySamples = 0;
-        break;
       case "generation.complete":
       case "turn.complete":
+        if (msg.type === "turn.complete") this._replySamples = 0;
         // A turn can end without generation.complete (the model's connection
         // was lost): its tail must still play rather than wait for the next reply.
         if (this._playback) this._playback.node.port.postMessage({ type: "end" });
