@@ -344,3 +344,37 @@ async def test_playback_at_a_devices_rate_has_no_mirror_images(tmp_path):
             levels[rate] = 20 * np.log10(image / tone)
     print("playback worklet:", ", ".join(f"at {r} Hz the 14 kHz image is {db:.0f} dB" for r, db in levels.items()))
     assert all(db <= -40 for db in levels.values()), levels
+
+
+async def test_the_page_reattaches_after_its_socket_drops_and_misses_no_event(tmp_path):
+    wav, _ = speech_wav(tmp_path)
+    llm, session = scripted()
+    async with running(AGENT, llm) as (server, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        await page.evaluate(
+            "window.reattach = []; "
+            "window.live.on('reattaching', (e) => window.reattach.push('reattaching'));"
+            "window.live.on('session.reattached', (e) => window.reattach.push('reattached:' + e.replayed));"
+            "window.said = []; window.live.on('transcript.output', (e) => window.said.push(e.text)); 0"
+        )
+        [live] = list(server.live_sessions.values())
+        live.ws.transport.abort()  # the page's network goes away: no close frame
+        session.push(double.output_transcript("while you were away"))  # said during the gap
+        await wait_until(
+            lambda: page.evaluate("window.reattach.some((x) => x.startsWith('reattached'))"),
+            10, "the page to reattach",
+        )
+        assert await page.evaluate("window.reattach[0]") == "reattaching"
+        session.push(double.output_transcript("and after"), double.turn_complete())
+        # Every frame of the stream reached the page once: the one said while it was
+        # away (replayed), then the rest; its count is the server's last number.
+        await wait_until(
+            lambda: page.evaluate(f"window.live._lastSeq === {4}"), 10, "the page to receive every frame",
+        )
+        assert live.replay.last_seq == 4
+        assert await page.evaluate("window.reattach") == ["reattaching", "reattached:1"]
+        assert await page.evaluate("window.live.state.connection") == "open"
+        assert "reattach" in await page.text_content("#log")
+        said = await page.evaluate("window.said")
+        assert said.count("while you were away") == 1 and "and after" in said  # nothing missed or doubled
+    assert len(llm.sessions) == 1  # the same model session throughout

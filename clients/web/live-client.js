@@ -35,8 +35,13 @@ const SERVER_EVENTS = [
   "session.started", "transcript.input", "transcript.output", "text", "tool.call",
   "tool.result", "tool.cancelled", "turn.interrupted", "generation.complete",
   "turn.complete", "usage", "session.go_away", "session.reconnecting",
-  "session.resumed", "error", "session.closed",
+  "session.resumed", "session.reattached", "error", "session.closed",
 ];
+
+// Backoff between attempts to reattach after the socket dropped (ms); the last
+// repeats until REATTACH_FOR_MS have passed.
+const REATTACH_DELAYS_MS = [200, 500, 1000, 2000, 4000];
+const REATTACH_FOR_MS = 30000;
 
 /** The server's WebSocket on this page's origin: ws:// for http pages, wss:// for https. */
 export function defaultUrl(path = "/live") {
@@ -171,6 +176,8 @@ export class LiveClient extends EventTarget {
     }
     ws.binaryType = "arraybuffer";
     this._ws = ws;
+    this._url = url;
+    this._lastSeq = 0;
     this._closedByServer = false;
     const started = new Promise((resolve, reject) => {
       let refusal = null;
@@ -618,6 +625,7 @@ export class LiveClient extends EventTarget {
 
   _onMessage(data) {
     if (typeof data !== "string") {
+      this._lastSeq++; // each audio frame of the stream counts one
       this._counters.samplesReceived += data.byteLength / 2;
       this._replySamples += data.byteLength / 2;
       if (!this._playback || this._playback.failed) {
@@ -634,6 +642,7 @@ export class LiveClient extends EventTarget {
     } catch {
       return;
     }
+    if (typeof msg.seq === "number") this._lastSeq = msg.seq;
     switch (msg.type) {
       case "turn.interrupted": {
         // Played = what this reply brought, less what the flush dropped (from the worklet).
@@ -688,6 +697,11 @@ export class LiveClient extends EventTarget {
   }
 
   _onClose(event) {
+    const token = this.session && this.session.resume_token;
+    if (!this._closedByServer && this.state.connection !== "closing" && token) {
+      this._reattach(event.code); // the conversation goes on over a new socket
+      return;
+    }
     if (!this._closedByServer && this.state.connection !== "closing") {
       this._emit("error", {
         type: "error", code: "connection_lost", fatal: true,
@@ -695,6 +709,84 @@ export class LiveClient extends EventTarget {
       });
     }
     this._teardown();
+  }
+
+  /**
+   * The socket dropped without session.closed: open a new one and take the
+   * session over (session.resume with the last sequence number received), with
+   * backoff, for up to 30 s. Dispatches "reattaching" before each attempt and
+   * the server's "session.reattached" on success; the microphone and playback
+   * keep running meanwhile (audio said while away is dropped).
+   */
+  async _reattach(code) {
+    const epoch = this._epoch;
+    const started = performance.now();
+    this._ws = null;
+    this._setState({ connection: "reattaching" });
+    for (let attempt = 1; performance.now() - started < REATTACH_FOR_MS; attempt++) {
+      const delay = REATTACH_DELAYS_MS[Math.min(attempt - 1, REATTACH_DELAYS_MS.length - 1)];
+      this._emit("reattaching", { type: "reattaching", attempt, delay: delay / 1000, code });
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      if (epoch !== this._epoch || this.state.connection !== "reattaching") return; // ended meanwhile
+      const outcome = await this._resumeOn(new WebSocket(this._url));
+      if (epoch !== this._epoch) {
+        if (outcome.ws) outcome.ws.close();
+        return;
+      }
+      if (outcome.ws) {
+        const ws = outcome.ws;
+        this._ws = ws;
+        ws.addEventListener("message", (event) => { if (this._ws === ws) this._onMessage(event.data); });
+        ws.addEventListener("close", (event) => { if (this._ws === ws) this._onClose(event); });
+        this._setState({ connection: "open" });
+        this._emit("session.reattached", outcome.message);
+        return;
+      }
+      if (outcome.fatal) {
+        this._report(new LiveError(outcome.fatal.code, outcome.fatal.message, true));
+        this._teardown();
+        return;
+      }
+    }
+    this._report(new LiveError("connection_lost", `the connection to the server was lost (code ${code}) and could not be restored`, true));
+    this._teardown();
+  }
+
+  /** One attempt: resolves with {ws, message} once reattached, {fatal} when refused for good, or {} to try again. */
+  _resumeOn(ws) {
+    ws.binaryType = "arraybuffer";
+    return new Promise((resolve) => {
+      const done = (outcome) => {
+        clearTimeout(timer);
+        ws.removeEventListener("message", onMessage);
+        ws.removeEventListener("close", onClose);
+        resolve(outcome);
+      };
+      const onMessage = (event) => {
+        if (typeof event.data !== "string") return;
+        let msg;
+        try {
+          msg = JSON.parse(event.data);
+        } catch {
+          return;
+        }
+        if (msg.type === "session.reattached") done({ ws, message: msg });
+        else if (msg.type === "error" && ["session_expired", "unauthorized"].includes(msg.code)) {
+          ws.close();
+          done({ fatal: msg });
+        }
+      };
+      const onClose = () => done({});
+      const timer = setTimeout(() => { ws.close(); done({}); }, 10000);
+      ws.addEventListener("message", onMessage);
+      ws.addEventListener("close", onClose);
+      ws.addEventListener("open", () => ws.send(JSON.stringify({
+        type: "session.resume",
+        session_id: this.session.session_id,
+        resume_token: this.session.resume_token,
+        last_seq: this._lastSeq,
+      })));
+    });
   }
 
   _teardown() {
