@@ -35,6 +35,7 @@ from live.protocol import (
     ActivityStart,
     AudioEnd,
     ErrorEvent,
+    Playback,
     Image,
     ServerEvent,
     SessionClose,
@@ -138,6 +139,7 @@ class LiveClient:
         open_timeout: float = 10.0,
         reattach_for: float = 30.0,
         start_timeout: float = 15.0,
+        reports_playback: bool = False,
     ) -> AsyncIterator[LiveClient]:
         """Open the socket, start the session, and close both when done.
 
@@ -158,6 +160,7 @@ class LiveClient:
                             history=tuple(history),
                             input_rate=input_rate,
                             turn_taking=turn_taking,
+                            reports_playback=reports_playback,
                         )
                     )
                 )
@@ -288,6 +291,11 @@ class LiveClient:
     async def audio_end(self) -> None:
         """The microphone was muted."""
         await self._send(encode(AudioEnd()))
+
+    async def report_playback(self, played: float) -> None:
+        """After `turn.interrupted`: how many seconds of the cut reply were played
+        (for sessions started with `reports_playback=True`)."""
+        await self._send(encode(Playback(played)))
 
     async def send_tool_result(self, call_id: str, name: str, response: dict[str, Any]) -> None:
         await self._send(encode(ToolResult(call_id, name, response)))

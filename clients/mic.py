@@ -626,6 +626,7 @@ class Conversation:
         self.fatal: ErrorEvent | None = None
         self.closed_reason: str | None = None
         self.frames_sent = 0
+        self._reply_from: int | None = None  # speaker samples played when the current reply began
 
     async def run(self, *, handle_signals: bool) -> None:
         async with anyio.create_task_group() as tg:
@@ -663,11 +664,22 @@ class Conversation:
     async def _receive(self) -> None:
         async for event in self.client.events():
             if isinstance(event, AudioFrame):
+                if self._reply_from is None:
+                    # A reply begins: it plays after what is still queued.
+                    with self.playback.lock:
+                        self._reply_from = self.playback.buffer.played + self.playback.buffer.queued
                 await self.playback.push(self.audio.to_speaker(event.data))
                 continue
             if isinstance(event, TurnInterrupted):
+                with self.playback.lock:
+                    played = self.playback.buffer.played
                 self.playback.flush()
+                # What the user heard of the cut reply, so the server can say it.
+                start = self._reply_from if self._reply_from is not None else played
+                self._reply_from = None
+                await self.client.report_playback(max(0, played - start) / self.playback.buffer.rate)
             elif isinstance(event, GenerationComplete | TurnComplete):
+                self._reply_from = None
                 # A turn can end without `generation.complete` (the model's
                 # connection was lost): its tail must still play, or the gate
                 # would wait for it forever.
@@ -723,7 +735,7 @@ async def _session(args: argparse.Namespace, view: ConversationView) -> int:
     handle_signals = threading.current_thread() is threading.main_thread()
     # The devices first: a missing microphone must not cost a model session.
     with AudioIO(args.input_device, args.output_device) as audio:
-        async with LiveClient.connect(args.url, token=args.token or None) as client:
+        async with LiveClient.connect(args.url, token=args.token or None, reports_playback=True) as client:
             started: SessionStarted = client.session
             while audio.frames.get_nowait() is not None:
                 pass  # what was said before the session began is not sent late

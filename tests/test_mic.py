@@ -153,6 +153,9 @@ class _ScriptedClient:
     async def send_tool_result(self, *args) -> None:
         self.sent.append(args)
 
+    async def report_playback(self, played: float) -> None:
+        self.sent.append(("playback", played))
+
 
 class _NoAudioDevices:
     """What `Conversation` uses of `AudioIO`, without devices: the test pulls the speaker."""
@@ -185,6 +188,28 @@ async def test_a_turn_cut_by_a_lost_model_connection_still_plays_out_and_reopens
     assert played[: 2 * 1200] == samples(1200)  # the 50 ms tail played
     assert not audio.playback.audible()
     assert conversation.gate.update(0.5, audio.playback.audible()) == "opened"
+
+
+@pytest.mark.anyio
+async def test_a_barge_in_reports_how_much_of_the_reply_was_played():
+    """So the server can say what the user heard: the seconds of this reply the
+    speaker took, not what was received or queued."""
+    audio = _NoAudioDevices()
+    events: list = [mic.AudioFrame(samples(24000))]  # one second of reply arrives
+
+    class Client(_ScriptedClient):
+        async def events(self):
+            yield events[0]
+            audio.playback.buffer.pull(2400)  # the prebuffer fills, then...
+            audio.playback.buffer.pull(7200)  # ...0.4 s in all reach the speaker
+            yield p.TurnInterrupted()
+
+    client = Client([])
+    conversation = mic.Conversation(client, audio, ConversationView(io.StringIO()), headphones=True)
+    await conversation._receive()
+    [(kind, played)] = [m for m in client.sent if isinstance(m, tuple) and m[0] == "playback"]
+    assert abs(played - 0.4) < 0.01
+    assert not audio.playback.audible()  # and the rest was flushed
 
 
 # --------------------------------------------------------------------------- resampling
