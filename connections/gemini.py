@@ -34,7 +34,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 import anyio
 import websockets
@@ -42,6 +42,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
+from connections.gemini_wire import lean_session
 from connections.gemini_mapping import (
     ServerMessageMapper,
     function_responses_of,
@@ -503,8 +504,13 @@ class Gemini(BaseLlm):
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
+        wire: Literal["lean", "sdk"] | None = None,
     ) -> None:
         super().__init__(model)
+        wire = wire or (os.environ.get("LIVE_GEMINI_WIRE") or "").strip() or "lean"
+        if wire not in ("lean", "sdk"):
+            raise ConfigurationError(f"the Gemini wire path must be 'lean' or 'sdk', not {wire!r} (LIVE_GEMINI_WIRE)")
+        self._wire = wire
         if request_timeout <= 0 or connect_timeout <= 0:
             raise ValueError("request_timeout and connect_timeout must be positive")
         self._transport = transport
@@ -585,12 +591,20 @@ class Gemini(BaseLlm):
         """Open one session: the injected transport, else the SDK's live connect.
 
         Override (or pass `transport=`) to put a double or a proxy in between;
-        the connection code does not change.
+        the connection code does not change. On the SDK's connect, audio frames
+        take the lean wire path (`connections.gemini_wire`) unless
+        `wire="sdk"` was chosen or the installed SDK does not allow it.
         """
         if self._transport is not None:
             return self._transport(model, config)
         assert self._client is not None  # guaranteed by __init__
-        return self._client.aio.live.connect(model=model, config=config)
+        connect = self._client.aio.live.connect(model=model, config=config)
+        return lean_session(connect) if self._wire == "lean" else connect
+
+    @property
+    def wire(self) -> str:
+        """`lean` (audio frames skip the SDK's per-message work when it allows) or `sdk`."""
+        return self._wire
 
     @contextlib.asynccontextmanager
     async def connect(self, request: LlmRequest) -> AsyncIterator[GeminiLlmConnection]:

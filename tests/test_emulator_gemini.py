@@ -24,6 +24,13 @@ MODEL = "gemini-live-2.5-flash-preview"
 FAST = 20.0
 
 
+@pytest.fixture(autouse=True, params=["lean", "sdk"])
+def wire(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs on both wire paths (`connections.gemini_wire` and the SDK's own)."""
+    monkeypatch.setenv("LIVE_GEMINI_WIRE", request.param)
+    return request.param
+
+
 def gemini_for(emulator: Emulator, model: str = MODEL, api_key: str | None = None) -> Gemini:
     return Gemini(
         model,

@@ -1028,17 +1028,18 @@ class EmulatorSession:
             self._at(last_due, lambda: self._send({"serverContent": {"generationComplete": True}}), group)
         self._at(max(last_due, t0 + script.scaled(duration)), lambda: self._finish(gen), group)
 
+    def _audio_part(self, chunk: bytes) -> dict[str, Any]:
+        script = self.script
+        encode = base64.urlsafe_b64encode if script.audio_base64 == "urlsafe" else base64.b64encode
+        blob, mime = ("inline_data", "mime_type") if script.audio_keys == "snake" else ("inlineData", "mimeType")
+        return {blob: {mime: f"audio/pcm;rate={synth.OUTPUT_RATE}", "data": encode(chunk).decode("ascii")}}
+
     def _chunk_sender(
         self, gen: _Generation, chunk: Any, frags: list[str], last: bool
     ) -> Callable[[], None]:
         def send() -> None:
             if isinstance(chunk, bytes):
-                part = {
-                    "inlineData": {
-                        "mimeType": f"audio/pcm;rate={synth.OUTPUT_RATE}",
-                        "data": base64.b64encode(chunk).decode("ascii"),
-                    }
-                }
+                part = self._audio_part(chunk)
             else:
                 part = {"text": chunk}
                 gen.spoken.append(chunk)

@@ -176,6 +176,10 @@ class Script:
       RESOURCE_EXHAUSTED after setup (None: unlimited).
     - `bundle`: put transcripts and completion flags in the same serverContent
       as the audio (as 3.x models do); None decides by model name.
+    - `audio_keys`, `audio_base64`: how reply audio parts are written. The
+      service writes `inlineData`/`mimeType` with standard base64; protobuf
+      JSON readers also take `inline_data`/`mime_type` and URL-safe base64, so
+      a client must too (`"snake"`, `"urlsafe"`).
     """
 
     user_says: Sequence[str] | Mapping[int, str] = ()
@@ -193,6 +197,14 @@ class Script:
     chars_per_second: float = 15.0
     max_sessions: int | None = None
     bundle: bool | None = None
+    audio_keys: Literal["camel", "snake"] = "camel"
+    audio_base64: Literal["standard", "urlsafe"] = "standard"
+
+    def __post_init__(self) -> None:
+        if self.audio_keys not in ("camel", "snake"):
+            raise ValueError(f"audio_keys must be 'camel' or 'snake', not {self.audio_keys!r}")
+        if self.audio_base64 not in ("standard", "urlsafe"):
+            raise ValueError(f"audio_base64 must be 'standard' or 'urlsafe', not {self.audio_base64!r}")
 
     def scaled(self, seconds: float) -> float:
         """Real seconds to wait for `seconds` of service time."""

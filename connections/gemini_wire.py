@@ -1,0 +1,377 @@
+"""The lean wire path for audio: Live frames that carry only audio skip the SDK's per-message work.
+
+A conversation is mostly audio: a 20 ms microphone frame up and a 40 ms reply
+chunk down, thousands a minute. For each, google-genai builds and validates
+pydantic objects, walks dicts through its converters and re-encodes base64,
+which costs several times what the socket and TLS do. Here:
+
+- **Up**: `send_realtime_input(audio=...)` is written from a text template
+  taken from the installed SDK's own output (its key names, its base64
+  alphabet), with one `b2a_base64` and no object built.
+- **Down**: a frame that is a bare model-turn audio chunk is parsed once with
+  `json.loads`, its data decoded with strict `a2b_base64`, and the message
+  built with `model_construct` (no validation: the shape was checked by hand).
+  Every other frame (transcripts, tool calls, turn ends, errors, closes) goes
+  through the SDK's own `AsyncSession.receive()`, fed from the same socket, so
+  it means exactly what it means on the SDK path.
+
+`calibrate()` checks, once per process and backend, that the fast path gives
+what the installed SDK gives: it runs the SDK's real send and receive code on
+probe frames (both key casings, both base64 alphabets) against an in-memory
+socket and compares. If anything differs, or the SDK's session lacks what the
+fast path relies on, sessions use the SDK's own path and one log line says why.
+`Gemini(wire="sdk")` chooses the SDK's path outright.
+"""
+
+from __future__ import annotations
+
+import binascii
+import collections
+import contextlib
+import dataclasses
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import pydantic
+import websockets
+from google.genai import live as genai_live
+from google.genai import types
+
+__all__ = ["LeanSession", "WireCodec", "calibrate", "lean_session"]
+
+logger = logging.getLogger(__name__)
+
+_STANDARD_TO_URLSAFE: Final = bytes.maketrans(b"+/", b"-_")
+_URLSAFE_TO_STANDARD: Final = str.maketrans("-_", "+/")
+# A mime type that needs no JSON escaping and cannot break the template.
+_PLAIN_MIME: Final = re.compile(r"[A-Za-z0-9/;=.+\-]+\Z")
+# Bytes whose base64 holds both alphabet-specific characters ('+/' or '-_').
+_PROBE: Final = bytes([0xFB, 0xFF, 0xBF]) * 4 + b"live"
+_PROBE_MIME: Final = "audio/pcm;rate=16000"
+
+
+class _NoFrame(Exception):
+    """The in-memory socket has no frame queued: the SDK asked for one more."""
+
+
+class _FrameSocket:
+    """Stands in for the SDK's socket: hands it frames (or a close) we read, keeps what it sends."""
+
+    def __init__(self) -> None:
+        self._frames: collections.deque[bytes | BaseException] = collections.deque()
+        self.sent: list[str] = []
+
+    def put(self, item: bytes | BaseException) -> None:
+        self._frames.append(item)
+
+    async def recv(self, decode: bool | None = None) -> bytes:
+        if not self._frames:
+            raise _NoFrame
+        item = self._frames.popleft()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def send(self, message: str) -> None:
+        self.sent.append(message)
+
+    async def close(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WireCodec:
+    """How this SDK writes an audio frame, and whether bare audio chunks may be decoded by hand.
+
+    `head` + base64(data) + `middle` + mime type + `tail` is exactly the SDK's
+    text for `send_realtime_input(audio=Blob(data, mime_type))`; `urlsafe` says
+    which alphabet it uses. Built only by `calibrate()`.
+    """
+
+    head: str
+    middle: str
+    tail: str
+    urlsafe: bool
+    decode_audio: bool
+
+    def encode_audio(self, data: bytes, mime_type: str) -> str | None:
+        """The SDK's text for an audio frame, or None when the mime type needs escaping."""
+        if not _PLAIN_MIME.match(mime_type):
+            return None
+        encoded = binascii.b2a_base64(data, newline=False)
+        if self.urlsafe:
+            encoded = encoded.translate(_STANDARD_TO_URLSAFE)
+        return f"{self.head}{encoded.decode('ascii')}{self.middle}{mime_type}{self.tail}"
+
+    def decode(self, raw: bytes | str) -> types.LiveServerMessage | None:
+        """The message a bare model-turn audio frame means; None for any other frame."""
+        if not self.decode_audio:
+            return None
+        return decode_audio_frame(raw)
+
+
+def _b64decode(text: Any) -> bytes | None:
+    """Strict base64 in either alphabet (as pydantic's bytes validation takes); None if not base64."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return binascii.a2b_base64(text, strict_mode=True)
+    except (binascii.Error, ValueError):
+        pass
+    try:
+        return binascii.a2b_base64(text.translate(_URLSAFE_TO_STANDARD), strict_mode=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+_CONTENT_KEYS: Final = frozenset({"parts", "role"})
+_BLOB_KEYS = (("data", "mimeType"), ("data", "mime_type"))
+
+
+def decode_audio_frame(raw: bytes | str) -> types.LiveServerMessage | None:
+    """`{"serverContent": {"modelTurn": {"parts": [{"inlineData": {...}}, ...]}}}` and nothing else."""
+    try:
+        frame = json.loads(raw)
+    except ValueError:
+        return None  # the SDK's path reports it
+    if type(frame) is not dict or len(frame) != 1:
+        return None
+    sc = frame.get("serverContent")
+    if type(sc) is not dict or len(sc) != 1:
+        return None
+    turn = sc.get("modelTurn")
+    if type(turn) is not dict or not turn.keys() <= _CONTENT_KEYS:
+        return None
+    role = turn.get("role")
+    parts = turn.get("parts")
+    if type(parts) is not list or not parts or (role is not None and type(role) is not str):
+        return None
+    built = []
+    for part in parts:
+        if type(part) is not dict or len(part) != 1:
+            return None
+        blob = part.get("inlineData", part.get("inline_data"))
+        if type(blob) is not dict or len(blob) != 2:
+            return None
+        mime = blob.get("mimeType", blob.get("mime_type"))
+        if type(mime) is not str or not mime.startswith("audio/"):
+            return None
+        data = _b64decode(blob.get("data"))
+        if data is None:
+            return None
+        built.append(
+            types.Part.model_construct(inline_data=types.Blob.model_construct(data=data, mime_type=mime))
+        )
+    content = (
+        types.Content.model_construct(parts=built)
+        if role is None
+        else types.Content.model_construct(parts=built, role=role)
+    )
+    return types.LiveServerMessage.model_construct(
+        server_content=types.LiveServerContent.model_construct(model_turn=content)
+    )
+
+
+# ---------------------------------------------------------------------------- calibration
+
+_calibrated: dict[bool, tuple[WireCodec | None, str]] = {}
+_warned_no_socket = False
+
+
+def _audio_probe_frames() -> list[bytes]:
+    """Bare audio chunks as the service might write them: both casings, both alphabets, with and without a role."""
+    standard = binascii.b2a_base64(_PROBE, newline=False).decode()
+    urlsafe = standard.translate(str.maketrans("+/", "-_"))
+    frames = []
+    for data in (standard, urlsafe):
+        for part_key, mime_key in (("inlineData", "mimeType"), ("inline_data", "mime_type")):
+            for role in ({}, {"role": "model"}):
+                part = {part_key: {mime_key: "audio/pcm;rate=24000", "data": data}}
+                frames.append(json.dumps({"serverContent": {"modelTurn": {"parts": [part, part], **role}}}).encode())
+    return frames
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values and equal sets of given fields, all the way down (the mapper reads both)."""
+    if isinstance(a, pydantic.BaseModel) or isinstance(b, pydantic.BaseModel):
+        if type(a) is not type(b) or a.model_fields_set != b.model_fields_set:
+            return False
+        return all(_same(getattr(a, name), getattr(b, name)) for name in type(a).model_fields)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+async def _sdk_send_text(api_client: Any, data: bytes, mime_type: str) -> str:
+    socket = _FrameSocket()
+    session = genai_live.AsyncSession(api_client=api_client, websocket=socket)  # type: ignore[arg-type]
+    await session.send_realtime_input(audio=types.Blob(data=data, mime_type=mime_type))
+    (text,) = socket.sent
+    return text
+
+
+async def _sdk_receive_one(api_client: Any, raw: bytes) -> types.LiveServerMessage:
+    socket = _FrameSocket()
+    socket.put(raw)
+    session = genai_live.AsyncSession(api_client=api_client, websocket=socket)  # type: ignore[arg-type]
+    stream = session.receive()
+    try:
+        return await stream.__anext__()
+    finally:
+        with contextlib.suppress(_NoFrame):
+            await stream.aclose()
+
+
+async def _build(api_client: Any) -> tuple[WireCodec | None, str]:
+    try:
+        text = await _sdk_send_text(api_client, _PROBE, _PROBE_MIME)
+    except Exception as exc:  # noqa: BLE001 - any SDK change here means: use the SDK
+        return None, f"the SDK's audio send could not be observed ({type(exc).__name__}: {exc})"
+    standard = binascii.b2a_base64(_PROBE, newline=False).decode()
+    urlsafe = standard.translate(str.maketrans("+/", "-_"))
+    if text.count(urlsafe) == 1:
+        encoded, is_urlsafe = urlsafe, True
+    elif text.count(standard) == 1:
+        encoded, is_urlsafe = standard, False
+    else:
+        return None, "the SDK's audio frame does not hold the data as base64 once"
+    head, rest = text.split(encoded)
+    if rest.count(_PROBE_MIME) != 1 or _PROBE_MIME in head:
+        return None, "the SDK's audio frame does not hold the mime type once, after the data"
+    middle, tail = rest.split(_PROBE_MIME)
+    codec = WireCodec(head, middle, tail, is_urlsafe, decode_audio=True)
+    # A second frame, other data and rate: the template must give the SDK's text exactly.
+    check = bytes(range(256)) * 3
+    if codec.encode_audio(check, "audio/pcm;rate=8000") != await _sdk_send_text(api_client, check, "audio/pcm;rate=8000"):
+        return None, "an audio frame written from the SDK's template differs from the SDK's own"
+    for raw in _audio_probe_frames():
+        try:
+            expected = await _sdk_receive_one(api_client, raw)
+        except Exception:  # noqa: BLE001 - the SDK refuses this shape: so must we
+            if decode_audio_frame(raw) is not None:
+                return dataclasses.replace(codec, decode_audio=False), (
+                    "the SDK refuses an audio frame the fast path would take; frames from the model use the SDK"
+                )
+            continue
+        if not _same(decode_audio_frame(raw), expected):
+            return dataclasses.replace(codec, decode_audio=False), (
+                "an audio frame decoded by hand differs from the SDK's decoding; frames from the model use the SDK"
+            )
+    return codec, ""
+
+
+async def calibrate(api_client: Any) -> WireCodec | None:
+    """The codec this SDK allows, or None (with one log line per process and backend) to use the SDK's path."""
+    vertex = bool(getattr(api_client, "vertexai", False))
+    if vertex not in _calibrated:
+        codec, why = await _build(api_client)
+        _calibrated[vertex] = (codec, why)
+        if why:
+            logger.warning("Gemini wire: %s (google-genai %s)", why, _sdk_version())
+        else:
+            logger.debug("Gemini wire: the lean audio path matches google-genai %s", _sdk_version())
+    return _calibrated[vertex][0]
+
+
+def _sdk_version() -> str:
+    from google.genai import version
+
+    return version.__version__
+
+
+# ---------------------------------------------------------------------------- the session
+
+
+class LeanSession:
+    """An SDK `AsyncSession` whose audio frames skip the SDK's per-message work.
+
+    Everything else is the SDK's: other sends go to the wrapped session, other
+    received frames are decoded by an SDK session reading from an in-memory
+    socket we fill from the real one, so errors and closes surface as the SDK
+    raises them.
+    """
+
+    def __init__(self, session: genai_live.AsyncSession, codec: WireCodec) -> None:
+        self._session = session
+        self._codec = codec
+        self._ws = session._ws  # noqa: SLF001 - the socket the fast path writes to and reads from
+        self._frames = _FrameSocket()
+        self._decoder = genai_live.AsyncSession(api_client=session._api_client, websocket=self._frames)  # type: ignore[arg-type]  # noqa: SLF001
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    async def send_realtime_input(self, **kwargs: Any) -> None:
+        audio = kwargs.get("audio")
+        if len(kwargs) == 1 and isinstance(audio, types.Blob) and isinstance(audio.data, bytes) and audio.mime_type:
+            text = self._codec.encode_audio(audio.data, audio.mime_type)
+            if text is not None:
+                await self._ws.send(text)
+                return
+        await self._session.send_realtime_input(**kwargs)
+
+    async def send_client_content(self, **kwargs: Any) -> None:
+        await self._session.send_client_content(**kwargs)
+
+    async def send_tool_response(self, **kwargs: Any) -> None:
+        await self._session.send_tool_response(**kwargs)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def receive(self) -> AsyncIterator[types.LiveServerMessage]:
+        """Messages up to the end of a turn, like the SDK's `receive()`."""
+        decode = self._codec.decode
+        while True:
+            try:
+                raw = await self._ws.recv(decode=False)
+            except websockets.ConnectionClosed as exc:
+                raw = exc  # the SDK turns it into its own error, below
+            else:
+                message = decode(raw)
+                if message is not None:
+                    yield message
+                    continue
+            message, turn_ends = await self._sdk_decode(raw)
+            yield message
+            if turn_ends:
+                return
+
+    async def _sdk_decode(self, raw: bytes | BaseException) -> tuple[types.LiveServerMessage, bool]:
+        """The SDK's message for one frame, and whether its `receive()` would stop after it."""
+        self._frames.put(raw)
+        stream = self._decoder.receive()
+        try:
+            message = await stream.__anext__()
+            try:
+                await stream.__anext__()
+            except StopAsyncIteration:
+                return message, True
+            except _NoFrame:
+                return message, False
+            raise RuntimeError("the SDK's receive() read a frame it was not given")
+        finally:
+            with contextlib.suppress(_NoFrame):
+                await stream.aclose()
+
+
+@contextlib.asynccontextmanager
+async def lean_session(
+    connect: contextlib.AbstractAsyncContextManager[genai_live.AsyncSession],
+) -> AsyncIterator[genai_live.AsyncSession | LeanSession]:
+    """The SDK's session from `connect`, on the lean path when `calibrate()` allows it."""
+    async with connect as session:
+        api_client = getattr(session, "_api_client", None)
+        if getattr(session, "_ws", None) is None or api_client is None:
+            global _warned_no_socket
+            if not _warned_no_socket:
+                _warned_no_socket = True
+                logger.warning("Gemini wire: the SDK's session has no socket to read (google-genai %s); "
+                               "using the SDK's path", _sdk_version())
+            yield session
+            return
+        codec = await calibrate(api_client)
+        yield session if codec is None else LeanSession(session, codec)
