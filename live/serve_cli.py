@@ -51,6 +51,16 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 1, not {text}")
+    return value
+
+
 def _positive(kind: type) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
@@ -82,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--agent", metavar="MODULE:ATTR", help="an agent, e.g. samples.weather:agent (--model then overrides its model)")
     limits = parser.add_argument_group("limits and checks")
     limits.add_argument("--max-sessions", type=_positive(int), default=100, help="concurrent sessions (default 100)")
+    limits.add_argument("--near-capacity", type=_fraction, default=0.9, metavar="SHARE", help="share of --max-sessions from which /healthz answers 503 near_capacity, so a load balancer sends new sessions elsewhere (default 0.9; /livez stays 200)")
     limits.add_argument("--max-frame-bytes", type=_positive(int), default=64 << 10, help="largest client frame: a session.start with its history, a typed turn, a tool result, an audio frame (default 64 KiB)")
     limits.add_argument("--max-image-bytes", type=_positive(int), help="largest camera or screen image; larger ones are dropped with an image_too_large error (default: as large as fits in --max-frame-bytes as base64, about 48 KB at 64 KiB)")
     limits.add_argument("--max-image-rate", type=_positive(float), default=2.0, help="camera or screen images per second; more are dropped with an image_rate_limited error (default 2; the model samples about 1)")
@@ -193,6 +204,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         host=args.host,
         port=args.port,
         max_sessions=args.max_sessions,
+        near_capacity=args.near_capacity,
         max_frame_bytes=args.max_frame_bytes,
         max_image_bytes=args.max_image_bytes,
         max_image_rate=args.max_image_rate,

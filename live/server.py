@@ -20,6 +20,7 @@ import hmac
 import http
 import json
 import logging
+import math
 import mimetypes
 import socket
 import ssl
@@ -28,7 +29,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 import anyio
@@ -199,6 +200,9 @@ class ServerConfig:
       stream for a client that comes back (`live.reattach.ReplayBuffer`):
       beyond the first, the oldest reply audio is dropped; beyond the second,
       the oldest event. What a replay lacks is reported as `missed`.
+    - `near_capacity`: the share of `max_sessions` from which `/healthz`
+      answers 503 `near_capacity`, so a load balancer routes new sessions to
+      another process before this one refuses them (the sessions here go on).
     - `reuse_port`: share the port with other server processes (SO_REUSEPORT,
       Linux): the kernel spreads new connections across them.
     - `metrics_port`: serve `/metrics` on this port (0: a free one) instead of
@@ -235,6 +239,7 @@ class ServerConfig:
     reattach_audio_seconds: float = 5.0
     reattach_events: int = 512
     reuse_port: bool = False
+    near_capacity: float = 0.9
     certfile: str | None = None
     keyfile: str | None = None
 
@@ -1301,10 +1306,12 @@ class LiveServer:
         path = urlsplit(request.path).path
         policy = self.host_policy
         if not policy.host_allowed(host):
-            if path == "/healthz":
+            if path in ("/healthz", "/livez"):
                 # Probes address the server by whatever name or IP they have;
-                # they learn it is up, and nothing else.
-                return _response(http.HTTPStatus.OK, b'{"status": "ok"}', "application/json")
+                # they learn whether to send sessions here, and nothing else.
+                status = self.health() if path == "/healthz" else "alive"
+                body = json.dumps({"status": status}).encode()
+                return _response(_HEALTH_CODES.get(status, http.HTTPStatus.OK), body, "application/json")
             return self._refuse(
                 connection,
                 http.HTTPStatus.FORBIDDEN,
@@ -1328,14 +1335,18 @@ class LiveServer:
                 )
             return None
         if path == "/healthz":
+            status = self.health()
             body = {
-                "status": "ok",
+                "status": status,
                 "sessions": len(self.sessions),
                 "max_sessions": self.config.max_sessions,
+                "near_capacity_at": self.near_capacity_at,
                 "model": self.agent.model,
                 "agent": self.agent.name,
             }
-            return _response(http.HTTPStatus.OK, json.dumps(body).encode(), "application/json")
+            return _response(_HEALTH_CODES[status], json.dumps(body).encode(), "application/json")
+        if path == "/livez":
+            return _response(http.HTTPStatus.OK, b'{"status": "alive"}', "application/json")
         if path in ("/", "/index.html"):
             page = WEB_ROOT / "index.html"
             if page.is_file():
@@ -1453,6 +1464,28 @@ class LiveServer:
             log.warning("relay to %s failed: %s", address, exc)
         with contextlib.suppress(ConnectionClosed):
             await ws.close(CLOSE_SERVICE_RESTART, "reattach again")
+
+    @property
+    def near_capacity_at(self) -> int:
+        """The session count from which `/healthz` asks load balancers to route elsewhere."""
+        config = self.config
+        return max(1, min(config.max_sessions, math.ceil(config.max_sessions * config.near_capacity)))
+
+    def health(self) -> str:
+        """`ok`, or why new sessions should go elsewhere: `draining`, `full`, `near_capacity`.
+
+        Only `ok` is HTTP 200 on `/healthz`: a load balancer stops sending new
+        sessions to a process that is stopping or about to refuse them, while
+        the sessions it holds go on. `/livez` is 200 whenever the process serves.
+        """
+        if self._draining:
+            return "draining"
+        count = len(self.sessions)
+        if count >= self.config.max_sessions:
+            return "full"
+        if count >= self.near_capacity_at:
+            return "near_capacity"
+        return "ok"
 
     async def drain(self) -> None:
         """Stop taking sessions and hand every session to the fleet (or end it)."""
@@ -1662,6 +1695,15 @@ def _bound_port(server: Server) -> int:
     for sock in server.sockets:
         return int(sock.getsockname()[1])
     raise RuntimeError("the server is not listening")
+
+
+_HEALTH_CODES: Final = {
+    "ok": http.HTTPStatus.OK,
+    "alive": http.HTTPStatus.OK,
+    "near_capacity": http.HTTPStatus.SERVICE_UNAVAILABLE,
+    "full": http.HTTPStatus.SERVICE_UNAVAILABLE,
+    "draining": http.HTTPStatus.SERVICE_UNAVAILABLE,
+}
 
 
 def _response(status: http.HTTPStatus, body: bytes, content_type: str = "text/plain; charset=utf-8") -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import anyio
@@ -421,3 +422,40 @@ async def test_health_and_pages_are_served_on_the_same_port():
         assert status == 200 and json.loads(body)["model"] == "gemini-2.5-flash"
         status, kind, body = await anyio.to_thread.run_sync(fetch, "/")
         assert status == 200 and kind.startswith("text/html") and b"/live" in body
+
+
+async def test_health_tells_a_load_balancer_to_route_elsewhere_before_the_server_refuses():
+    import urllib.error
+    import urllib.request
+
+    llm, _ = gemini(*(double.ScriptedSession() for _ in range(4)))
+    async with running(AGENT, llm, max_sessions=4, near_capacity=0.5) as (server, url):
+        base = url.replace("ws://", "http://").removesuffix("/live")
+
+        def fetch(path: str) -> tuple[int, dict]:
+            try:
+                with urllib.request.urlopen(base + path, timeout=5) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as error:
+                return error.code, json.loads(error.read())
+
+        async def health() -> tuple[int, str]:
+            status, body = await anyio.to_thread.run_sync(fetch, "/healthz")
+            assert (await anyio.to_thread.run_sync(fetch, "/livez"))[0] == 200  # alive throughout
+            return status, body["status"]
+
+        assert await health() == (200, "ok")
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(2):
+                await stack.enter_async_context(LiveClient.connect(url))
+            assert await health() == (503, "near_capacity")
+            status, body = await anyio.to_thread.run_sync(fetch, "/healthz")
+            assert body["sessions"] == 2 and body["near_capacity_at"] == 2 and body["max_sessions"] == 4
+            for _ in range(2):
+                await stack.enter_async_context(LiveClient.connect(url))
+            assert await health() == (503, "full")
+        with anyio.fail_after(5):
+            while (await health()) != (200, "ok"):  # the slots free up as the sessions end
+                await anyio.sleep(0.05)
+        await server.drain()  # as on SIGTERM: no new sessions here
+        assert await health() == (503, "draining")
