@@ -352,7 +352,16 @@ class _PendingTools:
 
 
 class EmulatorSession:
-    """One connection's protocol state: frames and time in, actions out."""
+    """One connection's protocol state: frames and time in, actions out.
+
+    A load script subclasses it: `heard_audio` receives each realtime audio
+    chunk once it passed the service's checks, `_at(due, fn)` schedules what
+    the model sends, `_send(payload)` sends it, and `keep_traffic = False`
+    stops keeping frames and sent messages in `record` (their memory grows
+    with every session).
+    """
+
+    keep_traffic = True
 
     def __init__(
         self,
@@ -501,14 +510,14 @@ class EmulatorSession:
         return out
 
     def _keep_frame(self, frame: Any) -> None:
-        if len(self.record.frames) < _MAX_FRAMES:
+        if self.keep_traffic and len(self.record.frames) < _MAX_FRAMES:
             self.record.frames.append(_without_video_data(frame))
 
     def _send(self, payload: dict[str, Any]) -> None:
         if self._phase != "open":
             return
         self._out.append(SendMessage(payload))
-        if len(self.record.sent) < _MAX_FRAMES:
+        if self.keep_traffic and len(self.record.sent) < _MAX_FRAMES:
             self.record.sent.append(payload)
 
     def _close(self, code: int, reason: str | None = None) -> None:
@@ -800,17 +809,21 @@ class EmulatorSession:
         if not mime.startswith("audio/"):
             return
         self.record.audio_chunks += 1
+        self.heard_audio(data, _rate_of(mime))
+        if self._phase == "open":
+            self._fault("after_audio_chunks", self.record.audio_chunks)
+
+    def heard_audio(self, data: bytes, rate: int) -> None:
+        """One realtime audio chunk, checked: kept in `record`, and heard by the
+        activity detector (or counted toward a manual activity)."""
         room = _MAX_AUDIO - len(self.record.audio)
         if room > 0:
             self.record.audio.extend(data[:room])
-        rate = _rate_of(mime)
         if self._vad_disabled:
             if self._manual_active:
                 self._turn_audio_ms += len(data) / 2 / rate * 1000
         else:
             self._detect(data, rate)
-        if self._phase == "open":
-            self._fault("after_audio_chunks", self.record.audio_chunks)
 
     def _detect(self, pcm: bytes, rate: int) -> None:
         """Energy-based activity detection, measured in audio time (deterministic)."""

@@ -20,7 +20,7 @@ import logging
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -66,7 +66,9 @@ class Emulator:
 
     `script` may be replaced or edited at any time; a connection uses the script
     that was current when it opened. `sessions` holds one `SessionRecord` per
-    connection, in the order they were accepted.
+    connection, in the order they were accepted. `session_class` makes each
+    connection's protocol state (a load script passes a subclass of
+    `EmulatorSession`).
     """
 
     def __init__(
@@ -75,8 +77,10 @@ class Emulator:
         script: Script | None = None,
         settings: Settings | None = None,
         host: str = "127.0.0.1",
+        session_class: Callable[..., EmulatorSession] = EmulatorSession,
     ) -> None:
         self.script = script or Script()
+        self.session_class = session_class
         self.settings = settings or Settings()
         self.host = host
         self.port = 0
@@ -172,7 +176,7 @@ class Emulator:
         request = ws.request
         assert request is not None
         index = len(self.sessions)
-        session = EmulatorSession(
+        session = self.session_class(
             Handshake(request.path, dict(request.headers.raw_items())),
             script=self.script,
             settings=self.settings,
