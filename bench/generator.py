@@ -1,42 +1,32 @@
 """The client side of the benchmark: N simulated users at real-time pace.
 
-    python -m bench.generator URL SESSIONS DURATION [WARMUP [deflate]]
+    python -m bench.generator URL SESSIONS DURATION [WARMUP [PROTOCOL]]
 
-Each user is a `LiveClient` over a real loopback socket. One ticker sends every
-user's 20 ms microphone frame on schedule (users are spread over four 5 ms
-phases); each frame carries its send time. Each user's reader takes the stamp
-out of every reply chunk and measures its latency. Prints
+Each user is a client over a real loopback socket: a `LiveClient` by default,
+or an adapter of `bench.client_protocols` (PROTOCOL: `live-deflate`, offering
+deflate as browsers do, also called `deflate`; `gemini`, the Live API itself;
+or `module:attr`). One ticker sends every user's 20 ms microphone frame on
+schedule (users are spread over four 5 ms phases); each frame carries its send
+time. Each user's reader takes the stamp out of every reply chunk and measures
+its latency. Prints
 `{"event": "measuring"}` when every user is connected and warmed up, then one
 JSON line of figures after DURATION seconds, then closes every session.
-With `deflate`, users offer permessage-deflate when they connect, as browsers
-do (`LiveClient` does not: audio does not compress).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import resource
 import sys
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 
+from bench.client_protocols import resolve
 from bench.stats import DOWN, MAGIC, Histogram, up_frame
-from websockets.asyncio.client import connect as ws_connect
-
-from clients.client import AudioFrame, LiveClient
-from live.protocol import (
-    ErrorEvent,
-    SessionStart,
-    SessionStarted,
-    TurnComplete,
-    TurnInterrupted,
-    encode,
-    parse_server_event,
-)
+from clients.client import AudioFrame
+from live.protocol import ErrorEvent, TurnComplete, TurnInterrupted
 
 FRAME_S = 0.02
 PHASES = 4
@@ -51,7 +41,7 @@ class User:
 
     def __init__(self, user_id: int) -> None:
         self.id = user_id
-        self.client: LiveClient | None = None
+        self.client: Any = None  # a session of the run's client protocol
         self.seq = 0
         self.last_turn = -1
         self.last_chunk = -1
@@ -63,9 +53,9 @@ class User:
 
 
 class Run:
-    def __init__(self, url: str, sessions: int, deflate: bool = False) -> None:
+    def __init__(self, url: str, sessions: int, protocol: str = "live") -> None:
         self.url = url
-        self.deflate = deflate
+        self.connect = resolve(protocol)
         self.users = [User(i + 1) for i in range(sessions)]
         self.measuring = False
         self.down_latency = Histogram()
@@ -88,7 +78,7 @@ class Run:
 
     async def user(self, user: User, done: anyio.Event) -> None:
         try:
-            async with self._connect() as client:
+            async with self.connect(self.url) as client:
                 user.client = client
                 self.connected += 1
                 if self.connected == len(self.users):
@@ -105,30 +95,7 @@ class Run:
         finally:
             done.set()
 
-    @contextlib.asynccontextmanager
-    async def _connect(self) -> AsyncIterator[LiveClient]:
-        if not self.deflate:
-            async with LiveClient.connect(self.url, open_timeout=30) as client:
-                yield client
-            return
-        # As a browser connects: offering permessage-deflate.
-        async with ws_connect(
-            self.url, open_timeout=30, max_size=None, compression="deflate"
-        ) as ws:
-            await ws.send(encode(SessionStart()))
-            for _ in range(100):
-                event = parse_server_event(await ws.recv())
-                if isinstance(event, SessionStarted):
-                    break
-            else:
-                raise RuntimeError("no session.started")
-            client = LiveClient(ws, event)
-            try:
-                yield client
-            finally:
-                await client.close()
-
-    async def _read(self, user: User, client: LiveClient) -> None:
+    async def _read(self, user: User, client: Any) -> None:
         unpack = DOWN.unpack_from
         clock = time.monotonic_ns
         async for event in client.events():
@@ -204,9 +171,9 @@ class Run:
 
 
 async def main(
-    url: str, sessions: int, duration: float, warmup: float, deflate: bool = False
+    url: str, sessions: int, duration: float, warmup: float, protocol: str = "live"
 ) -> None:
-    run = Run(url, sessions, deflate)
+    run = Run(url, sessions, protocol)
     done = [anyio.Event() for _ in run.users]
     async with anyio.create_task_group() as tg:
         for user, event in zip(run.users, done, strict=True):
@@ -234,6 +201,9 @@ async def main(
         tg.cancel_scope.cancel()
 
 
+_PROTOCOL_ALIASES = {"deflate": "live-deflate"}
+
+
 def _emit(obj: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -247,5 +217,5 @@ if __name__ == "__main__":
         int(args[1]),
         float(args[2]),
         float(args[3]) if len(args) > 3 else 2.0,
-        len(args) > 4 and args[4] == "deflate",
+        _PROTOCOL_ALIASES.get(args[4], args[4]) if len(args) > 4 else "live",
     )
