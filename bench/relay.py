@@ -7,6 +7,7 @@
     python -m bench.relay --browser-deflate     # clients offer deflate, as browsers do
     python -m bench.relay --profile             # py-spy the server at the largest N
     python -m bench.relay --observability       # metrics off / on / on + --record, side by side
+    python -m bench.relay --real                # the real Gemini path: see bench/real.py
 
 For every N, two runs of the same load, one after the other (never together:
 the machine has two cores):
@@ -61,8 +62,8 @@ WARMUP_S = 6.0  # a whole conversation cycle: every code path has run once (firs
 class _Proc:
     """A child process spoken to in JSON lines, every read bounded in time."""
 
-    def __init__(self, args: list[str]) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ, **(env or {}), PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
         self.popen = subprocess.Popen(
             [sys.executable, "-m", *args],
             cwd=ROOT,
@@ -592,11 +593,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "on with every session recorded, side by side",
     )
     parser.add_argument(
+        "--real",
+        action="store_true",
+        help="the real Gemini path: `live serve` (google-genai, TLS) against the Live emulator "
+        "out of process, beside the same load straight to the emulator (see bench/real.py); "
+        "N = 10,50,100,200 (--quick: 2,10)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="py-spy the server at the largest N (needs py-spy; collapsed stacks in bench/results/)",
     )
     args = parser.parse_args(argv)
+    if args.real:
+        from bench import real
+
+        return real.main(
+            [int(s) for s in args.sessions.split(",")] if args.sessions else None,
+            args.duration,
+            args.warmup if "--warmup" in (argv if argv is not None else sys.argv) else None,
+            quick=args.quick,
+            json_path=args.json,
+        )
     sizes = [int(s) for s in (args.sessions or ("1,20" if args.quick else "1,50,200")).split(",")]
     duration = args.duration or (4.0 if args.quick else 15.0)
 

@@ -55,3 +55,38 @@ def test_store_benchmark_reports_its_figures(tmp_path: Path) -> None:
         assert 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
     assert set(report["failure"]) == {"killed_to_unavailable_ms", "frozen_to_unavailable_ms"}
     assert all(value > 0 for value in report["failure"].values())
+
+
+def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_figure(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "real.json"
+    report = relay.main(
+        # The load script's first turn is cut after about 1.1 s and its session
+        # starts within the first 2.2 s (a fixed seed: here 0.3 s): in the window.
+        ["--real", "--sessions", "1", "--duration", "3", "--warmup", "1", "--json", str(out)]
+    )
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert report["benchmark"] == "relay-real"
+    (row,) = report["rows"]
+    assert row["failed"] == []
+    assert {"direct", "live"} <= set(row["runs"])
+    for name, result in row["runs"].items():
+        assert result["sessions"] == 1
+        assert result["connected"] == 1 and result["failed"] == [], result["failed"]
+        assert result["upstream_closes"] == [], name
+        # Audio went both ways: frames the client sent reached the emulator,
+        # chunks the emulator sent reached the client, every one timed.
+        assert result["up_frames_received"] > 0 and result["up"]["n"] == result["up_frames_received"]
+        assert result["down_chunks_received"] > 0 and result["down"]["n"] == result["down_chunks_received"]
+        # The model's interruption reached the client and was matched to its turn.
+        assert result["interrupt"]["n"] >= 1 and result["interrupts_unmatched"] == 0
+        for key in ("up", "down", "interrupt"):
+            assert result[key]["p50_ms"] is not None and result[key]["p99_ms"] is not None
+        assert isinstance(result["realtime"], bool) and isinstance(result["why_not_realtime"], list)
+    live = row["runs"]["live"]
+    assert live["cpu_s_per_session_minute"] > 0
+    assert live["rss_bytes"] > 0 and live["rss_per_session_bytes"] is not None
+    assert row["runs"]["direct"]["cpu_s"] is None  # no relay in the baseline
+    for key in ("up", "down", "interrupt"):
+        assert set(row["added"]["live"][key]) == {"p50_ms", "p99_ms", "max_ms"}

@@ -1,0 +1,520 @@
+"""The real Gemini path: `live serve` as a user runs it, against the Live emulator over TLS.
+
+    python -m bench.relay --real             # N = 10, 50, 100, 200; 15 s each
+    python -m bench.relay --real --quick     # N = 2, 10; 3 s each
+    python -m bench.relay --real --sessions 20 --duration 30 --json out.json
+
+For every N, the same load through each peer, one run after another (never
+together: the machine has two cores), each run with a fresh upstream:
+
+- the upstream is `bench.emulator_load`: the Live emulator (the Gemini Live
+  wire protocol over TLS, its own CA) with a load script: every session speaks
+  continuously (24 kHz PCM16 in 40 ms audio-only `serverContent` chunks, each
+  stamped with the time it was due), and cuts one turn in three with the
+  model's `interrupted`; it times every 20 ms microphone frame it receives by
+  the send time the frame carries (`bench.stats`);
+- **direct**: N clients speak the Live protocol straight to the emulator
+  (`setup`, `realtimeInput` audio as base64 JSON, `serverContent` back): the
+  baseline, the least any relay's upstream side costs in latency;
+- **live**: N `LiveClient`s -> `live serve --model gemini-live-2.5-flash-preview`
+  (a subprocess started as a user starts it: GOOGLE_API_KEY,
+  GOOGLE_GEMINI_BASE_URL and SSL_CERT_FILE point at the emulator; the
+  google-genai SDK and TLS in the loop) -> the emulator;
+- every **reference peer** that is installed here (see below), e.g. ADK's
+  `/run_live`, the same way.
+
+"Added" latency is a peer's minus direct's, per direction and for
+interruptions (the model's `interrupted` to the client's). CPU and RSS are the
+peer process's own, children included (read from /proc); the emulator and the
+generator are reported beside them. A run is real time under the rule of
+`bench.relay` (nothing later than 100 ms, nothing dropped, every session up,
+the generator on schedule).
+
+## Adding a peer (the seam for reference relays)
+
+A peer is a subprocess command, its environment, and a client protocol:
+
+    Peer(name, command, url, client_protocol, env={}, client_env={}, cwd=None,
+         start_timeout=60.0)
+
+`command` (argv) and `env` may use the placeholders `{port}` (a free loopback
+port the peer must listen on; the run waits until it accepts connections),
+`{base_url}`, `{ws_url}`, `{ca_file}`, `{api_key}` (the emulator's),
+`{max_sessions}` (the run's N, at least 10) and `{python}` (this interpreter);
+every peer process also gets GOOGLE_API_KEY, GOOGLE_GEMINI_BASE_URL and
+SSL_CERT_FILE set for the emulator. `url` (same placeholders) is what the
+clients dial; `client_protocol` names the adapter of
+`bench.client_protocols` they speak it with (`live`, `gemini`, or
+`module:attr` for the peer's own, run in the generator process with
+`client_env` added to its environment). `command=None` means no relay: the
+clients dial the emulator themselves (that is the direct baseline).
+
+    run_peer(peer, sessions, duration, warmup=...) -> dict
+
+runs one measured run and returns its figures (the keys of `summarize`).
+A module named in `REFERENCE_PEERS` joins every `--real` run by exposing
+`peer() -> Peer | str` (a str says why it cannot run on this machine, e.g.
+not installed; it is printed and recorded, and the run goes on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import importlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.client_protocols import GEMINI_MODEL
+from bench.relay import RESULTS, ROOT, _git, _machine, _ms, _Proc, _realtime, _triple
+from bench.stats import Histogram
+
+__all__ = ["DIRECT", "LIVE", "REFERENCE_PEERS", "Peer", "main", "run_peer", "summarize"]
+
+REFERENCE_PEERS = ("bench.adk_peer",)
+SIZES = (10, 50, 100, 200)
+QUICK_SIZES = (2, 10)
+DURATION_S = 15.0
+QUICK_DURATION_S = 3.0
+WARMUP_S = 5.0  # two turns of every session, one of them interrupted
+QUICK_WARMUP_S = 2.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """What relays the load to the emulator: see the module docstring."""
+
+    name: str
+    command: Sequence[str] | None
+    url: str
+    client_protocol: str
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    client_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    cwd: str | None = None
+    start_timeout: float = 60.0
+
+
+def _live_command() -> list[str]:
+    """`live` as installed next to this Python (else the same entry point by module)."""
+    script = Path(sys.executable).with_name("live")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "live.cli"]
+
+
+DIRECT = Peer("direct", None, "{ws_url}", "gemini")
+LIVE = Peer(
+    "live",
+    [
+        *_live_command(),
+        "serve",
+        "--model", GEMINI_MODEL,
+        "--port", "{port}",
+        # Every simulated user comes from this machine, all at once.
+        "--max-sessions", "{max_sessions}",
+        "--max-sessions-per-ip", "{max_sessions}",
+        "--max-pending", "{max_sessions}",
+    ],
+    "ws://127.0.0.1:{port}/live",
+    "live",
+)
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and every process descended from it (from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(parents.get(current, ()))
+    return found
+
+
+def tree_usage(pid: int) -> tuple[float, int]:
+    """CPU seconds (user + system) and resident bytes of `pid` and its descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu, rss = 0.0, 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            with open(f"/proc/{p}/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        rss += int(line.split()[1]) * 1024
+                        break
+        except (OSError, IndexError, ValueError):
+            continue  # it ended meanwhile
+    return cpu, rss
+
+
+class _Relay:
+    """A peer's process: started, waited for until it accepts connections, stopped."""
+
+    def __init__(self, peer: Peer, values: dict[str, Any], upstream_env: dict[str, str]) -> None:
+        assert peer.command is not None
+        self.peer = peer
+        self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{peer.name}-", suffix=".log", delete=False)
+        env = dict(os.environ, **upstream_env)
+        env.update({k: v.format(**values) for k, v in peer.env.items()})
+        self.popen = subprocess.Popen(
+            [part.format(**values) for part in peer.command],
+            cwd=peer.cwd or ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: stopping it stops its children too
+        )
+        self.port = values["port"]
+
+    def wait_listening(self) -> None:
+        deadline = time.monotonic() + self.peer.start_timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.peer.name} exited ({self.popen.returncode}): {self.tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"{self.peer.name} did not listen on {self.port}: {self.tail()}")
+
+    def tail(self, size: int = 2000) -> str:
+        try:
+            return Path(self.log.name).read_text(errors="replace")[-size:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(5)
+        self.log.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log.name)
+
+
+def run_peer(
+    peer: Peer, sessions: int, duration: float, *, warmup: float = WARMUP_S
+) -> dict[str, Any]:
+    """One measured run of `sessions` users through `peer` to a fresh emulator."""
+    emulator = _Proc(["bench.emulator_load"])
+    relay: _Relay | None = None
+    generator: _Proc | None = None
+    try:
+        up = emulator.read(60)
+        upstream_env = {
+            "GOOGLE_API_KEY": up["api_key"],
+            "GOOGLE_GEMINI_BASE_URL": up["base_url"],
+            "SSL_CERT_FILE": up["ca_file"],
+        }
+        values = {
+            "port": _free_port(),
+            "base_url": up["base_url"],
+            "ws_url": up["ws_url"],
+            "ca_file": up["ca_file"],
+            "api_key": up["api_key"],
+            "max_sessions": max(10, sessions),
+            "python": sys.executable,
+        }
+        idle_rss = 0
+        if peer.command is not None:
+            relay = _Relay(peer, values, upstream_env)
+            relay.wait_listening()
+            time.sleep(0.5)  # settled: what it holds before the first session
+            idle_rss = tree_usage(relay.popen.pid)[1]
+        client_env = dict(upstream_env, **{k: v.format(**values) for k, v in peer.client_env.items()})
+        generator = _Proc(
+            [
+                "bench.generator",
+                peer.url.format(**values),
+                str(sessions),
+                str(duration),
+                str(warmup),
+                peer.client_protocol,
+            ],
+            env=client_env,
+        )
+        started = generator.read(90 + sessions * 0.1)  # {"event": "measuring"}
+        assert started.get("event") == "measuring", started
+        emulator.send("mark")
+        cpu0 = tree_usage(relay.popen.pid)[0] if relay else 0.0
+        machine0 = _machine()
+        client = generator.read(duration + 60)
+        machine1 = _machine()
+        cpu1, rss = tree_usage(relay.popen.pid) if relay else (0.0, 0)
+        emulator.send("report")
+        model = emulator.read(30)
+        generator.stop()
+        emulator.send("quit")
+        emulator.stop()
+        result = summarize(
+            peer.name,
+            sessions,
+            client,
+            model,
+            relay_cpu_s=cpu1 - cpu0 if relay else None,
+            rss=rss if relay else None,
+            idle_rss=idle_rss if relay else None,
+        )
+        window = result["window_s"]
+        busy = machine1[0] - machine0[0]
+        ours = (result["cpu_s"] or 0.0) + result["generator_cpu_s"] + result["emulator_cpu_s"]
+        result["other_cpu_share"] = max(0.0, busy - ours) / window
+        result["cpu_stall_share"] = (machine1[1] - machine0[1]) / window
+        result["steal_share"] = (machine1[2] - machine0[2]) / window
+        if relay is not None and result["failed"]:
+            result["relay_log_tail"] = relay.tail()
+        return result
+    finally:
+        for proc in (generator, emulator):
+            if proc is not None and proc.popen.poll() is None:
+                proc.popen.kill()
+                proc.popen.wait(5)
+        if relay is not None:
+            relay.stop()
+
+
+def summarize(
+    name: str,
+    sessions: int,
+    client: dict[str, Any],
+    model: dict[str, Any],
+    *,
+    relay_cpu_s: float | None,
+    rss: int | None,
+    idle_rss: int | None,
+) -> dict[str, Any]:
+    """The figures of one run, from the generator's and the emulator's reports."""
+    up = Histogram.from_json(model["up_latency"])
+    down = Histogram.from_json(client["down_latency"])
+    late = Histogram.from_json(client["generator_late"])
+    pushed = {(c, t): due for c, t, due in model["interrupts"]}
+    interrupt = Histogram()
+    unmatched = 0
+    for c, t, arrived in client["interrupts"]:
+        due = pushed.get((c, t))
+        if due is None:
+            unmatched += 1
+        else:
+            interrupt.add(arrived - due)
+    window = model["window_s"]
+    minutes = sessions * window / 60
+    result: dict[str, Any] = {
+        "mode": name,
+        "sessions": sessions,
+        "window_s": window,
+        "up": up.summary(),
+        "down": down.summary(),
+        "interrupt": interrupt.summary(),
+        "interrupts_sent": len(model["interrupts"]),
+        "interrupts_unmatched": unmatched,
+        "cpu_s": relay_cpu_s,
+        "cpu_s_per_session_minute": None if relay_cpu_s is None else relay_cpu_s / minutes,
+        "cpu_share_of_one_core": None if relay_cpu_s is None else relay_cpu_s / window,
+        "rss_bytes": rss,
+        "idle_rss_bytes": idle_rss,
+        "rss_per_session_bytes": None if rss is None or idle_rss is None else (rss - idle_rss) / sessions,
+        "up_frames_sent": client["up_sent"],
+        "up_frames_received": model["up_frames"],
+        "up_dropped": model["up_gaps"],
+        "down_chunks_sent": model["down_chunks"],
+        "down_chunks_received": client["down_chunks"],
+        "down_dropped": client["down_gaps"],
+        "dropped": model["up_gaps"] + client["down_gaps"],
+        "turns": client["turns"],
+        "errors": client["errors"],
+        "connected": client["connected"],
+        "alive": client["alive"],
+        "failed": client["failed"],
+        "upstream_sessions_open": model["sessions"],
+        "upstream_closes": model["closes"],
+        "generator_late": late.summary(),
+        "generator_cpu_s": client["generator_cpu_s"],
+        "emulator_cpu_s": model["cpu_s"],
+    }
+    result["realtime"], result["why_not_realtime"] = _realtime(result)
+    if result["upstream_sessions_open"] < sessions or result["upstream_closes"]:
+        result["realtime"] = False
+        result["why_not_realtime"].append(
+            f"upstream: {result['upstream_sessions_open']} of {sessions} session(s) open, "
+            f"closed by the emulator: {result['upstream_closes'] or 'none'}"
+        )
+    return result
+
+
+def added(run: dict[str, Any], direct: dict[str, Any]) -> dict[str, Any]:
+    """A peer's latency minus the direct baseline's, per direction and for interruptions."""
+    out: dict[str, Any] = {}
+    for key in ("up", "down", "interrupt"):
+        out[key] = {
+            stat: None if run[key][stat] is None or direct[key][stat] is None else run[key][stat] - direct[key][stat]
+            for stat in ("p50_ms", "p99_ms", "max_ms")
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def reference_peers() -> tuple[list[Peer], dict[str, str]]:
+    """The reference peers that can run here, and why the others cannot."""
+    found: list[Peer] = []
+    skipped: dict[str, str] = {}
+    for module_name in REFERENCE_PEERS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # not part of this checkout
+            skipped[module_name] = f"{type(exc).__name__}: {exc}"
+            continue
+        got = module.peer()
+        if isinstance(got, Peer):
+            found.append(got)
+        else:
+            skipped[module_name] = str(got)
+    return found, skipped
+
+
+def _detail(r: dict[str, Any]) -> str:
+    cpu = (
+        f"CPU {r['cpu_share_of_one_core'] * 100:.0f}% of a core, RSS {r['rss_bytes'] / 2**20:.1f} MiB  "
+        if r["cpu_s"] is not None
+        else ""
+    )
+    return (
+        f"  {r['mode']:8} N={r['sessions']:<4} up {_triple(r['up'])} ms  down {_triple(r['down'])} ms  "
+        f"interrupt {_triple(r['interrupt'])} ms (n={r['interrupt']['n']})  {cpu}"
+        f"emulator {r['emulator_cpu_s'] / r['window_s'] * 100:.0f}%, "
+        f"generator {r['generator_cpu_s'] / r['window_s'] * 100:.0f}% "
+        f"(late max {_ms(r['generator_late']['max_ms'])} ms)  "
+        f"other load {r['other_cpu_share'] * 100:.0f}%, steal {r['steal_share'] * 100:.0f}%  "
+        f"errors {r['errors'] or '-'}" + (f"  failed {r['failed'][:2]}" if r["failed"] else "")
+    )
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| sessions | path | real time | up ms p50/p99/max | down ms p50/p99/max "
+        "| interrupt ms p50/p99/max | CPU % of a core | CPU s per session-min | RSS KiB per session |",
+        "|" + "---|" * 9,
+    ]
+    for row in rows:
+        for name, r in row["runs"].items():
+            if name in row["added"]:
+                a = row["added"][name]
+                up, down, intr = ("+" + _triple(a[k]) for k in ("up", "down", "interrupt"))
+            else:
+                up, down, intr = (_triple(r[k]) for k in ("up", "down", "interrupt"))
+            rt = "yes" if r["realtime"] else "no: " + ", ".join(r["why_not_realtime"])
+            if r["cpu_s"] is None:
+                cpu = share = rss = "-"
+            else:
+                share = f"{r['cpu_share_of_one_core'] * 100:.0f}"
+                cpu = f"{r['cpu_s_per_session_minute']:.3f}"
+                rss = f"{r['rss_per_session_bytes'] / 1024:.0f}"
+            lines.append(
+                f"| {row['sessions']} | {name} | {rt} | {up} | {down} | {intr} | {share} | {cpu} | {rss} |"
+            )
+    return "\n".join(lines)
+
+
+def main(
+    sizes: Sequence[int] | None = None,
+    duration: float | None = None,
+    warmup: float | None = None,
+    *,
+    quick: bool = False,
+    json_path: str | None = None,
+) -> dict[str, Any]:
+    sizes = list(sizes or (QUICK_SIZES if quick else SIZES))
+    duration = duration or (QUICK_DURATION_S if quick else DURATION_S)
+    warmup = warmup if warmup is not None else (QUICK_WARMUP_S if quick else WARMUP_S)
+    peers, skipped = reference_peers()
+    order = [DIRECT, LIVE, *peers]
+    print(
+        f"real-path benchmark: N = {sizes}, {duration:g} s each after {warmup:g} s of warm-up; "
+        f"{', '.join(p.name for p in order)}; {os.cpu_count()} CPU(s)",
+        flush=True,
+    )
+    for module_name, why in skipped.items():
+        print(f"  reference peer {module_name} cannot run here: {why}", flush=True)
+    rows = []
+    for n in sizes:
+        runs: dict[str, Any] = {}
+        for peer in order:
+            try:
+                runs[peer.name] = run_peer(peer, n, duration, warmup=warmup)
+            except (RuntimeError, TimeoutError, AssertionError) as exc:
+                print(f"  {peer.name:8} N={n:<4} failed: {exc}", flush=True)
+                runs[peer.name] = None
+                continue
+            print(_detail(runs[peer.name]), flush=True)
+        done = {k: v for k, v in runs.items() if v is not None}
+        direct = done.get(DIRECT.name)
+        rows.append(
+            {
+                "sessions": n,
+                "runs": done,
+                "failed": [k for k, v in runs.items() if v is None],
+                "added": {k: added(v, direct) for k, v in done.items() if direct and k != DIRECT.name},
+            }
+        )
+    report = {
+        "benchmark": "relay-real",
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "git": _git(),
+        "model": GEMINI_MODEL,
+        "duration_s": duration,
+        "warmup_s": warmup,
+        "peers": [p.name for p in order],
+        "peers_skipped": skipped,
+        "rows": rows,
+    }
+    print()
+    print(table(rows))
+    print()
+    print("(direct: absolute; every other path: added to direct's, so a negative figure is noise)")
+    path = Path(json_path) if json_path else RESULTS / f"relay-real-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")
+    return report
