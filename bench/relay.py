@@ -31,7 +31,13 @@ Both model-side processes tune the garbage collector as `live serve` does
 hands typed messages over; the real Gemini path also pays the SDK's own work
 per message (JSON, base64, pydantic), measured separately at the end of a run.
 
-Writes the whole run as JSON to bench/results/relay-<timestamp>.json (or --json).
+With --real, the same measurements on the real Gemini path instead: `live
+serve` as a user runs it (google-genai, TLS) against the Live emulator in its
+own process, beside the same load straight to the emulator, and any reference
+relay installed (bench/real.py says how, and how to add one).
+
+Writes the whole run as JSON to bench/results/relay-<timestamp>.json (or --json;
+relay-real-<timestamp>.json with --real).
 """
 
 from __future__ import annotations
