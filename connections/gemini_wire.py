@@ -10,7 +10,8 @@ which costs several times what the socket and TLS do. Here:
   alphabet), with one `b2a_base64` and no object built.
 - **Down**: a frame that is a bare model-turn audio chunk is parsed once with
   `json.loads`, its data decoded with strict `a2b_base64`, and the message
-  built with `model_construct` (no validation: the shape was checked by hand).
+  built by copying empty instances with its values (no validation: the shape
+  was checked by hand).
   Every other frame (transcripts, tool calls, turn ends, errors, closes) goes
   through the SDK's own `AsyncSession.receive()`, fed from the same socket, so
   it means exactly what it means on the SDK path.
@@ -115,10 +116,12 @@ class WireCodec:
 
 def _b64decode(text: Any) -> bytes | None:
     """Strict base64 in either alphabet (as pydantic's bytes validation takes); None if not base64."""
-    if not isinstance(text, str):
+    if type(text) is not str:
         return None
     try:
-        return binascii.a2b_base64(text, strict_mode=True)
+        return binascii.a2b_base64(text.encode("ascii"), strict_mode=True)  # bytes: a third faster than str
+    except UnicodeEncodeError:
+        return None
     except (binascii.Error, ValueError):
         pass
     try:
@@ -128,7 +131,15 @@ def _b64decode(text: Any) -> bytes | None:
 
 
 _CONTENT_KEYS: Final = frozenset({"parts", "role"})
-_BLOB_KEYS = (("data", "mimeType"), ("data", "mime_type"))
+
+# Empty instances, copied with the message's values: `model_copy(update=...)`
+# costs a tenth of `model_construct` for these many-field models (which fills
+# every default), and gives the same object: values set, nothing validated.
+_MESSAGE: Final = types.LiveServerMessage.model_construct()
+_SERVER_CONTENT: Final = types.LiveServerContent.model_construct()
+_CONTENT: Final = types.Content.model_construct()
+_PART: Final = types.Part.model_construct()
+_BLOB: Final = types.Blob.model_construct()
 
 
 def decode_audio_frame(raw: bytes | str) -> types.LiveServerMessage | None:
@@ -162,17 +173,9 @@ def decode_audio_frame(raw: bytes | str) -> types.LiveServerMessage | None:
         data = _b64decode(blob.get("data"))
         if data is None:
             return None
-        built.append(
-            types.Part.model_construct(inline_data=types.Blob.model_construct(data=data, mime_type=mime))
-        )
-    content = (
-        types.Content.model_construct(parts=built)
-        if role is None
-        else types.Content.model_construct(parts=built, role=role)
-    )
-    return types.LiveServerMessage.model_construct(
-        server_content=types.LiveServerContent.model_construct(model_turn=content)
-    )
+        built.append(_PART.model_copy(update={"inline_data": _BLOB.model_copy(update={"data": data, "mime_type": mime})}))
+    content = _CONTENT.model_copy(update={"parts": built} if role is None else {"parts": built, "role": role})
+    return _MESSAGE.model_copy(update={"server_content": _SERVER_CONTENT.model_copy(update={"model_turn": content})})
 
 
 # ---------------------------------------------------------------------------- calibration
