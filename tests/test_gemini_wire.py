@@ -255,3 +255,20 @@ async def test_lean_and_sdk_paths_give_the_same_conversation(live_emulator: Emul
     assert lean[2] is sdk[2] is InvalidArgumentError
     audio = [s for s in lean[0] if s[0] and "inline_data" in s[0]["parts"][0]]
     assert len(audio) > 10  # the reply's audio came through the fast path's decoder
+
+
+async def test_the_live_socket_does_not_offer_compression(live_emulator: Emulator):
+    """Deflate would cost a zlib pass per audio frame each way and its state per session, to save a fifth of the bytes."""
+    live_emulator.script = Script(speed=20.0, user_says=["hello"])
+    async with gemini_for(live_emulator, "lean").connect(request()) as connection:
+        pcm = tone(0.3) + silence(0.3)
+        for i in range(0, len(pcm), 640):
+            await connection.send_realtime(types.Blob(data=pcm[i : i + 640], mime_type="audio/pcm;rate=16000"))
+        await connection.send_realtime(AUDIO_STREAM_END)
+        with anyio.fail_after(10):
+            async for response in connection.receive():
+                if response.turn_complete:
+                    break
+    headers = {k.lower(): v for k, v in live_emulator.sessions[-1].headers.items()}
+    assert "sec-websocket-extensions" not in headers, headers
+    assert len(live_emulator.sessions[-1].audio) == len(pcm)
