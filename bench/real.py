@@ -128,6 +128,9 @@ LIVE = Peer(
     "live",
 )
 
+# The same server on google-genai's own wire path: what the lean path saves (--sdk-wire).
+LIVE_SDK_WIRE = dataclasses.replace(LIVE, name="live-sdk", env={"LIVE_GEMINI_WIRE": "sdk"})
+
 
 # ---------------------------------------------------------------------------- processes
 
@@ -463,12 +466,13 @@ def main(
     *,
     quick: bool = False,
     json_path: str | None = None,
+    sdk_wire: bool = False,
 ) -> dict[str, Any]:
     sizes = list(sizes or (QUICK_SIZES if quick else SIZES))
     duration = duration or (QUICK_DURATION_S if quick else DURATION_S)
     warmup = warmup if warmup is not None else (QUICK_WARMUP_S if quick else WARMUP_S)
     peers, skipped = reference_peers()
-    order = [DIRECT, LIVE, *peers]
+    order = [DIRECT, LIVE, *([LIVE_SDK_WIRE] if sdk_wire else []), *peers]
     print(
         f"real-path benchmark: N = {sizes}, {duration:g} s each after {warmup:g} s of warm-up; "
         f"{', '.join(p.name for p in order)}; {os.cpu_count()} CPU(s)",

@@ -606,6 +606,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "N = 10,50,100,200 (--quick: 2,10)",
     )
     parser.add_argument(
+        "--sdk-wire",
+        action="store_true",
+        help="with --real, also run `live serve` on the SDK's own wire path (LIVE_GEMINI_WIRE=sdk), "
+        "beside the lean one, in the same run",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="py-spy the server at the largest N (needs py-spy; collapsed stacks in bench/results/)",
@@ -620,6 +626,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             args.warmup if "--warmup" in (argv if argv is not None else sys.argv) else None,
             quick=args.quick,
             json_path=args.json,
+            sdk_wire=args.sdk_wire,
         )
     sizes = [int(s) for s in (args.sessions or ("1,20" if args.quick else "1,50,200")).split(",")]
     duration = args.duration or (4.0 if args.quick else 15.0)
