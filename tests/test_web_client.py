@@ -11,6 +11,7 @@ the one browser call involved, the way those browsers behave.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import anyio
 import pytest
@@ -19,6 +20,7 @@ from websockets.asyncio.server import serve as ws_serve
 from audio_fixtures import speak
 from browsers import chromium_page, http_root, scripted, speech_wav, start_talking, stats, wait_until
 from connections import double
+from connections.gemini import Gemini
 from live.agent import Agent
 from live.llm import AudioStreamEnd
 from live.registry import default_registry
@@ -458,3 +460,164 @@ async def test_a_denied_microphone_opens_no_model_session_and_says_how_to_allow_
         assert await state_text(page) == "Disconnected"
         assert not await page.is_disabled("#talk")  # it can be tried again
     assert llm.sessions == []
+
+
+# --------------------------------------------------------------------------- 11. accessibility
+
+AXE = Path(__file__).resolve().parent / "browser" / "node_modules" / "axe-core" / "axe.min.js"
+
+
+async def axe_violations(page, when: str) -> list[dict]:
+    """axe-core's audit of the page as it is now; prints every violation, returns the serious ones."""
+    if not await page.evaluate("typeof window.axe === 'object'"):
+        await page.add_script_tag(path=str(AXE))
+    violations = await page.evaluate("""async () => {
+        const result = await axe.run(document, { resultTypes: ["violations"] });
+        return result.violations.map((v) => ({
+            id: v.id, impact: v.impact, help: v.help,
+            nodes: v.nodes.map((n) => ({ target: n.target.join(" "), summary: n.failureSummary })),
+        }));
+    }""")
+    for v in violations:
+        print(f"axe ({when}): {v['impact']} {v['id']}: {v['help']}")
+        for node in v["nodes"]:
+            print(f"    {node['target']}: {' '.join(node['summary'].split())}")
+    return [v for v in violations if v["impact"] in ("serious", "critical")]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+async def test_the_demo_page_passes_an_axe_audit(tmp_path, scheme):
+    """Every state the page shows, coloured text included (the error red, the "You"
+    and "Agent" labels, muted notes, the pressed buttons), in light and dark mode."""
+    if not AXE.exists():
+        pytest.skip("axe-core is not installed (./test runs npm ci in tests/browser)")
+    wav, _ = speech_wav(tmp_path)
+    llm, session = scripted()
+    session.on_tool_response(double.output_transcript("It is noon."), double.turn_complete())
+    serious = {}
+    async with running(AGENT, llm) as (_, url), chromium_page(wav, color_scheme=scheme) as page:
+        await page.goto(http_root(url))
+        serious["before connecting"] = await axe_violations(page, "before connecting")
+        await start_talking(page, url)
+        session.push(
+            double.input_transcript("What time is it"),
+            double.output_transcript("Let me look."),
+            double.tool_call("get_page_time", {}, id="t-1"),
+        )
+        await page.locator("#log li.turn-end").first.wait_for(timeout=5000)
+        session.push(double.input_transcript("And tomor"))  # a line still being spoken
+        await page.locator("#log li[data-side=you]:not([data-final])").wait_for(timeout=3000)
+        await page.evaluate("window.live._send({ type: 'no.such.message' })")  # a non-fatal error
+        await page.locator("#log li.error").wait_for(timeout=3000)
+        await page.click("#camera")
+        await page.wait_for_function("window.live.state.video === 'camera'", timeout=5000)
+        serious["in a session"] = await axe_violations(page, "in a session")
+        await page.click("#hangup")
+        await page.wait_for_function("document.getElementById('state').textContent === 'Disconnected'",
+                                     timeout=5000)
+        serious["after the session"] = await axe_violations(page, "after the session")
+    assert {when: v for when, v in serious.items() if v} == {}
+
+
+# Where a screen reader reads out changes by itself: live regions, and what is inside them.
+SPOKEN_REGIONS = """(text) => [...document.querySelectorAll(
+    '[aria-live]:not([aria-live=off]), [role=alert], [role=status], [role=log]')]
+    .filter((region) => region.textContent.includes(text)).length"""
+
+
+async def test_a_screen_reader_hears_finished_lines_not_fragments_and_each_error_once(tmp_path):
+    wav, _ = speech_wav(tmp_path)
+    llm, session = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        session.push(double.input_transcript("What is"), double.input_transcript(" the weather"),
+                     double.output_transcript("It is"), double.output_transcript(" sunny"))
+        await page.locator("#log li[data-side=agent]", has_text="sunny").wait_for(timeout=3000)
+        assert await page.evaluate(SPOKEN_REGIONS, "the weather") == 0  # no fragment is read out
+        assert await page.evaluate(SPOKEN_REGIONS, "sunny") == 0
+        session.push(double.turn_complete())
+        await page.locator("#log li.turn-end").wait_for(timeout=3000)
+        # Once final, each line is read out, once, both of them.
+        assert await page.evaluate(SPOKEN_REGIONS, "You: What is the weather") == 1
+        assert await page.evaluate(SPOKEN_REGIONS, "Agent: It is sunny") == 1
+        await page.evaluate("window.live._send({ type: 'no.such.message' })")
+        await page.locator("#log li.error").wait_for(timeout=3000)
+        assert await page.evaluate(SPOKEN_REGIONS, "unknown_type:") == 1
+
+
+async def toggle_labels_and_states(page, selector: str, toggle) -> tuple[set, set]:
+    """The button's label and aria-pressed before and after a toggle."""
+    labels, pressed = set(), set()
+    for _ in range(2):
+        labels.add(await page.text_content(selector))
+        pressed.add(await page.get_attribute(selector, "aria-pressed"))
+        await toggle()
+    return labels, pressed
+
+
+async def test_toggle_buttons_change_their_state_or_their_label_not_both(tmp_path):
+    """A screen reader says "Show camera, toggle button, pressed": a label that also
+    flips to "Stop camera" reads as the opposite of what it does."""
+    wav, _ = speech_wav(tmp_path)
+    llm, _ = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+
+        async def talk():
+            on = await page.evaluate("window.live.state.microphone")
+            await page.click("#talk")
+            await page.wait_for_function(f"window.live.state.microphone === {str(not on).lower()}", timeout=5000)
+
+        async def camera():
+            on = await page.evaluate("window.live.state.video === 'camera'")
+            await page.click("#camera")
+            await page.wait_for_function(f"(window.live.state.video === 'camera') === {str(not on).lower()}",
+                                         timeout=5000)
+
+        found = {"#talk": await toggle_labels_and_states(page, "#talk", talk),
+                 "#camera": await toggle_labels_and_states(page, "#camera", camera)}
+        # The screen button is drawn by the same code as the camera's: its label stays while the camera runs.
+        await camera()
+        assert await page.get_attribute("#screen", "aria-pressed") == "false"
+        found["#screen"] = ({await page.text_content("#screen")}, set())
+    print(found)
+    for selector, (labels, pressed) in found.items():
+        assert len(labels) == 1 or pressed == {None}, (selector, labels, pressed)
+    assert found["#camera"] == ({"Show camera"}, {"false", "true"})
+    assert found["#screen"][0] == {"Share screen"}
+
+
+async def test_typed_text_leaves_a_voice_transcript_in_progress_alone(tmp_path):
+    wav, _ = speech_wav(tmp_path)
+    llm, session = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        session.push(double.input_transcript("I was say"))
+        await page.locator("#log li[data-side=you]").wait_for(timeout=3000)
+        await page.fill("#text", "typed words")
+        await page.click("#typed button")
+        session.push(double.input_transcript("ing something"), double.turn_complete())
+        await page.locator("#log li.turn-end").wait_for(timeout=3000)
+        you = await page.locator("#log li[data-side=you] .text").all_text_contents()
+    assert you == ["I was saying something", "typed words"]
+
+
+async def test_after_a_new_session_the_text_starts_a_new_line(tmp_path):
+    """The connection drops for good mid-sentence (no session.closed, no reattach):
+    the next session's first words are not glued to the last ones of the old."""
+    wav, _ = speech_wav(tmp_path)
+    first, second = double.ScriptedSession(), double.ScriptedSession()
+    llm = RecordingLlm(Gemini("gemini-2.5-flash", transport=double.DoubleTransport(first, second)))
+    async with running(AGENT, llm, reattach_grace=0) as (server, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        first.push(double.output_transcript("Where was I"))
+        await page.locator("#log li[data-side=agent]").wait_for(timeout=3000)
+        [live] = list(server.sessions)
+        live.ws.transport.abort()
+        await page.wait_for_function("window.live.state.connection === 'closed'", timeout=5000)
+        await page.click("#talk")
+        await page.wait_for_function("window.live.state.connection === 'open'", timeout=5000)
+        second.push(double.output_transcript("Hello again"))
+        await page.locator("#log li[data-side=agent]", has_text="Hello again").wait_for(timeout=3000)
+        agent = await page.locator("#log li[data-side=agent] .text").all_text_contents()
+    assert agent == ["Where was I", "Hello again"]
