@@ -29,9 +29,12 @@ def speech_wav(tmp_path: Path) -> tuple[Path, bytes]:
 
 @contextlib.asynccontextmanager
 async def chromium_page(microphone: Path, args: Sequence[str] = (), *, init_script: str | None = None,
-                        color_scheme: str | None = None) -> AsyncIterator[object]:
+                        color_scheme: str | None = None,
+                        autoplay_policy: str = "no-user-gesture-required") -> AsyncIterator[object]:
     """A page in headless Chromium whose microphone plays `microphone` (a WAV)
-    once, from the moment it is opened. `init_script` runs before the page's own."""
+    once, from the moment it is opened. `init_script` runs before the page's own;
+    `autoplay_policy` is Chromium's (document-user-activation-required is a
+    desktop browser's default)."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium is not installed (apt-get install chromium)")
     playwright_api = pytest.importorskip("playwright.async_api")
@@ -44,7 +47,7 @@ async def chromium_page(microphone: Path, args: Sequence[str] = (), *, init_scri
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
                 f"--use-file-for-fake-audio-capture={microphone.resolve()}%noloop",
-                "--autoplay-policy=no-user-gesture-required",
+                f"--autoplay-policy={autoplay_policy}",
                 *args,
             ],
         )

@@ -404,6 +404,92 @@ async def test_a_late_close_from_an_old_socket_does_not_end_the_new_session(tmp_
     assert len(llm.sessions) == 2
 
 
+# Safari's rule (and Firefox's with media.autoplay.blocking_policy set): an
+# AudioContext may start only while a user gesture is being handled. One made or
+# resumed elsewhere stays suspended, and its resume() promise stays pending.
+# Every context made is counted in window.__contexts.
+AUDIO_ONLY_IN_A_GESTURE = """
+(() => {
+  const Original = window.AudioContext;
+  const GESTURES = ["click", "keydown", "keyup", "pointerup", "mouseup", "touchend"];
+  const inGesture = () => Boolean(window.event && window.event.isTrusted && GESTURES.includes(window.event.type));
+  window.__contexts = [];
+  window.AudioContext = class extends Original {
+    constructor(...args) {
+      super(...args);
+      window.__contexts.push(this);
+      this.__blocked = !inGesture();
+      if (this.__blocked) Original.prototype.suspend.call(this);
+    }
+    resume() {
+      if (this.__blocked && !inGesture()) return new Promise(() => {});
+      this.__blocked = false;
+      return super.resume();
+    }
+  };
+})();
+"""
+
+
+async def test_reply_audio_plays_where_audio_may_only_start_from_the_click(tmp_path):
+    """The speaker is made inside the click, before the microphone prompt's await."""
+    wav, _ = speech_wav(tmp_path)
+    reply = speak("Can you hear me now?", rate=24000)
+    llm, session = scripted()
+    async with (
+        running(AGENT, llm) as (_, url),
+        chromium_page(wav, init_script=AUDIO_ONLY_IN_A_GESTURE,
+                      autoplay_policy="document-user-activation-required") as page,
+    ):
+        await start_talking(page, url)
+        session.push(*chunks(reply), double.generation_complete(), double.turn_complete())
+
+        async def played():
+            s = await stats(page)
+            return s if s["samplesPlayed"] >= len(reply) // 2 else None
+
+        try:
+            await wait_until(played, len(reply) / 48000 + 3, "the reply to play")
+        finally:
+            print("contexts:", await page.evaluate("window.__contexts.map((c) => [c.sampleRate, c.state])"),
+                  "stats:", await stats(page))
+        assert (await stats(page))["framesSent"] > 0  # the microphone's context runs too
+        states = await page.evaluate("window.__contexts.map((c) => c.state)")
+        assert states == ["running", "running"]  # one speaker, one microphone: nothing left over
+        await page.click("#hangup")
+        await page.wait_for_function("window.__contexts.every((c) => c.state === 'closed')", timeout=3000)
+
+
+async def test_a_click_that_fails_leaves_no_audio_context_behind(tmp_path):
+    """Denied, or refused by the server: each failed click closes what it made."""
+    wav, _ = speech_wav(tmp_path)
+    llm, _ = scripted()
+    deny_once = "window.__deny = true;" + """
+    const realGetUserMedia = navigator.mediaDevices.getUserMedia.bind(navigator.mediaDevices);
+    navigator.mediaDevices.getUserMedia = async (c) => {
+      if (window.__deny) throw new DOMException("Permission denied", "NotAllowedError");
+      return realGetUserMedia(c);
+    };
+    """
+    async with (
+        running(AGENT, llm, token="s3cret") as (_, url),
+        chromium_page(wav, init_script=AUDIO_ONLY_IN_A_GESTURE + deny_once,
+                      autoplay_policy="document-user-activation-required") as page,
+    ):
+        await page.goto(http_root(url))
+        await page.click("#talk")  # denied
+        await page.locator("#log li.error", has_text="microphone_denied").wait_for(timeout=5000)
+        await page.evaluate("window.__deny = false")
+        await page.click("#talk")  # allowed, but no token
+        await page.locator("#log li.error", has_text="unauthorized").wait_for(timeout=5000)
+        await page.wait_for_function("!document.getElementById('talk').disabled", timeout=3000)
+        await anyio.sleep(0.3)
+        states = await page.evaluate("window.__contexts.map((c) => c.state)")
+    assert len(states) >= 3, states  # each click made its speaker and microphone contexts
+    assert set(states) == {"closed"}, states
+    assert llm.sessions == []
+
+
 # What a worklet that cannot be fetched (a proxy, a broken deploy) looks like to the page.
 FAIL_PLAYBACK_WORKLET = """
 (() => {

@@ -3,7 +3,8 @@
 //   import { LiveClient } from "/client/live-client.js";
 //   const live = new LiveClient({ tools: { get_time: () => ({ now: Date.now() }) } });
 //   live.addEventListener("transcript.output", (e) => show(e.detail.text));
-//   await live.startMicrophone();    // from a click: asks for the microphone first
+//   await live.startMicrophone();    // from a click, before any other await: makes the
+//                                    // audio contexts while the gesture is handled
 //   await live.connect();            // same-origin ws(s)://HOST/live by default
 //   await live.startCamera();        // or startScreen(): about a JPEG a second; stopVideo()
 //
@@ -159,7 +160,7 @@ export class LiveClient extends EventTarget {
     try {
       const insecure = insecureContextMessage();
       if (insecure) throw new LiveError("insecure_context", insecure);
-      this._preparePlayback(); // inside the caller's click, so the browser lets it play
+      this._preparePlayback(); // when connect() is what the click calls first (else startMicrophone made it)
       if (typeof token === "function") {
         try {
           token = await token();
@@ -444,11 +445,26 @@ export class LiveClient extends EventTarget {
     const cancelled = () => new LiveError("cancelled", "the session was ended while the microphone was being opened", false);
     const insecure = insecureContextMessage();
     if (insecure) throw this._report(new LiveError("insecure_context", insecure));
-    if (this._playback) this._playback.context.resume();
+    // Both audio contexts are made (or resumed) here, before the first await:
+    // still inside the caller's click. Safari, and Firefox with a strict
+    // autoplay policy, let audio start only while a user gesture is handled.
+    this._preparePlayback();
+    let context = null;
+    try {
+      context = new AudioContext({ sampleRate: INPUT_RATE, latencyHint: "interactive" });
+    } catch {
+      // A browser without 16 kHz contexts: one at the device's rate, made once the device is open.
+    }
+    const release = () => {
+      if (context) context.close();
+      // Nothing connected or connecting: the speaker made for this click goes too.
+      if (!this._ws && this._playback && this.state.connection !== "connecting") this._closePlayback();
+    };
     let stream;
     try {
       stream = await navigator.mediaDevices.getUserMedia(constraints);
     } catch (error) {
+      release();
       if (epoch !== this._epoch) throw cancelled();
       throw this._report(microphoneError(error));
     }
@@ -456,13 +472,17 @@ export class LiveClient extends EventTarget {
     // The user may have ended the session while the permission prompt was open.
     if (epoch !== this._epoch) {
       stop();
+      release();
       throw cancelled();
     }
     let capture;
+    const first = context;
+    context = null; // from here _startCapture closes it unless it returns it
     try {
-      capture = await this._startCapture(stream);
+      capture = await this._startCapture(stream, first);
     } catch (error) {
       stop();
+      release();
       if (epoch !== this._epoch) throw cancelled();
       throw this._report(new LiveError(
         "microphone_unavailable", `the microphone could not be connected (${error.name}: ${error.message})`, false,
@@ -471,6 +491,7 @@ export class LiveClient extends EventTarget {
     if (epoch !== this._epoch) {
       stop();
       capture.context.close();
+      release();
       throw cancelled();
     }
     this._capture = capture;
@@ -478,16 +499,18 @@ export class LiveClient extends EventTarget {
   }
 
   /**
-   * A capture graph at 16 kHz; where the browser refuses to connect a
-   * microphone to a context at a rate other than the device's
-   * (NotSupportedError), one at the device's rate, and the worklet resamples.
+   * A capture graph on `first` (a 16 kHz context, or null); where the browser
+   * refuses to connect a microphone to a context at a rate other than the
+   * device's (NotSupportedError), one at the device's rate, and the worklet
+   * resamples. Closes every context it does not return.
    */
-  async _startCapture(stream) {
+  async _startCapture(stream, first) {
     let lastError = null;
     for (const sampleRate of [INPUT_RATE, undefined]) {
-      let context;
+      let context = sampleRate ? first : null;
+      if (sampleRate && !context) continue;
       try {
-        context = new AudioContext(sampleRate ? { sampleRate, latencyHint: "interactive" } : { latencyHint: "interactive" });
+        context = context || new AudioContext({ latencyHint: "interactive" });
       } catch (error) {
         lastError = error;
         continue;
@@ -550,8 +573,12 @@ export class LiveClient extends EventTarget {
     this._counters.bytesSent += buffer.byteLength;
   }
 
+  /** The speaker: made once per session, from a click; resumed when it already exists. */
   _preparePlayback() {
-    if (this._playback) return;
+    if (this._playback) {
+      this._playback.context.resume();
+      return;
+    }
     let context;
     try {
       context = new AudioContext({ sampleRate: OUTPUT_RATE, latencyHint: "interactive" });
@@ -789,15 +816,18 @@ export class LiveClient extends EventTarget {
     });
   }
 
+  _closePlayback() {
+    if (!this._playback) return;
+    this._playback.context.close();
+    this._playback = null;
+  }
+
   _teardown() {
     this._epoch++;
     this._early = [];
     this.stopMicrophone();
     this.stopVideo();
-    if (this._playback) {
-      this._playback.context.close();
-      this._playback = null;
-    }
+    this._closePlayback();
     this._ws = null;
     this._pendingTools.clear();
     this._lastAudibleAt = -Infinity;
