@@ -77,12 +77,18 @@ Event = tuple[Any, ...]
 # ---------------------------------------------------------------------------- install
 
 
-def _venv_python(venv: Path = VENV) -> Path:
-    return venv / "bin" / "python"
+def _venv(venv: Path | None) -> Path:
+    """`venv`, or the module's `VENV` as it is now (tests point it elsewhere)."""
+    return VENV if venv is None else venv
 
 
-def status(venv: Path = VENV) -> str:
+def _venv_python(venv: Path | None = None) -> Path:
+    return _venv(venv) / "bin" / "python"
+
+
+def status(venv: Path | None = None) -> str:
     """`installed: google-adk X` when the peer can run, else `not installed: <why>`."""
+    venv = _venv(venv)
     python = _venv_python(venv)
     if not python.exists():
         return f"not installed: no virtual environment at {venv} (python -m bench.adk_peer --install)"
@@ -105,17 +111,18 @@ def status(venv: Path = VENV) -> str:
     return f"installed: google-adk {version}"
 
 
-def installed(venv: Path = VENV) -> bool:
+def installed(venv: Path | None = None) -> bool:
     return status(venv).startswith("installed")
 
 
-def install(venv: Path = VENV, log: Any = sys.stderr) -> str:
+def install(venv: Path | None = None, log: Any = sys.stderr) -> str:
     """Create `venv` and install the pinned google-adk into it; returns `status()`.
 
     Never touches the project's environment. A failure (no network to PyPI, no
     wheel for this Python) leaves a status that says why; the benchmark then
     runs without the peer.
     """
+    venv = _venv(venv)
     if installed(venv):
         return status(venv)
     if not _venv_python(venv).exists():
@@ -193,8 +200,9 @@ def write_agent(agents_dir: Path) -> Path:
     return agents_dir
 
 
-def server_command(port: str, agents_dir: Path, venv: Path = VENV) -> list[str]:
+def server_command(port: str, agents_dir: Path, venv: Path | None = None) -> list[str]:
     """`adk api_server` as a user runs it in production: no reload, sessions in memory."""
+    venv = _venv(venv)
     return [
         str(venv / "bin" / "adk"), "api_server", "--no-reload",
         "--host", "127.0.0.1", "--port", port,
@@ -205,8 +213,9 @@ def server_command(port: str, agents_dir: Path, venv: Path = VENV) -> list[str]:
     ]
 
 
-def server_env(venv: Path = VENV, home: Path | None = None) -> dict[str, str]:
+def server_env(venv: Path | None = None, home: Path | None = None) -> dict[str, str]:
     """What the server needs besides the upstream's key, base URL and CA."""
+    venv = _venv(venv)
     return {
         "GOOGLE_GENAI_USE_VERTEXAI": "false",
         "PYTHONPATH": "",  # nothing of this project inside ADK's interpreter
@@ -216,13 +225,15 @@ def server_env(venv: Path = VENV, home: Path | None = None) -> dict[str, str]:
     }
 
 
-def peer(venv: Path = VENV) -> Any:
+def peer(venv: Path | None = None) -> Any:
     """The reference peer for `bench.real` (a `Peer`), or why it cannot run here (a str)."""
+    venv = _venv(venv)
     why = status(venv)
     if not why.startswith("installed"):
         return why
     from bench.real import Peer
 
+    (venv / "home").mkdir(exist_ok=True)
     return Peer(
         name="adk",
         command=server_command("{port}", write_agent(venv / "agents"), venv),
@@ -268,13 +279,14 @@ class AdkServer:
         api_key: str,
         ca_file: str | None,
         port: int = 0,
-        venv: Path = VENV,
+        venv: Path | None = None,
         timeout: float = 90.0,
     ) -> AdkServer:
         """Start the server against the Live endpoint at `base_url`; waits until it answers.
 
         Raises RuntimeError with the server's last log lines when it does not come up.
         """
+        venv = _venv(venv)
         if not (venv / "bin" / "adk").exists():
             raise RuntimeError(status(venv))
         tmp = tempfile.TemporaryDirectory(prefix="adk-peer-")

@@ -122,6 +122,35 @@ def test_without_its_virtual_environment_the_peer_says_why_and_the_benchmark_goe
         adk_peer.AdkServer.start(base_url="https://127.0.0.1:1", api_key="k", ca_file=None, venv=venv)
 
 
+def test_the_real_path_benchmark_goes_on_without_adk_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bench import real
+
+    monkeypatch.setattr(adk_peer, "VENV", tmp_path / "no-adk")
+    peers, skipped = real.reference_peers()
+    assert peers == []
+    assert skipped["bench.adk_peer"].startswith("not installed: ")
+
+
+_ADK_INSTALLED = (adk_peer.VENV / "bin" / "adk").exists()
+_NEEDS_ADK = pytest.mark.skipif(
+    not _ADK_INSTALLED, reason="ADK is not installed (python -m bench.adk_peer --install)"
+)
+
+
+@_NEEDS_ADK
+def test_installed_adk_joins_the_real_path_benchmark_as_a_peer() -> None:
+    from bench import client_protocols, real
+
+    peers, skipped = real.reference_peers()
+    assert skipped == {}
+    (peer,) = peers
+    assert peer.name == "adk"
+    assert Path(peer.command[0]).exists() and "{port}" in peer.command
+    assert client_protocols.resolve(peer.client_protocol) is adk_peer.connect
+
+
 class _Session:
     def __init__(self, events: list[tuple[Any, ...]]) -> None:
         self._events = events
@@ -153,10 +182,7 @@ async def test_the_load_generator_reads_adk_sessions_as_it_reads_ours() -> None:
     assert session.sent == [frame]
 
 
-@pytest.mark.skipif(
-    not (adk_peer.VENV / "bin" / "adk").exists(),
-    reason="ADK is not installed (python -m bench.adk_peer --install)",
-)
+@_NEEDS_ADK
 async def test_a_session_through_adk_reaches_the_emulator_and_hears_its_reply() -> None:
     from connections.emulator import running_emulator
     from connections.emulator.script import Script
