@@ -3,6 +3,7 @@
     python -m bench.relay --real             # N = 10, 50, 100, 200; 15 s each
     python -m bench.relay --real --quick     # N = 2, 10; 3 s each
     python -m bench.relay --real --sessions 20 --duration 30 --json out.json
+    python -m bench.relay --real --profile   # py-spy each relay at the largest N
 
 For every N, the same load through each peer, one run after another (never
 together: the machine has two cores), each run with a fresh upstream:
@@ -26,7 +27,11 @@ together: the machine has two cores), each run with a fresh upstream:
 "Added" latency is a peer's minus direct's, per direction and for
 interruptions (the model's `interrupted` to the client's). CPU and RSS are the
 peer process's own, children included (read from /proc); the emulator and the
-generator are reported beside them. A run is real time under the rule of
+generator are reported beside them (the emulator is Python too, and costs
+about as much per session as a relay: on a small machine it limits N first).
+RSS per session is the peer's growth from idle over N, so it includes the first
+session's one-time growth (the SDK client, lazy imports) and reads high at
+small N. A run is real time under the rule of
 `bench.relay` (nothing later than 100 ms, nothing dropped, every session up,
 the generator on schedule).
 
@@ -77,7 +82,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.client_protocols import GEMINI_MODEL
-from bench.relay import RESULTS, ROOT, _git, _machine, _ms, _Proc, _realtime, _triple
+from bench.relay import RESULTS, ROOT, _git, _machine, _ms, _Proc, _profile, _realtime, _triple
 from bench.stats import Histogram
 
 __all__ = ["DIRECT", "LIVE", "REFERENCE_PEERS", "Peer", "main", "run_peer", "summarize"]
@@ -234,12 +239,22 @@ class _Relay:
 
 
 def run_peer(
-    peer: Peer, sessions: int, duration: float, *, warmup: float = WARMUP_S
+    peer: Peer,
+    sessions: int,
+    duration: float,
+    *,
+    warmup: float = WARMUP_S,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
-    """One measured run of `sessions` users through `peer` to a fresh emulator."""
+    """One measured run of `sessions` users through `peer` to a fresh emulator.
+
+    With `profile`, py-spy (when installed) samples the peer's process for the
+    measured window and writes collapsed stacks there.
+    """
     emulator = _Proc(["bench.emulator_load"])
     relay: _Relay | None = None
     generator: _Proc | None = None
+    spy: subprocess.Popen[bytes] | None = None
     try:
         up = emulator.read(60)
         upstream_env = {
@@ -279,6 +294,8 @@ def run_peer(
         emulator.send("mark")
         cpu0 = tree_usage(relay.popen.pid)[0] if relay else 0.0
         machine0 = _machine()
+        if profile is not None and relay is not None:
+            spy = _profile(relay.popen.pid, duration, profile)
         client = generator.read(duration + 60)
         machine1 = _machine()
         cpu1, rss = tree_usage(relay.popen.pid) if relay else (0.0, 0)
@@ -287,6 +304,8 @@ def run_peer(
         generator.stop()
         emulator.send("quit")
         emulator.stop()
+        if spy is not None:
+            spy.wait(30)
         result = summarize(
             peer.name,
             sessions,
@@ -310,6 +329,9 @@ def run_peer(
             if proc is not None and proc.popen.poll() is None:
                 proc.popen.kill()
                 proc.popen.wait(5)
+        if spy is not None and spy.poll() is None:
+            spy.kill()
+            spy.wait(5)
         if relay is not None:
             relay.stop()
 
@@ -433,6 +455,10 @@ def _detail(r: dict[str, Any]) -> str:
     )
 
 
+def _signed(d: dict[str, float | None]) -> str:
+    return " / ".join("-" if d[k] is None else f"{d[k]:+.2f}" for k in ("p50_ms", "p99_ms", "max_ms"))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| sessions | path | real time | up ms p50/p99/max | down ms p50/p99/max "
@@ -443,7 +469,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         for name, r in row["runs"].items():
             if name in row["added"]:
                 a = row["added"][name]
-                up, down, intr = ("+" + _triple(a[k]) for k in ("up", "down", "interrupt"))
+                up, down, intr = (_signed(a[k]) for k in ("up", "down", "interrupt"))
             else:
                 up, down, intr = (_triple(r[k]) for k in ("up", "down", "interrupt"))
             rt = "yes" if r["realtime"] else "no: " + ", ".join(r["why_not_realtime"])
@@ -467,6 +493,7 @@ def main(
     quick: bool = False,
     json_path: str | None = None,
     sdk_wire: bool = False,
+    profile: bool = False,
 ) -> dict[str, Any]:
     sizes = list(sizes or (QUICK_SIZES if quick else SIZES))
     duration = duration or (QUICK_DURATION_S if quick else DURATION_S)
@@ -480,12 +507,18 @@ def main(
     )
     for module_name, why in skipped.items():
         print(f"  reference peer {module_name} cannot run here: {why}", flush=True)
+    stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
     rows = []
     for n in sizes:
         runs: dict[str, Any] = {}
         for peer in order:
+            spied = (
+                RESULTS / f"profile-real-{peer.name}-{n}-{stamp}.txt"
+                if profile and n == max(sizes) and peer.command is not None
+                else None
+            )
             try:
-                runs[peer.name] = run_peer(peer, n, duration, warmup=warmup)
+                runs[peer.name] = run_peer(peer, n, duration, warmup=warmup, profile=spied)
             except (RuntimeError, TimeoutError, AssertionError) as exc:
                 print(f"  {peer.name:8} N={n:<4} failed: {exc}", flush=True)
                 runs[peer.name] = None
@@ -517,7 +550,7 @@ def main(
     print(table(rows))
     print()
     print("(direct: absolute; every other path: added to direct's, so a negative figure is noise)")
-    path = Path(json_path) if json_path else RESULTS / f"relay-real-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+    path = Path(json_path) if json_path else RESULTS / f"relay-real-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {path}")

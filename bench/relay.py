@@ -627,6 +627,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             quick=args.quick,
             json_path=args.json,
             sdk_wire=args.sdk_wire,
+            profile=args.profile,
         )
     sizes = [int(s) for s in (args.sessions or ("1,20" if args.quick else "1,50,200")).split(",")]
     duration = args.duration or (4.0 if args.quick else 15.0)
