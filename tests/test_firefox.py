@@ -40,8 +40,17 @@ def firefox_driver() -> list[str]:
 
 
 # A fresh headless Firefox sometimes never gets as far as the session and the
-# microphone (in about half the fresh-clone runs; the driver's watchdog reports
-# the step): tried again rather than failing the suite, while the cause is open.
+# microphone (4 of about 40 runs here, and in about half of some fresh-clone
+# runs; the driver's watchdog reports the step): tried again rather than failing
+# the suite. What is seen then is inside Firefox, not the page: the microphone's
+# input stream has just opened when the page's process stops (its main thread
+# parked on a futex, its audio graph threads silent, BiDi unanswered), and in
+# the parent process the audio server's "AudioIPC Server RPC" thread waits on
+# the PulseAudio mainloop's lock (rt_mutex) while the mainloop thread
+# ("threaded-ml") itself waits on a futex: what looks like a lock-order deadlock
+# in Firefox's PulseAudio backend. Not the cause: a permission prompt
+# (permission.disabled; MediaManager logs the grant), the PulseAudio source (the
+# input stream opens and delivers), the autoplay prefs, or the page's own wait.
 @pytest.mark.flaky(reruns=5)
 async def test_firefox_captures_speech_from_the_microphone_and_plays_the_reply(pulse: Pulse, tmp_path):
     command = firefox_driver()
