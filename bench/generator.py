@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from bench.client_protocols import resolve
-from bench.stats import DOWN, MAGIC, Histogram, up_frame
+from bench.stats import DOWN, DOWN_CHUNK_BYTES, MAGIC, Histogram, up_frame
 from clients.client import AudioFrame
 from live.protocol import ErrorEvent, TurnComplete, TurnInterrupted
 
@@ -101,15 +101,18 @@ class Run:
         async for event in client.events():
             if isinstance(event, AudioFrame):
                 now = clock()
-                magic, _, turn, chunk, sent_ns = unpack(event.data)
-                if magic != MAGIC:
-                    continue
-                if self.measuring:
-                    self.down_latency.add(now - sent_ns)
-                    self.down_chunks += 1
-                    if turn == user.last_turn and chunk > user.last_chunk + 1:
-                        user.down_gaps += chunk - user.last_chunk - 1
-                user.last_turn, user.last_chunk = turn, chunk
+                data = event.data
+                # A frame may hold several 40 ms chunks (the server joins a burst): each is timed.
+                for offset in range(0, len(data) - DOWN.size + 1, DOWN_CHUNK_BYTES):
+                    magic, _, turn, chunk, sent_ns = unpack(data, offset)
+                    if magic != MAGIC:
+                        continue
+                    if self.measuring:
+                        self.down_latency.add(now - sent_ns)
+                        self.down_chunks += 1
+                        if turn == user.last_turn and chunk > user.last_chunk + 1:
+                            user.down_gaps += chunk - user.last_chunk - 1
+                    user.last_turn, user.last_chunk = turn, chunk
             elif isinstance(event, TurnInterrupted):
                 if self.measuring:
                     user.interrupts.append((user.id, user.last_turn, clock()))

@@ -226,6 +226,10 @@ class AudioPacer:
         return max(0.0, self._played_until - now)
 
 
+JOIN_AUDIO_BYTES = 16 << 10
+"""The most reply audio sent as one frame (about a third of a second at 24 kHz)."""
+
+
 class OutboxOverflow(Exception):
     """The client stopped reading: its event queue is full."""
 
@@ -310,6 +314,28 @@ class ClientOutbox:
         self._pacer.reset(self._clock())
         return dropped
 
+    def _join_audio(self, first: bytes, now: float) -> bytes:
+        """`first` and the audio right behind it that the pacer lets go now, as one frame.
+
+        The model's audio comes in bursts (200-240 ms as five or six chunks);
+        a burst the client may have at once goes in one frame, one socket
+        write instead of six. Never past an event, never past the pacer, at
+        most `JOIN_AUDIO_BYTES`.
+        """
+        frames = self._frames
+        pacer = self._pacer
+        parts = [first]
+        size = len(first)
+        while frames:
+            nxt = frames[0]
+            if type(nxt) is not bytes or size + len(nxt) > JOIN_AUDIO_BYTES or pacer.wait_time(now) > 0:
+                break
+            frames.popleft()
+            pacer.sent(len(nxt), now)
+            parts.append(nxt)
+            size += len(nxt)
+        return b"".join(parts) if len(parts) > 1 else first
+
     async def get(self) -> str | bytes:
         """The next frame to send; waits for one, and for the pacer before audio."""
         while True:
@@ -320,11 +346,14 @@ class ClientOutbox:
                     self._events -= 1
                     return frames.popleft()
                 now = self._clock()
-                delay = self._pacer.wait_time(now)
+                pacer = self._pacer
+                delay = pacer.wait_time(now)
                 if delay <= 0:
                     frames.popleft()
+                    pacer.sent(len(head), now)
+                    if frames and type(frames[0]) is bytes and pacer.wait_time(now) <= 0:
+                        head = self._join_audio(head, now)
                     self._audio_bytes -= len(head)
-                    self._pacer.sent(len(head), now)
                     self._space.set()
                     return head
                 self._wake = self._new_event()

@@ -126,3 +126,43 @@ async def test_control_waits_when_its_bytes_reach_the_bound():
     with anyio.fail_after(1):
         await queue.put_control("turn 3", 10)  # 60 bytes now: taken at once
     assert queue.held_bytes == 70
+
+
+async def test_a_burst_the_client_may_have_now_goes_as_one_frame_and_never_past_the_pacer_or_an_event():
+    now = [100.0]
+    outbox = ClientOutbox(lead=0.5, clock=lambda: now[0])
+    chunk = 1920  # 40 ms at 24 kHz
+    burst = [bytes([n]) * chunk for n in range(6)]
+    for data in burst:
+        await outbox.put_audio(data)
+    assert await outbox.get() == b"".join(burst)  # a 240 ms burst: one frame, in order
+    # 0.24 s ahead now; a second burst may only fill up to the lead (0.5 s): seven chunks more.
+    more = [bytes([10 + n]) * chunk for n in range(10)]
+    for data in more:
+        await outbox.put_audio(data)
+    assert await outbox.get() == b"".join(more[:7])
+    with anyio.move_on_after(0.05) as held:
+        await outbox.get()
+    assert held.cancel_called  # the rest waits for the client to play
+    now[0] += 0.12
+    assert await outbox.get() == b"".join(more[7:])
+    # An event in the middle of a burst keeps its place.
+    now[0] += 10
+    await outbox.put_audio(b"\x01" * chunk)
+    outbox.put_event('{"type":"transcript.output","text":"x"}')
+    await outbox.put_audio(b"\x02" * chunk)
+    assert await outbox.get() == b"\x01" * chunk
+    assert await outbox.get() == '{"type":"transcript.output","text":"x"}'
+    assert await outbox.get() == b"\x02" * chunk
+
+
+async def test_a_joined_frame_stays_under_its_size_cap():
+    from live.queues import JOIN_AUDIO_BYTES
+
+    outbox = ClientOutbox(lead=None)
+    for n in range(30):
+        await outbox.put_audio(bytes([n]) * 1920)
+    sizes = []
+    while sum(sizes) < 30 * 1920:
+        sizes.append(len(await outbox.get()))
+    assert max(sizes) <= JOIN_AUDIO_BYTES and len(sizes) < 10
