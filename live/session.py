@@ -38,6 +38,7 @@ import dataclasses
 import enum
 import json
 import uuid
+import weakref
 from typing import Any, TypeAlias
 
 from google.genai import types
@@ -313,10 +314,11 @@ class SessionCore:
         # Typed turns sent that no handle holds yet and the model has not answered.
         self._owed: list[types.Content] = []
         self._answerable = 0  # how many of them the reply in progress answers
-        # Context notes on their way, by id: the calls each tells of.
         # Contents on their way that tell of calls, by id: those calls, and the
-        # typed turns joined to them (owed once sent).
-        self._notes: dict[int, tuple[list[str], list[types.Content]]] = {}
+        # typed turns joined to them (owed once sent). Each entry holds a weak
+        # reference to its content and goes when the content does: an id is an
+        # address, and CPython gives a dead note's address to later objects.
+        self._notes: dict[int, tuple[weakref.ref[types.Content], list[str], list[types.Content]]] = {}
         self._replay: list[types.Content] = []
         self.max_image_bytes = max_image_bytes
         self.max_image_rate = max_image_rate
@@ -725,8 +727,27 @@ class SessionCore:
             # issued together); keep the own responses rather than mix kinds.
             return content.model_copy(update={"parts": own})
         note = tool_context_content(foreign)
-        self._notes[id(note)] = (told, [])
+        self._remember_note(note, told, [])
         return note
+
+    def _remember_note(self, note: types.Content, told: list[str], typed: list[types.Content]) -> None:
+        key = id(note)
+        notes = self._notes
+
+        def forget(ref: weakref.ref[types.Content]) -> None:
+            entry = notes.get(key)
+            if entry is not None and entry[0] is ref:
+                del notes[key]
+
+        notes[key] = (weakref.ref(note, forget), told, typed)
+
+    def _take_note(self, content: types.Content) -> tuple[list[str], list[types.Content]] | None:
+        """The calls and typed turns `content` carries, if it is a note on its way."""
+        entry = self._notes.get(id(content))
+        if entry is None or entry[0]() is not content:
+            return None
+        del self._notes[id(content)]
+        return entry[1], entry[2]
 
     def content_sent(self, content: types.Content, now: float | None = None) -> None:
         """A content reached the model's connection.
@@ -738,7 +759,7 @@ class SessionCore:
         parts = content.parts or []
         if not parts:
             return
-        note = self._notes.pop(id(content), None)
+        note = self._take_note(content)
         if note is not None:
             # A context note: its calls are now told to this connection, until a
             # handle holds them; typed turns joined to it are owed an answer.
@@ -799,7 +820,7 @@ class SessionCore:
         # the next connection, and their calls are tracked once they are sent.
         if replay:
             joined = _joined_turn(replay)
-            self._notes[id(joined)] = (told, typed)
+            self._remember_note(joined, told, typed)
             self._replay = [joined]
         return actions
 

@@ -387,3 +387,29 @@ def test_a_snapshot_carries_the_conversation_to_another_server():
     text = "\n".join(part.text for part in note.item.parts)
     assert "get_weather" in text and "outcome is unknown" in text  # the run died with its server
     assert "And Oslo?" in text  # the question it owed is asked again
+
+
+def test_a_note_that_was_never_sent_cannot_be_mistaken_for_a_later_turn(monkeypatch):
+    """A context note whose send failed is garbage, and CPython gives its address to
+    later objects: a typed turn there must still be owed a reply and asked again
+    after a drop, not taken for the note. (Address reuse is made certain here by an
+    `id()` that gives every object the same number.)"""
+    import gc
+
+    import live.session
+
+    s = core()
+    s.model_response(call("get_weather", call_id="w1", city="Paris"), now=0.0)
+    s.connection_lost()
+    s.connection_resumed(now=1.0)
+    monkeypatch.setattr(live.session, "id", lambda obj: 4096, raising=False)
+    [up, _] = s.tool_finished("w1", {"temp_c": 21}, now=2.0)
+    note = s.for_connection(up.item)  # a note for the new connection ...
+    assert note is not up.item
+    del note  # ... whose send failed: nobody holds it any more
+    gc.collect()
+    [turn] = s.client_text(json.dumps({"type": "text", "text": "question"}), now=3.0)
+    s.content_sent(turn.item)  # a typed question goes to the model
+    assert not s.at_safe_point  # it is owed a reply
+    s.connection_lost()
+    assert ToUpstream(turn.item) in s.connection_resumed(now=4.0)  # and asked again after a drop
