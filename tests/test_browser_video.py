@@ -16,8 +16,8 @@ import pytest
 from PIL import Image as PILImage
 
 from audio_fixtures import silence, wav_bytes
+from emulated import gemini_for
 from connections.emulator import Emulator
-from connections.gemini import Gemini
 from live.agent import Agent
 from serving import running
 from browsers import chromium_page, http_root, wait_until
@@ -26,16 +26,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 
 MODEL = "gemini-live-2.5-flash-preview"
 SCREEN_FLAGS = ["--auto-select-desktop-capture-source=Entire screen", "--enable-usermedia-screen-capturing"]
-
-
-def gemini_for(emulator: Emulator) -> Gemini:
-    return Gemini(
-        MODEL,
-        api_key=emulator.api_key,
-        base_url=emulator.base_url,
-        api_version="v1beta",
-        ssl_context=emulator.ssl_context(),
-    )
 
 
 async def show_the_agent(page, url: str, button: str, seconds: float, emulator: Emulator):

@@ -7,6 +7,7 @@ import pytest
 from audio_fixtures import silence, tone
 from google.genai import types
 
+from emulated import gemini_for
 from connections.emulator import Emulator, Fault, Script, ToolCall
 from connections.gemini import Gemini
 from live.errors import (
@@ -20,7 +21,6 @@ from live.llm import AUDIO_STREAM_END, LlmRequest, LlmResponse
 
 pytestmark = pytest.mark.anyio
 
-MODEL = "gemini-live-2.5-flash-preview"
 FAST = 20.0
 
 
@@ -29,16 +29,6 @@ def wire(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     """Every test runs on both wire paths (`connections.gemini_wire` and the SDK's own)."""
     monkeypatch.setenv("LIVE_GEMINI_WIRE", request.param)
     return request.param
-
-
-def gemini_for(emulator: Emulator, model: str = MODEL, api_key: str | None = None) -> Gemini:
-    return Gemini(
-        model,
-        api_key=api_key or emulator.api_key,
-        base_url=emulator.base_url,
-        api_version="v1beta",
-        ssl_context=emulator.ssl_context(),
-    )
 
 
 def request(**config) -> LlmRequest:

@@ -15,6 +15,7 @@ from google.genai import _common, types
 
 from connections import gemini_wire
 from connections.emulator import Emulator, Script, ToolCall
+from emulated import gemini_for
 from connections.gemini import Gemini
 from connections.gemini_wire import LeanSession, calibrate, decode_audio_frame
 from live.errors import ConfigurationError, InvalidArgumentError
@@ -158,17 +159,6 @@ def test_the_wire_path_is_chosen_in_code_or_by_environment(monkeypatch):
 # ---------------------------------------------------------------------------- against the emulator
 
 
-def gemini_for(emulator: Emulator, wire: str) -> Gemini:
-    return Gemini(
-        MODEL,
-        api_key=emulator.api_key,
-        base_url=emulator.base_url,
-        api_version="v1beta",
-        ssl_context=emulator.ssl_context(),
-        wire=wire,  # type: ignore[arg-type]
-    )
-
-
 def request() -> LlmRequest:
     tools = [types.Tool(function_declarations=[types.FunctionDeclaration(name="lookup")])]
     return LlmRequest(
@@ -204,7 +194,7 @@ def summary(response: LlmResponse) -> tuple:
 async def conversation(emulator: Emulator, wire: str) -> tuple[list[tuple], bytes, type]:
     """A spoken turn, a tool round trip, and an error; returns what the caller saw."""
     seen: list[tuple] = []
-    async with gemini_for(emulator, wire).connect(request()) as connection:
+    async with gemini_for(emulator, wire=wire).connect(request()) as connection:
         assert isinstance(connection._session, LeanSession) == (wire == "lean")
         stream = connection.receive()
 
@@ -260,7 +250,7 @@ async def test_lean_and_sdk_paths_give_the_same_conversation(live_emulator: Emul
 async def test_the_live_socket_does_not_offer_compression(live_emulator: Emulator):
     """Deflate would cost a zlib pass per audio frame each way and its state per session, to save a fifth of the bytes."""
     live_emulator.script = Script(speed=20.0, user_says=["hello"])
-    async with gemini_for(live_emulator, "lean").connect(request()) as connection:
+    async with gemini_for(live_emulator, wire="lean").connect(request()) as connection:
         pcm = tone(0.3) + silence(0.3)
         for i in range(0, len(pcm), 640):
             await connection.send_realtime(types.Blob(data=pcm[i : i + 640], mime_type="audio/pcm;rate=16000"))

@@ -12,8 +12,8 @@ from PIL import Image as PILImage
 
 from audio_fixtures import silence, speak
 from clients.client import LiveClient
+from emulated import gemini_for
 from connections.emulator import Emulator, Script
-from connections.gemini import Gemini
 from connections.local_echo import EchoConfig, LocalEcho
 from live import protocol as p
 from live.agent import Agent
@@ -40,16 +40,6 @@ def noise_jpeg(width: int, height: int, seed: int = 1) -> bytes:
         out, "JPEG", quality=80
     )
     return out.getvalue()
-
-
-def gemini_for(emulator: Emulator) -> Gemini:
-    return Gemini(
-        MODEL,
-        api_key=emulator.api_key,
-        base_url=emulator.base_url,
-        api_version="v1beta",
-        ssl_context=emulator.ssl_context(),
-    )
 
 
 def audio_before_each_video_frame(frames: list) -> list[int]:
