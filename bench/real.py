@@ -60,6 +60,9 @@ runs one measured run and returns its figures (the keys of `summarize`).
 A module named in `REFERENCE_PEERS` joins every `--real` run by exposing
 `peer() -> Peer | str` (a str says why it cannot run on this machine, e.g.
 not installed; it is printed and recorded, and the run goes on).
+When reference peers ran, the run ends with `versus_references`: ours against
+each as ratios (CPU and RSS per session, added p99 each way) and the most
+real-time sessions each path held.
 """
 
 from __future__ import annotations
@@ -85,7 +88,9 @@ from bench.client_protocols import GEMINI_MODEL
 from bench.relay import RESULTS, ROOT, _git, _machine, _ms, _Proc, _profile, _realtime, _triple
 from bench.stats import Histogram
 
-__all__ = ["DIRECT", "LIVE", "REFERENCE_PEERS", "Peer", "main", "run_peer", "summarize"]
+__all__ = [
+    "DIRECT", "LIVE", "REFERENCE_PEERS", "Peer", "main", "run_peer", "summarize", "versus_references",
+]
 
 REFERENCE_PEERS = ("bench.adk_peer",)
 SIZES = (10, 50, 100, 200)
@@ -485,6 +490,45 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def versus_references(rows: list[dict[str, Any]], references: Sequence[str]) -> list[str]:
+    """Ours against each reference peer of the same run, as ratios: the issue's
+    comparison printed, not remembered. Also the most sessions each path held in
+    real time among the sizes run."""
+    lines = []
+    for row in rows:
+        ours = row["runs"].get(LIVE.name)
+        for name in references:
+            ref = row["runs"].get(name)
+            if ours is None or ref is None:
+                continue
+            parts = []
+            for key, label, fmt in (
+                ("cpu_s_per_session_minute", "CPU s per session-minute", "{:.3f}"),
+                ("rss_per_session_bytes", "RSS KiB per session", "{:.0f}"),
+            ):
+                a, b = ours.get(key), ref.get(key)
+                if a is not None and b:
+                    scale = 1 / 1024 if key.startswith("rss") else 1.0
+                    parts.append(
+                        f"{label} {fmt.format(a * scale)} vs {fmt.format(b * scale)} ({a / b:.2f}x)"
+                    )
+            added = row["added"]
+            if LIVE.name in added and name in added:
+                for direction in ("up", "down"):
+                    a, b = added[LIVE.name][direction]["p99_ms"], added[name][direction]["p99_ms"]
+                    if a is not None and b is not None:
+                        parts.append(f"added p99 {direction} {a:.2f} vs {b:.2f} ms")
+            # A path that falls behind does less work in the window: its ratios flatter it.
+            behind = [n for n, r in ((LIVE.name, ours), (name, ref)) if not r["realtime"]]
+            note = f" ({' and '.join(behind)} not real time)" if behind else ""
+            lines.append(f"N={row['sessions']}{note}: {LIVE.name} vs {name}: " + ", ".join(parts))
+    for name in (LIVE.name, *references):
+        held = [row["sessions"] for row in rows if row["runs"].get(name, {}).get("realtime")]
+        lines.append(f"most real-time sessions, {name}: {max(held) if held else 'none'} (of N = "
+                     f"{', '.join(str(row['sessions']) for row in rows)})")
+    return lines
+
+
 def main(
     sizes: Sequence[int] | None = None,
     duration: float | None = None,
@@ -550,6 +594,11 @@ def main(
     print(table(rows))
     print()
     print("(direct: absolute; every other path: added to direct's, so a negative figure is noise)")
+    references = [p.name for p in peers]
+    if references:
+        report["versus_references"] = versus_references(rows, references)
+        print()
+        print("\n".join(report["versus_references"]))
     path = Path(json_path) if json_path else RESULTS / f"relay-real-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")

@@ -224,3 +224,39 @@ async def test_a_session_through_adk_reaches_the_emulator_and_hears_its_reply() 
     audio = b"".join(e.data for e in heard if isinstance(e, AudioFrame))
     assert len(audio) > 24_000  # over half a second of the reply's 24 kHz speech
     assert not [e for e in heard if isinstance(e, ErrorEvent)]
+
+
+def _run(cpu: float | None, rss: float | None, realtime: bool) -> dict[str, Any]:
+    return {"cpu_s_per_session_minute": cpu, "rss_per_session_bytes": rss, "realtime": realtime}
+
+
+def _added(up: float, down: float) -> dict[str, Any]:
+    return {k: {"p50_ms": 0.0, "p99_ms": v, "max_ms": v} for k, v in (("up", up), ("down", down), ("interrupt", 0.0))}
+
+
+def test_the_real_path_run_prints_ours_against_adk_as_ratios() -> None:
+    from bench.real import versus_references
+
+    rows = [
+        {
+            "sessions": 10,
+            "runs": {"direct": _run(None, None, True), "live": _run(0.8, 900 * 1024, True), "adk": _run(1.6, 1800 * 1024, True)},
+            "added": {"live": _added(1.0, 2.0), "adk": _added(3.0, 4.5)},
+        },
+        {
+            "sessions": 50,
+            "runs": {"direct": _run(None, None, True), "live": _run(0.5, 800 * 1024, True), "adk": _run(0.6, 2500 * 1024, False)},
+            "added": {"live": _added(1.5, 2.5), "adk": _added(900.0, 800.0)},
+        },
+        {"sessions": 100, "runs": {"live": _run(0.4, 700 * 1024, False)}, "added": {}},  # adk failed
+    ]
+    lines = versus_references(rows, ["adk"])
+    assert lines[0] == (
+        "N=10: live vs adk: CPU s per session-minute 0.800 vs 1.600 (0.50x), "
+        "RSS KiB per session 900 vs 1800 (0.50x), added p99 up 1.00 vs 3.00 ms, added p99 down 2.00 vs 4.50 ms"
+    )
+    assert lines[1].startswith("N=50 (adk not real time): live vs adk: CPU s per session-minute 0.500 vs 0.600 (0.83x)")
+    assert lines[2:] == [
+        "most real-time sessions, live: 50 (of N = 10, 50, 100)",
+        "most real-time sessions, adk: 10 (of N = 10, 50, 100)",
+    ]
