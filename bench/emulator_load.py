@@ -91,6 +91,7 @@ class LoadDirector:
         self.up_gaps = 0
         self.down_chunks = 0
         self.interrupts: list[tuple[int, int, int]] = []  # client, turn, due (ns)
+        self.late = Histogram()  # how late the emulator sent what was due: its own lag
 
 
 class LoadSession(EmulatorSession):
@@ -139,6 +140,8 @@ class LoadSession(EmulatorSession):
 
     def _speak(self, due: float) -> None:
         director = self.director
+        if director.measuring:
+            director.late.add(int((time.monotonic() - due) * 1e9))
         if self.turn % INTERRUPT_EVERY == 1 and self._burst == INTERRUPT_AFTER_BURSTS:
             self._send(_INTERRUPTED)
             if director.measuring:
@@ -224,6 +227,7 @@ async def main(port: int = 0) -> None:
                         "up_gaps": director.up_gaps,
                         "down_chunks": director.down_chunks,
                         "interrupts": director.interrupts,
+                        "late": director.late.to_json(),
                     }
                 )
             else:  # quit, or stdin closed

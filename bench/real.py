@@ -33,7 +33,8 @@ RSS per session is the peer's growth from idle over N, so it includes the first
 session's one-time growth (the SDK client, lazy imports) and reads high at
 small N. A run is real time under the rule of
 `bench.relay` (nothing later than 100 ms, nothing dropped, every session up,
-the generator on schedule).
+the generator on schedule), and the emulator on schedule too (no step more
+than 100 ms late): when it is not, the machine, not the relay, is the limit.
 
 ## Adding a peer (the seam for reference relays)
 
@@ -85,7 +86,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.client_protocols import GEMINI_MODEL
-from bench.relay import RESULTS, ROOT, _git, _machine, _ms, _Proc, _profile, _realtime, _triple
+from bench.relay import REALTIME_MS, RESULTS, ROOT, _git, _machine, _ms, _Proc, _profile, _realtime, _triple
 from bench.stats import Histogram
 
 __all__ = [
@@ -397,9 +398,15 @@ def summarize(
         "upstream_closes": model["closes"],
         "generator_late": late.summary(),
         "generator_cpu_s": client["generator_cpu_s"],
+        "emulator_late": Histogram.from_json(model["late"]).summary(),
         "emulator_cpu_s": model["cpu_s"],
     }
     result["realtime"], result["why_not_realtime"] = _realtime(result)
+    emulator_late = result["emulator_late"]["max_ms"]
+    if emulator_late is not None and emulator_late > REALTIME_MS:
+        # The upstream itself fell behind: the machine, not the relay, is the limit.
+        result["realtime"] = False
+        result["why_not_realtime"].append(f"emulator {emulator_late:.0f} ms behind")
     if result["upstream_sessions_open"] < sessions or result["upstream_closes"]:
         result["realtime"] = False
         result["why_not_realtime"].append(
@@ -452,7 +459,8 @@ def _detail(r: dict[str, Any]) -> str:
     return (
         f"  {r['mode']:8} N={r['sessions']:<4} up {_triple(r['up'])} ms  down {_triple(r['down'])} ms  "
         f"interrupt {_triple(r['interrupt'])} ms (n={r['interrupt']['n']})  {cpu}"
-        f"emulator {r['emulator_cpu_s'] / r['window_s'] * 100:.0f}%, "
+        f"emulator {r['emulator_cpu_s'] / r['window_s'] * 100:.0f}% "
+        f"(late max {_ms(r['emulator_late']['max_ms'])} ms), "
         f"generator {r['generator_cpu_s'] / r['window_s'] * 100:.0f}% "
         f"(late max {_ms(r['generator_late']['max_ms'])} ms)  "
         f"other load {r['other_cpu_share'] * 100:.0f}%, steal {r['steal_share'] * 100:.0f}%  "

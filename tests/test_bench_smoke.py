@@ -84,6 +84,7 @@ def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_f
         for key in ("up", "down", "interrupt"):
             assert result[key]["p50_ms"] is not None and result[key]["p99_ms"] is not None
         assert isinstance(result["realtime"], bool) and isinstance(result["why_not_realtime"], list)
+        assert result["emulator_late"]["n"] > 0 and result["generator_late"]["n"] > 0
     live = row["runs"]["live"]
     assert live["cpu_s_per_session_minute"] > 0
     assert live["rss_bytes"] > 0 and live["rss_per_session_bytes"] is not None
