@@ -37,6 +37,9 @@ def test_options_build_a_script():
     ]
     assert "RESOURCE_EXHAUSTED" in (script.faults[1].reason or "")
     assert script.go_away_after == 540 and script.speed == 2
+    assert (script.audio_keys, script.audio_base64) == ("camel", "standard")  # as the service writes
+    other = build_script(_parser().parse_args(["--audio-keys", "snake", "--audio-base64", "urlsafe"]))
+    assert (other.audio_keys, other.audio_base64) == ("snake", "urlsafe")
 
 
 async def test_process_serves_the_sdk_and_stops_on_sigint(monkeypatch: pytest.MonkeyPatch):

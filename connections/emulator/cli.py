@@ -94,6 +94,19 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--max-sessions", type=int, default=None, help="concurrent sessions allowed")
+    p.add_argument(
+        "--audio-keys",
+        choices=("camel", "snake"),
+        default="camel",
+        help="write reply audio parts as inlineData/mimeType (camel, as the service does) or "
+        "inline_data/mime_type (snake, which protobuf JSON readers also take)",
+    )
+    p.add_argument(
+        "--audio-base64",
+        choices=("standard", "urlsafe"),
+        default="standard",
+        help="the base64 alphabet of reply audio (standard, as the service writes; urlsafe, which readers also take)",
+    )
     return p
 
 
@@ -129,6 +142,8 @@ def build_script(args: argparse.Namespace) -> Script:
         go_away_time_left=args.go_away_time_left,
         speed=args.speed,
         max_sessions=args.max_sessions,
+        audio_keys=args.audio_keys,
+        audio_base64=args.audio_base64,
     )
 
 
