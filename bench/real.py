@@ -87,7 +87,7 @@ from typing import Any
 
 from bench.client_protocols import GEMINI_MODEL
 from bench.relay import REALTIME_MS, RESULTS, ROOT, _git, _machine, _ms, _Proc, _profile, _realtime, _triple
-from bench.stats import Histogram
+from bench.stats import Histogram, latencies
 
 __all__ = [
     "DIRECT", "LIVE", "REFERENCE_PEERS", "Peer", "main", "run_peer", "summarize", "versus_references",
@@ -353,18 +353,9 @@ def summarize(
     idle_rss: int | None,
 ) -> dict[str, Any]:
     """The figures of one run, from the generator's and the emulator's reports."""
-    up = Histogram.from_json(model["up_latency"])
-    down = Histogram.from_json(client["down_latency"])
-    late = Histogram.from_json(client["generator_late"])
-    pushed = {(c, t): due for c, t, due in model["interrupts"]}
-    interrupt = Histogram()
-    unmatched = 0
-    for c, t, arrived in client["interrupts"]:
-        due = pushed.get((c, t))
-        if due is None:
-            unmatched += 1
-        else:
-            interrupt.add(arrived - due)
+    timed = latencies(client, model)
+    up, down, late, interrupt = timed.up, timed.down, timed.generator_late, timed.interrupt
+    unmatched = timed.interrupts_unmatched
     window = model["window_s"]
     minutes = sessions * window / 60
     result: dict[str, Any] = {

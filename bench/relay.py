@@ -54,7 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.stats import Histogram
+from bench.stats import Histogram, latencies
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -223,18 +223,9 @@ def _profile(pid: int, duration: float, out: Path) -> subprocess.Popen[bytes] | 
 
 
 def _summarize(mode: str, sessions: int, client: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    up = Histogram.from_json(model["up_latency"])
-    down = Histogram.from_json(client["down_latency"])
-    late = Histogram.from_json(client["generator_late"])
-    pushed = {(c, t): due for c, t, due in model["interrupts"]}
-    interrupt = Histogram()
-    unmatched = 0
-    for c, t, arrived in client["interrupts"]:
-        due = pushed.get((c, t))
-        if due is None:
-            unmatched += 1
-        else:
-            interrupt.add(arrived - due)
+    timed = latencies(client, model)
+    up, down, late, interrupt = timed.up, timed.down, timed.generator_late, timed.interrupt
+    unmatched = timed.interrupts_unmatched
     session_minutes = sessions * model["window_s"] / 60
     dropped = model["up_gaps"] + client["down_gaps"]
     result = {

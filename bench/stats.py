@@ -7,6 +7,7 @@ process can be subtracted from a reading taken in another.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 from collections.abc import Iterable
@@ -19,7 +20,9 @@ __all__ = [
     "MAGIC",
     "UP",
     "UP_FRAME_BYTES",
+    "Latencies",
     "down_chunk",
+    "latencies",
     "up_frame",
 ]
 
@@ -156,3 +159,34 @@ class Histogram:
         for v in values_ns:
             h.add(v)
         return h
+
+
+@dataclasses.dataclass
+class Latencies:
+    """One run's timings, from the generator's report and the model side's."""
+
+    up: Histogram
+    down: Histogram
+    interrupt: Histogram
+    generator_late: Histogram
+    interrupts_unmatched: int  # interruptions the client saw that the model side never sent
+
+
+def latencies(client: dict[str, Any], model: dict[str, Any]) -> Latencies:
+    """Frames up timed where they arrive, chunks down and interruptions timed at the client."""
+    pushed = {(c, t): due for c, t, due in model["interrupts"]}
+    interrupt = Histogram()
+    unmatched = 0
+    for c, t, arrived in client["interrupts"]:
+        due = pushed.get((c, t))
+        if due is None:
+            unmatched += 1
+        else:
+            interrupt.add(arrived - due)
+    return Latencies(
+        up=Histogram.from_json(model["up_latency"]),
+        down=Histogram.from_json(client["down_latency"]),
+        interrupt=interrupt,
+        generator_late=Histogram.from_json(client["generator_late"]),
+        interrupts_unmatched=unmatched,
+    )
