@@ -124,6 +124,8 @@ def _b64decode(text: Any) -> bytes | None:
         return None
     except (binascii.Error, ValueError):
         pass
+    if "+" in text or "/" in text:
+        return None  # both alphabets in one string: the SDK refuses it, so its path reports it
     try:
         return binascii.a2b_base64(text.translate(_URLSAFE_TO_STANDARD), strict_mode=True)
     except (binascii.Error, ValueError):
@@ -158,7 +160,7 @@ def decode_audio_frame(raw: bytes | str) -> types.LiveServerMessage | None:
         return None
     role = turn.get("role")
     parts = turn.get("parts")
-    if type(parts) is not list or not parts or (role is not None and type(role) is not str):
+    if type(parts) is not list or not parts or ("role" in turn and type(role) is not str):
         return None
     built = []
     for part in parts:

@@ -243,6 +243,10 @@ class ServerConfig:
     certfile: str | None = None
     keyfile: str | None = None
 
+    def __post_init__(self) -> None:
+        if not 0 < self.near_capacity <= 1:  # also refuses NaN
+            raise ValueError(f"near_capacity is a share of max_sessions, more than 0 and at most 1, not {self.near_capacity}")
+
     @property
     def scheme(self) -> str:
         return "https" if self.certfile else "http"

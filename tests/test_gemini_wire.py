@@ -65,10 +65,12 @@ def random_frame(rng: random.Random) -> bytes:
         part = {blob_key: {"data": data}}
     elif kind < 0.25:
         part[blob_key]["data"] = data[:-1] + "!"
+    elif kind < 0.3 and len(data) >= 4:
+        part[blob_key]["data"] = "+-" + data[2:]  # both alphabets at once
     parts = [part] * rng.choice([1, 1, 1, 2])
     turn: dict = {"parts": parts}
     if rng.random() < 0.3:
-        turn["role"] = "model"
+        turn["role"] = rng.choice(["model", "model", None])
     content: dict = {"modelTurn": turn}
     extra = rng.random()
     if extra < 0.1:
@@ -98,7 +100,7 @@ async def test_every_frame_decodes_as_the_sdk_decodes_it(fresh_calibration, vert
         taken += 1
         assert not isinstance(expected, Exception), (raw, expected)
         assert gemini_wire._same(fast, expected), raw
-    assert taken > 150  # the random frames exercise the fast path, not only the fallback
+    assert taken > 100  # the random frames exercise the fast path, not only the fallback
 
 
 async def test_every_audio_frame_is_written_as_the_sdk_writes_it(fresh_calibration):

@@ -459,3 +459,12 @@ async def test_health_tells_a_load_balancer_to_route_elsewhere_before_the_server
                 await anyio.sleep(0.05)
         await server.drain()  # as on SIGTERM: no new sessions here
         assert await health() == (503, "draining")
+
+
+def test_a_near_capacity_share_outside_zero_to_one_is_refused_at_configuration():
+    from live.server import ServerConfig
+
+    for share in (0.0, -1.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="near_capacity"):
+            ServerConfig(near_capacity=share)
+    assert ServerConfig(near_capacity=1.0).near_capacity == 1.0
