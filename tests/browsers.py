@@ -89,6 +89,11 @@ def scripted() -> tuple[RecordingLlm, double.ScriptedSession]:
 
 async def start_talking(page, url: str) -> None:
     await page.goto(http_root(url))
+    await press_talk(page)
+
+
+async def press_talk(page) -> None:
+    """Press the page's talk button and wait until the microphone is on and the session open."""
     await page.click("#talk")
     await page.wait_for_function(
         "window.live && window.live.state.microphone && window.live.state.connection === 'open'",

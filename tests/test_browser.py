@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from audio_fixtures import speak
-from browsers import chromium_page, http_root, scripted, speech_wav, start_talking, stats, wait_until
+from browsers import chromium_page, press_talk, http_root, scripted, speech_wav, start_talking, stats, wait_until
 from connections import double
 from live.agent import Agent
 from live_audio import speech_found
@@ -143,11 +143,7 @@ async def test_a_refused_session_is_shown_on_the_page(tmp_path):
         assert await page.text_content("#talk") == "Start talking"
         # With the token (as ?token=...), the same page connects.
         await page.goto(http_root(url) + "?token=s3cret")
-        await page.click("#talk")
-        await page.wait_for_function(
-            "window.live && window.live.state.microphone && window.live.state.connection === 'open'",
-            timeout=5000,
-        )
+        await press_talk(page)
         assert await page.text_content("#state") == "Listening"
     assert len(llm.sessions) == 1
 

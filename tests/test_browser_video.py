@@ -20,7 +20,7 @@ from emulated import gemini_for
 from connections.emulator import Emulator
 from live.agent import Agent
 from serving import running
-from browsers import chromium_page, http_root, wait_until
+from browsers import chromium_page, press_talk, http_root, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 
@@ -31,10 +31,7 @@ SCREEN_FLAGS = ["--auto-select-desktop-capture-source=Entire screen", "--enable-
 async def show_the_agent(page, url: str, button: str, seconds: float, emulator: Emulator):
     """Start talking, press the camera or screen button, and watch frames and audio arrive."""
     await page.goto(http_root(url))
-    await page.click("#talk")
-    await page.wait_for_function(
-        "window.live && window.live.state.microphone && window.live.state.connection === 'open'", timeout=5000
-    )
+    await press_talk(page)
     await page.click(button)
     await page.wait_for_function("window.live.state.video", timeout=5000)
     assert await page.get_attribute(button, "aria-pressed") == "true"

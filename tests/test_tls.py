@@ -27,7 +27,7 @@ from connections import double
 from live.agent import Agent
 from live.auth import mint_token
 from serving import running
-from browsers import chromium_page, scripted, speech_wav, wait_until
+from browsers import chromium_page, press_talk, scripted, speech_wav, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -126,11 +126,7 @@ async def test_a_browser_talks_over_https_with_a_token_from_the_apps_backend(ca,
             await page.route(lambda u: urlsplit(u).path == "/app/live-token", token_endpoint)
             await page.goto(f"{origin}/?token_url=/app/live-token")
             assert await page.evaluate("window.isSecureContext")
-            await page.click("#talk")
-            await page.wait_for_function(
-                "window.live && window.live.state.microphone && window.live.state.connection === 'open'",
-                timeout=5000,
-            )
+            await press_talk(page)
             record = llm.sessions[0]
 
             async def heard_speech():

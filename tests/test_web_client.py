@@ -19,7 +19,7 @@ import pytest
 from websockets.asyncio.server import serve as ws_serve
 
 from audio_fixtures import speak
-from browsers import chromium_page, http_root, scripted, speech_wav, start_talking, stats, wait_until
+from browsers import chromium_page, press_talk, http_root, scripted, speech_wav, start_talking, stats, wait_until
 from connections import double
 from connections.gemini import Gemini
 from live.agent import Agent
@@ -147,11 +147,7 @@ async def test_the_same_page_off_localhost_over_tls_talks(tmp_path):
             await page.goto(f"https://voice.example:{port}/")
             assert await page.evaluate("window.isSecureContext") is True
             assert await page.is_hidden("#notice")
-            await page.click("#talk")
-            await page.wait_for_function(
-                "window.live && window.live.state.microphone && window.live.state.connection === 'open'",
-                timeout=5000,
-            )
+            await press_talk(page)
             record = llm.sessions[0]
 
             async def heard_speech():

@@ -70,6 +70,16 @@ export function insecureContextMessage() {
   );
 }
 
+/** A server text frame as an event object; null for audio or a frame that is not JSON. */
+function textEvent(event) {
+  if (typeof event.data !== "string") return null;
+  try {
+    return JSON.parse(event.data);
+  } catch {
+    return null;
+  }
+}
+
 function microphoneError(error) {
   const name = (error && error.name) || "Error";
   if (name === "NotAllowedError" || name === "SecurityError") {
@@ -183,13 +193,8 @@ export class LiveClient extends EventTarget {
     const started = new Promise((resolve, reject) => {
       let refusal = null;
       const onMessage = (event) => {
-        if (typeof event.data !== "string") return;
-        let msg;
-        try {
-          msg = JSON.parse(event.data);
-        } catch {
-          return;
-        }
+        const msg = textEvent(event);
+        if (!msg) return;
         if (msg.type === "session.started") {
           cleanup();
           resolve(msg);
@@ -790,13 +795,8 @@ export class LiveClient extends EventTarget {
         resolve(outcome);
       };
       const onMessage = (event) => {
-        if (typeof event.data !== "string") return;
-        let msg;
-        try {
-          msg = JSON.parse(event.data);
-        } catch {
-          return;
-        }
+        const msg = textEvent(event);
+        if (!msg) return;
         if (msg.type === "session.reattached") done({ ws, message: msg });
         else if (msg.type === "error" && ["session_expired", "unauthorized"].includes(msg.code)) {
           ws.close();
