@@ -93,7 +93,7 @@ __all__ = [
     "DIRECT", "LIVE", "REFERENCE_PEERS", "Peer", "main", "run_peer", "summarize", "versus_references",
 ]
 
-REFERENCE_PEERS = ("bench.adk_peer",)
+REFERENCE_PEERS = ("bench.floor_relay", "bench.adk_peer")
 SIZES = (10, 50, 100, 200)
 QUICK_SIZES = (2, 10)
 DURATION_S = 15.0

@@ -216,7 +216,7 @@ def _profile(pid: int, duration: float, out: Path) -> subprocess.Popen[bytes] | 
     out.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [str(spy), "record", "--pid", str(pid), "--duration", str(max(1, int(duration) - 1)),
-         "--rate", "200", "--format", "raw", "--output", str(out), "--nonblocking"],
+         "--rate", "400", "--format", "raw", "--output", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
