@@ -4,6 +4,7 @@
     python -m bench.relay --real --quick     # N = 2, 10; 3 s each
     python -m bench.relay --real --sessions 20 --duration 30 --json out.json
     python -m bench.relay --real --profile   # py-spy each relay at the largest N
+    python -m bench.relay --real --baseline main   # and `live serve` as of main, beside
 
 For every N, the same load through each peer, one run after another (never
 together: the machine has two cores), each run with a fresh upstream:
@@ -81,7 +82,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -537,12 +538,56 @@ def main(
     json_path: str | None = None,
     sdk_wire: bool = False,
     profile: bool = False,
+    baseline: str | None = None,
+) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        extra = [LIVE_SDK_WIRE] if sdk_wire else []
+        if baseline is not None:
+            extra.append(stack.enter_context(baseline_peer(baseline)))
+        return _main(sizes, duration, warmup, quick, json_path, extra, profile)
+
+
+@contextlib.contextmanager
+def baseline_peer(ref: str) -> Iterator[Peer]:
+    """`live serve` as of git `ref`, from a temporary worktree removed afterwards.
+
+    It runs on this environment's packages with the worktree first on the
+    path, so what differs is the project's code alone.
+    """
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "--verify", f"{ref}^{{commit}}"],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    if commit.returncode != 0:
+        raise SystemExit(f"--baseline: {ref!r} is not a commit here: {commit.stderr.strip()}")
+    short = commit.stdout.strip()
+    tree = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), short], cwd=ROOT, check=True)
+    try:
+        yield dataclasses.replace(
+            LIVE,
+            name=f"live@{short}",
+            env={"PYTHONPATH": str(tree)},
+            cwd=str(tree),
+        )
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+
+def _main(
+    sizes: Sequence[int] | None,
+    duration: float | None,
+    warmup: float | None,
+    quick: bool,
+    json_path: str | None,
+    extra: list[Peer],
+    profile: bool,
 ) -> dict[str, Any]:
     sizes = list(sizes or (QUICK_SIZES if quick else SIZES))
     duration = duration or (QUICK_DURATION_S if quick else DURATION_S)
     warmup = warmup if warmup is not None else (QUICK_WARMUP_S if quick else WARMUP_S)
     peers, skipped = reference_peers()
-    order = [DIRECT, LIVE, *([LIVE_SDK_WIRE] if sdk_wire else []), *peers]
+    order = [DIRECT, LIVE, *extra, *peers]
     print(
         f"real-path benchmark: N = {sizes}, {duration:g} s each after {warmup:g} s of warm-up; "
         f"{', '.join(p.name for p in order)}; {os.cpu_count()} CPU(s)",

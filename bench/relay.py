@@ -603,6 +603,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "beside the lean one, in the same run",
     )
     parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="with --real, also run `live serve` as of git REF (a commit, branch or tag; checked "
+        "out in a temporary worktree) beside this checkout's, in the same run",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="py-spy the server at the largest N (needs py-spy; collapsed stacks in bench/results/)",
@@ -619,6 +625,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             json_path=args.json,
             sdk_wire=args.sdk_wire,
             profile=args.profile,
+            baseline=args.baseline,
         )
     sizes = [int(s) for s in (args.sessions or ("1,20" if args.quick else "1,50,200")).split(",")]
     duration = args.duration or (4.0 if args.quick else 15.0)
