@@ -7,11 +7,14 @@ which costs several times what the socket and TLS do. Here:
 
 - **Up**: `send_realtime_input(audio=...)` is written from a text template
   taken from the installed SDK's own output (its key names, its base64
-  alphabet), with one `b2a_base64` and no object built.
-- **Down**: a frame that is a bare model-turn audio chunk is parsed once with
-  `json.loads`, its data decoded with strict `a2b_base64`, and the message
-  built by copying empty instances with its values (no validation: the shape
-  was checked by hand).
+  alphabet), with one SIMD base64 encode (pybase64) and no object built.
+- **Down**: a frame that is a bare model-turn audio chunk is parsed once
+  (orjson), its data decoded as canonical base64 (pybase64, ten times faster
+  than `binascii`; anything not canonical is left to the SDK, whose decoder
+  refuses some of it), and the message built from empty
+  instances with its values (`live.unchecked`: no validation, the shape was
+  checked by hand). Anything orjson reads differently from `json` (a number,
+  a lone surrogate) is outside the accepted shape and goes to the SDK.
   Every other frame (transcripts, tool calls, turn ends, errors, closes) goes
   through the SDK's own `AsyncSession.receive()`, fed from the same socket, so
   it means exactly what it means on the SDK path.
@@ -36,16 +39,19 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
+import orjson
+import pybase64
 import pydantic
 import websockets
 from google.genai import live as genai_live
 from google.genai import types
 
+from live.unchecked import unchecked
+
 __all__ = ["LeanSession", "WireCodec", "calibrate", "lean_session"]
 
 logger = logging.getLogger(__name__)
 
-_STANDARD_TO_URLSAFE: Final = bytes.maketrans(b"+/", b"-_")
 _URLSAFE_TO_STANDARD: Final = str.maketrans("-_", "+/")
 # A mime type that needs no JSON escaping and cannot break the template.
 _PLAIN_MIME: Final = re.compile(r"[A-Za-z0-9/;=.+\-]+\Z")
@@ -102,9 +108,7 @@ class WireCodec:
         """The SDK's text for an audio frame, or None when the mime type needs escaping."""
         if not _PLAIN_MIME.match(mime_type):
             return None
-        encoded = binascii.b2a_base64(data, newline=False)
-        if self.urlsafe:
-            encoded = encoded.translate(_STANDARD_TO_URLSAFE)
+        encoded = pybase64.b64encode(data, altchars=b"-_" if self.urlsafe else None)
         return f"{self.head}{encoded.decode('ascii')}{self.middle}{mime_type}{self.tail}"
 
     def decode(self, raw: bytes | str) -> types.LiveServerMessage | None:
@@ -115,40 +119,52 @@ class WireCodec:
 
 
 def _b64decode(text: Any) -> bytes | None:
-    """Strict base64 in either alphabet (as pydantic's bytes validation takes); None if not base64."""
+    """Canonical base64 in one alphabet or the other; None for anything else.
+
+    Canonical: padded, and the unused bits of the last character zero, which
+    is what the SDK's decoder (pydantic's) insists on; it also takes unpadded
+    text, which is rare enough to leave to it.
+    """
     if type(text) is not str:
         return None
+    altchars = None
     try:
-        return binascii.a2b_base64(text.encode("ascii"), strict_mode=True)  # bytes: a third faster than str
-    except UnicodeEncodeError:
-        return None
-    except (binascii.Error, ValueError):
-        pass
-    if "+" in text or "/" in text:
-        return None  # both alphabets in one string: the SDK refuses it, so its path reports it
-    try:
-        return binascii.a2b_base64(text.translate(_URLSAFE_TO_STANDARD), strict_mode=True)
-    except (binascii.Error, ValueError):
-        return None
+        data = pybase64.b64decode(text, validate=True)
+    except ValueError:  # binascii.Error too
+        if "+" in text or "/" in text:
+            return None  # not standard base64, and not URL-safe either
+        altchars = b"-_"
+        try:
+            data = pybase64.b64decode(text, altchars=altchars, validate=True)
+        except ValueError:
+            return None
+    if pybase64.b64encode_as_string(data, altchars=altchars) != text:
+        return None  # "QR==" is b"A" to some decoders and an error to the SDK's
+    return data
 
 
 _CONTENT_KEYS: Final = frozenset({"parts", "role"})
 
-# Empty instances, copied with the message's values: `model_copy(update=...)`
-# costs a tenth of `model_construct` for these many-field models (which fills
-# every default), and gives the same object: values set, nothing validated.
+# Empty instances, copied with the message's values (`live.unchecked`): values
+# set, nothing validated, the same objects `model_copy(update=...)` makes.
 _MESSAGE: Final = types.LiveServerMessage.model_construct()
 _SERVER_CONTENT: Final = types.LiveServerContent.model_construct()
 _CONTENT: Final = types.Content.model_construct()
 _PART: Final = types.Part.model_construct()
 _BLOB: Final = types.Blob.model_construct()
+_SET_MESSAGE: Final = frozenset({"server_content"})
+_SET_SERVER_CONTENT: Final = frozenset({"model_turn"})
+_SET_CONTENT: Final = frozenset({"parts"})
+_SET_CONTENT_ROLE: Final = frozenset({"parts", "role"})
+_SET_PART: Final = frozenset({"inline_data"})
+_SET_BLOB: Final = frozenset({"data", "mime_type"})
 
 
 def decode_audio_frame(raw: bytes | str) -> types.LiveServerMessage | None:
     """`{"serverContent": {"modelTurn": {"parts": [{"inlineData": {...}}, ...]}}}` and nothing else."""
     try:
-        frame = json.loads(raw)
-    except ValueError:
+        frame = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         return None  # the SDK's path reports it
     if type(frame) is not dict or len(frame) != 1:
         return None
@@ -175,9 +191,14 @@ def decode_audio_frame(raw: bytes | str) -> types.LiveServerMessage | None:
         data = _b64decode(blob.get("data"))
         if data is None:
             return None
-        built.append(_PART.model_copy(update={"inline_data": _BLOB.model_copy(update={"data": data, "mime_type": mime})}))
-    content = _CONTENT.model_copy(update={"parts": built} if role is None else {"parts": built, "role": role})
-    return _MESSAGE.model_copy(update={"server_content": _SERVER_CONTENT.model_copy(update={"model_turn": content})})
+        inline = unchecked(_BLOB, _SET_BLOB, {"data": data, "mime_type": mime})
+        built.append(unchecked(_PART, _SET_PART, {"inline_data": inline}))
+    if role is None:
+        content = unchecked(_CONTENT, _SET_CONTENT, {"parts": built})
+    else:
+        content = unchecked(_CONTENT, _SET_CONTENT_ROLE, {"parts": built, "role": role})
+    server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": content})
+    return unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
 
 
 # ---------------------------------------------------------------------------- calibration

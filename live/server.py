@@ -348,7 +348,9 @@ class ClientSession:
         self.handed_off = False  # this socket's handler gave it to another session
         self.adopted: dict[str, Any] | None = None  # facts of a session taken over from the fleet
         self.to_fleet = False  # handed to another server of the fleet: its state stays stored
-        self._send_lock = anyio.Lock()
+        # Taken once per frame to the client and almost never contended: no
+        # extra trip through the event loop when it is free.
+        self._send_lock = anyio.Lock(fast_acquire=True)
         self._socket_done = anyio.Event()  # the current socket was let go (or the session ended)
         self._away: anyio.CancelScope | None = None
         self.reattaches = 0

@@ -75,6 +75,7 @@ from live.protocol import (
     Usage,
     parse_client_message,
 )
+from live.unchecked import unchecked
 
 __all__ = [
     "AwaitClientTool",
@@ -300,6 +301,8 @@ class SessionCore:
         self.input_mime = f"audio/pcm;rate={input_rate}"
         # Copied per frame: half the cost of model_construct, the same Blob.
         self._audio_blob = types.Blob.model_construct(data=b"", mime_type=self.input_mime)
+        # What `model_copy(update={"data": ...})` of it reports as set.
+        self._audio_fields = frozenset(self._audio_blob.model_fields_set | {"data"})
         self.server_tools = server_tools
         self.client_tool_timeout = client_tool_timeout
         self.manual_activity = manual_activity
@@ -344,11 +347,11 @@ class SessionCore:
                 f"audio frames are PCM16: an even number of bytes, got {len(data)}; "
                 "the frame was dropped",
             )
-        return self._audio_blob.model_copy(update={"data": data})
+        return unchecked(self._audio_blob, self._audio_fields, {"data": data})
 
     def joined_audio(self, blobs: list[types.Blob]) -> types.Blob:
         """Consecutive client frames as one chunk (they share the session's rate)."""
-        return self._audio_blob.model_copy(update={"data": b"".join(b.data or b"" for b in blobs)})
+        return unchecked(self._audio_blob, self._audio_fields, {"data": b"".join(b.data or b"" for b in blobs)})
 
     def client_text(self, raw: str, now: float) -> list[Action]:
         """Handle one client text frame; bad input becomes an `error` event."""

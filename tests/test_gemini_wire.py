@@ -67,6 +67,10 @@ def random_frame(rng: random.Random) -> bytes:
         part[blob_key]["data"] = data[:-1] + "!"
     elif kind < 0.3 and len(data) >= 4:
         part[blob_key]["data"] = "+-" + data[2:]  # both alphabets at once
+    elif kind < 0.35:
+        part[blob_key]["data"] = rng.choice(
+            [data + "=", data + "==", " " + data, data[:3] + "\n" + data[3:], data[:-2] + "R="]
+        )
     parts = [part] * rng.choice([1, 1, 1, 2])
     turn: dict = {"parts": parts}
     if rng.random() < 0.3:
@@ -83,6 +87,38 @@ def random_frame(rng: random.Random) -> bytes:
     if rng.random() < 0.05:
         frame = {"server_content": content}
     return json.dumps(frame).encode()
+
+
+def sdk_base64(text: str) -> bytes | Exception:
+    """What the SDK's models make of a base64 string (pydantic's decoder)."""
+    try:
+        return types.Blob.model_validate({"data": text}).data
+    except Exception as exc:  # noqa: BLE001
+        return exc
+
+
+def test_base64_is_decoded_only_as_the_sdk_decodes_it():
+    """On text built to find where decoders part (padding, trailing bits, both alphabets,
+    whitespace), the lean path either declines or gives exactly the SDK's bytes."""
+    rng = random.Random(3)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    odd = "+/-_= \n\r\t.\x00é"
+    decoded = 0
+    for _ in range(50_000):
+        text = "".join(
+            rng.choice(alphabet) if rng.random() < 0.85 else rng.choice(odd) for _ in range(rng.randrange(24))
+        )
+        if rng.random() < 0.3:
+            text += "=" * rng.randrange(4)
+        fast = gemini_wire._b64decode(text)
+        if fast is not None:
+            assert sdk_base64(text) == fast, repr(text)
+            decoded += 1
+    assert decoded > 2_000  # canonical base64 in both alphabets was among them
+    for canonical in (base64.b64encode, base64.urlsafe_b64encode):
+        for size in range(7):
+            data = rng.randbytes(size)
+            assert gemini_wire._b64decode(canonical(data).decode()) == data
 
 
 @pytest.mark.parametrize("vertex", [False, True])

@@ -1,0 +1,42 @@
+"""google-genai model instances built without validation, for the audio hot path.
+
+Every 20 ms of microphone audio becomes a `types.Blob`, and every 40 ms of
+reply audio five nested instances. Their values are already known to be valid
+(bytes we read, strings we checked), so validating them again is waste; and
+pydantic's own unvalidated paths cost more than the values: `model_construct`
+fills every default of a many-field model, `model_copy` goes through its
+generic copy protocol. `unchecked` does what `model_copy(update=...)` of an
+empty instance does, in half the time (about 1 µs): the same `__dict__`, the
+same `model_fields_set`, equal by `==`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+__all__ = ["unchecked"]
+
+M = TypeVar("M", bound=BaseModel)
+
+_set = object.__setattr__
+
+
+def unchecked(empty: M, fields: frozenset[str], values: dict[str, Any]) -> M:
+    """A copy of `empty` (a `model_construct()` of its class) with `values` set.
+
+    `fields` is the names in `values` (what `model_fields_set` reports; shared,
+    so it is a frozenset); `values` must be valid for the model, since nothing
+    checks them.
+    """
+    cls = empty.__class__
+    made = cls.__new__(cls)
+    state = empty.__dict__.copy()
+    state.update(values)
+    _set(made, "__dict__", state)
+    _set(made, "__pydantic_fields_set__", set(fields))
+    extra, private = empty.__pydantic_extra__, empty.__pydantic_private__
+    _set(made, "__pydantic_extra__", None if extra is None else dict(extra))
+    _set(made, "__pydantic_private__", None if private is None else dict(private))
+    return made
