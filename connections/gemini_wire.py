@@ -8,20 +8,22 @@ which costs several times what the socket and TLS do. Here:
 - **Up**: `send_realtime_input(audio=...)` is written from a text template
   taken from the installed SDK's own output (its key names, its base64
   alphabet), with one SIMD base64 encode (pybase64) and no object built.
-- **Down**: a frame that is a bare model-turn audio chunk is parsed once
-  (orjson), its data decoded as canonical base64 (pybase64, ten times faster
+- **Down**: a `serverContent` frame of reply audio, turn signals and
+  transcript fragments (nearly every frame of a conversation; `decode_frame`
+  says which) is parsed once (orjson), its audio decoded as canonical base64
+  (pybase64, ten times faster
   than `binascii`; anything not canonical is left to the SDK, whose decoder
   refuses some of it), and the message built from empty
   instances with its values (`live.unchecked`: no validation, the shape was
   checked by hand). Anything orjson reads differently from `json` (a number,
   a lone surrogate) is outside the accepted shape and goes to the SDK.
-  Every other frame (transcripts, tool calls, turn ends, errors, closes) goes
+  Every other frame (tool calls, usage, go-away, errors, closes) goes
   through the SDK's own `AsyncSession.receive()`, fed from the same socket, so
   it means exactly what it means on the SDK path.
 
 `calibrate()` checks, once per process and backend, that the fast path gives
 what the installed SDK gives: it runs the SDK's real send and receive code on
-probe frames (both key casings, both base64 alphabets) against an in-memory
+probe frames (both key casings, both base64 alphabets, signals and transcripts) against an in-memory
 socket and compares. If anything differs, or the SDK's session lacks what the
 fast path relies on, sessions use the SDK's own path and one log line says why.
 `Gemini(wire="sdk")` chooses the SDK's path outright.
@@ -102,7 +104,7 @@ class WireCodec:
     middle: str
     tail: str
     urlsafe: bool
-    decode_audio: bool
+    decode_frames: bool
 
     def encode_audio(self, data: bytes, mime_type: str) -> str | None:
         """The SDK's text for an audio frame, or None when the mime type needs escaping."""
@@ -112,10 +114,10 @@ class WireCodec:
         return f"{self.head}{encoded.decode('ascii')}{self.middle}{mime_type}{self.tail}"
 
     def decode(self, raw: bytes | str) -> types.LiveServerMessage | None:
-        """The message a bare model-turn audio frame means; None for any other frame."""
-        if not self.decode_audio:
+        """The message a common `serverContent` frame means (see `decode_frame`); None for any other."""
+        if not self.decode_frames:
             return None
-        return decode_audio_frame(raw)
+        return decode_frame(raw)
 
 
 def _b64decode(text: Any) -> bytes | None:
@@ -160,8 +162,22 @@ _SET_PART: Final = frozenset({"inline_data"})
 _SET_BLOB: Final = frozenset({"data", "mime_type"})
 
 
-def decode_audio_frame(raw: bytes | str) -> types.LiveServerMessage | None:
-    """`{"serverContent": {"modelTurn": {"parts": [{"inlineData": {...}}, ...]}}}` and nothing else."""
+_TRANSCRIPTION: Final = types.Transcription.model_construct()
+# The serverContent fields decoded by hand (camelCase, as the service writes
+# them): the reply's audio, the turn's signals, and transcript fragments.
+_FLAGS: Final = {"turnComplete": "turn_complete", "generationComplete": "generation_complete", "interrupted": "interrupted"}
+_TRANSCRIPTS: Final = {"outputTranscription": "output_transcription", "inputTranscription": "input_transcription"}
+_TRANSCRIPT_KEYS: Final = {"text": str, "finished": bool}
+
+
+def decode_frame(raw: bytes | str) -> types.LiveServerMessage | None:
+    """A `serverContent` frame of reply audio, turn signals and transcripts; None for any other.
+
+    `{"serverContent": {...}}` and nothing else, whose fields are among
+    `modelTurn` (audio parts only), `turnComplete`, `generationComplete`,
+    `interrupted` (booleans), `outputTranscription` and `inputTranscription`
+    (`text`, `finished`): what a conversation is made of, frame after frame.
+    """
     try:
         frame = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -169,9 +185,37 @@ def decode_audio_frame(raw: bytes | str) -> types.LiveServerMessage | None:
     if type(frame) is not dict or len(frame) != 1:
         return None
     sc = frame.get("serverContent")
-    if type(sc) is not dict or len(sc) != 1:
+    if type(sc) is not dict or not sc:
         return None
-    turn = sc.get("modelTurn")
+    if len(sc) == 1 and "modelTurn" in sc:  # the hot path: a bare audio chunk
+        content = _model_turn(sc["modelTurn"])
+        if content is None:
+            return None
+        server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": content})
+        return unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
+    values: dict[str, Any] = {}
+    for key, value in sc.items():
+        if key == "modelTurn":
+            value = _model_turn(value)
+            if value is None:
+                return None
+            values["model_turn"] = value
+        elif key in _FLAGS:
+            if type(value) is not bool:
+                return None
+            values[_FLAGS[key]] = value
+        elif key in _TRANSCRIPTS:
+            if type(value) is not dict or not all(_TRANSCRIPT_KEYS.get(k) is type(v) for k, v in value.items()):
+                return None
+            values[_TRANSCRIPTS[key]] = unchecked(_TRANSCRIPTION, frozenset(value), value)
+        else:
+            return None
+    server_content = unchecked(_SERVER_CONTENT, frozenset(values), values)
+    return unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
+
+
+def _model_turn(turn: Any) -> types.Content | None:
+    """`{"parts": [{"inlineData": {...}}, ...], "role"?: str}`: audio parts only."""
     if type(turn) is not dict or not turn.keys() <= _CONTENT_KEYS:
         return None
     role = turn.get("role")
@@ -194,11 +238,8 @@ def decode_audio_frame(raw: bytes | str) -> types.LiveServerMessage | None:
         inline = unchecked(_BLOB, _SET_BLOB, {"data": data, "mime_type": mime})
         built.append(unchecked(_PART, _SET_PART, {"inline_data": inline}))
     if role is None:
-        content = unchecked(_CONTENT, _SET_CONTENT, {"parts": built})
-    else:
-        content = unchecked(_CONTENT, _SET_CONTENT_ROLE, {"parts": built, "role": role})
-    server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": content})
-    return unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
+        return unchecked(_CONTENT, _SET_CONTENT, {"parts": built})
+    return unchecked(_CONTENT, _SET_CONTENT_ROLE, {"parts": built, "role": role})
 
 
 # ---------------------------------------------------------------------------- calibration
@@ -207,8 +248,9 @@ _calibrated: dict[bool, tuple[WireCodec | None, str]] = {}
 _warned_no_socket = False
 
 
-def _audio_probe_frames() -> list[bytes]:
-    """Bare audio chunks as the service might write them: both casings, both alphabets, with and without a role."""
+def _probe_frames() -> list[bytes]:
+    """Frames as the service might write them: audio in both casings and alphabets, with and
+    without a role; turn signals; transcripts; all of these at once."""
     standard = binascii.b2a_base64(_PROBE, newline=False).decode()
     urlsafe = standard.translate(str.maketrans("+/", "-_"))
     frames = []
@@ -217,6 +259,23 @@ def _audio_probe_frames() -> list[bytes]:
             for role in ({}, {"role": "model"}):
                 part = {part_key: {mime_key: "audio/pcm;rate=24000", "data": data}}
                 frames.append(json.dumps({"serverContent": {"modelTurn": {"parts": [part, part], **role}}}).encode())
+    signals: list[dict[str, Any]] = [
+        {"turnComplete": True},
+        {"generationComplete": True},
+        {"interrupted": True},
+        {"turnComplete": False},
+        {"outputTranscription": {"text": "Bonjour à tous", "finished": False}},
+        {"inputTranscription": {"text": "hi"}},
+        {"inputTranscription": {"finished": True}},
+        {"outputTranscription": {}},
+        {
+            "modelTurn": {"parts": [{"inlineData": {"mimeType": "audio/pcm;rate=24000", "data": standard}}]},
+            "outputTranscription": {"text": "hi"},
+            "generationComplete": True,
+            "turnComplete": True,
+        },
+    ]
+    frames.extend(json.dumps({"serverContent": signal}).encode() for signal in signals)
     return frames
 
 
@@ -268,23 +327,23 @@ async def _build(api_client: Any) -> tuple[WireCodec | None, str]:
     if rest.count(_PROBE_MIME) != 1 or _PROBE_MIME in head:
         return None, "the SDK's audio frame does not hold the mime type once, after the data"
     middle, tail = rest.split(_PROBE_MIME)
-    codec = WireCodec(head, middle, tail, is_urlsafe, decode_audio=True)
+    codec = WireCodec(head, middle, tail, is_urlsafe, decode_frames=True)
     # A second frame, other data and rate: the template must give the SDK's text exactly.
     check = bytes(range(256)) * 3
     if codec.encode_audio(check, "audio/pcm;rate=8000") != await _sdk_send_text(api_client, check, "audio/pcm;rate=8000"):
         return None, "an audio frame written from the SDK's template differs from the SDK's own"
-    for raw in _audio_probe_frames():
+    for raw in _probe_frames():
         try:
             expected = await _sdk_receive_one(api_client, raw)
         except Exception:  # noqa: BLE001 - the SDK refuses this shape: so must we
-            if decode_audio_frame(raw) is not None:
-                return dataclasses.replace(codec, decode_audio=False), (
-                    "the SDK refuses an audio frame the fast path would take; frames from the model use the SDK"
+            if decode_frame(raw) is not None:
+                return dataclasses.replace(codec, decode_frames=False), (
+                    "the SDK refuses a frame the fast path would take; frames from the model use the SDK"
                 )
             continue
-        if not _same(decode_audio_frame(raw), expected):
-            return dataclasses.replace(codec, decode_audio=False), (
-                "an audio frame decoded by hand differs from the SDK's decoding; frames from the model use the SDK"
+        if not _same(decode_frame(raw), expected):
+            return dataclasses.replace(codec, decode_frames=False), (
+                "a frame decoded by hand differs from the SDK's decoding; frames from the model use the SDK"
             )
     return codec, ""
 
@@ -360,6 +419,9 @@ class LeanSession:
                 message = decode(raw)
                 if message is not None:
                     yield message
+                    # As the SDK's receive() does (no interactionStatus here).
+                    if message.server_content.turn_complete:  # type: ignore[union-attr]
+                        return
                     continue
             message, turn_ends = await self._sdk_decode(raw)
             yield message

@@ -17,7 +17,7 @@ from connections import gemini_wire
 from connections.emulator import Emulator, Script, ToolCall
 from emulated import gemini_for
 from connections.gemini import Gemini
-from connections.gemini_wire import LeanSession, calibrate, decode_audio_frame
+from connections.gemini_wire import LeanSession, calibrate, decode_frame
 from live.errors import ConfigurationError, InvalidArgumentError
 from live.llm import AUDIO_STREAM_END, LlmRequest, LlmResponse
 
@@ -75,18 +75,37 @@ def random_frame(rng: random.Random) -> bytes:
     turn: dict = {"parts": parts}
     if rng.random() < 0.3:
         turn["role"] = rng.choice(["model", "model", None])
-    content: dict = {"modelTurn": turn}
-    extra = rng.random()
-    if extra < 0.1:
-        content["outputTranscription"] = {"text": "hi"}
-    elif extra < 0.15:
-        content["turnComplete"] = True
+    content: dict = {"modelTurn": turn} if rng.random() < 0.6 else {}
+    for _ in range(rng.choice([0, 0, 1, 1, 2, 3])):
+        key, value = random_signal(rng)
+        content[key] = value
     frame: dict = {"serverContent": content}
     if rng.random() < 0.05:
         frame["usageMetadata"] = {"totalTokenCount": 3}
     if rng.random() < 0.05:
         frame = {"server_content": content}
     return json.dumps(frame).encode()
+
+
+def random_signal(rng: random.Random) -> tuple[str, object]:
+    """A serverContent field beside the audio: usually well formed, sometimes not quite."""
+    common = ["turnComplete", "generationComplete", "interrupted", "outputTranscription", "inputTranscription"]
+    rare = ["turn_complete", "output_transcription", "waitingForInput", "interactionStatus", "turnCompleteReason"]
+    key = rng.choice(common) if rng.random() < 0.85 else rng.choice(rare)
+    if "ranscription" in key:
+        value: object = {}
+        if rng.random() < 0.8:
+            value["text"] = rng.choice(["hi", "", "Grüße 🙂", "hi", 3, None, "\ud800"])
+        if rng.random() < 0.5:
+            value["finished"] = rng.choice([True, False, True, False, "true", 1, None])
+        if rng.random() < 0.05:
+            value["languageCode"] = "en"
+        return key, value
+    if key == "interactionStatus":
+        return key, rng.choice(["IDLE", "INTERACTION_STATUS_UNSPECIFIED"])
+    if key == "turnCompleteReason":
+        return key, "NEED_MORE_INPUT"
+    return key, rng.choice([True, True, False, False, True, "true", 1, None])
 
 
 def sdk_base64(text: str) -> bytes | Exception:
@@ -126,17 +145,19 @@ async def test_every_frame_decodes_as_the_sdk_decodes_it(fresh_calibration, vert
     client = api_client(vertex)
     assert (await calibrate(client)) is not None
     rng = random.Random(7)
-    taken = 0
-    for _ in range(600):
+    taken = signals = 0
+    for _ in range(2000):
         raw = random_frame(rng)
-        fast = decode_audio_frame(raw)
+        fast = decode_frame(raw)
         expected = await sdk_decoding(client, raw)
         if fast is None:
             continue  # the SDK's path decodes it
         taken += 1
         assert not isinstance(expected, Exception), (raw, expected)
         assert gemini_wire._same(fast, expected), raw
-    assert taken > 100  # the random frames exercise the fast path, not only the fallback
+        signals += fast.server_content.model_turn is None
+    # The random frames exercise the fast path, audio and signals, not only the fallback.
+    assert taken > 250 and signals > 100, (taken, signals)
 
 
 async def test_every_audio_frame_is_written_as_the_sdk_writes_it(fresh_calibration):
@@ -179,7 +200,7 @@ async def test_an_sdk_that_decodes_audio_differently_keeps_its_own_decoding(fres
     monkeypatch.setattr(types.LiveServerMessage, "_from_response", classmethod(from_response))
     with caplog.at_level(logging.WARNING, logger="connections.gemini_wire"):
         codec = await calibrate(api_client())
-    assert codec is not None and not codec.decode_audio  # audio still goes up lean; frames down use the SDK
+    assert codec is not None and not codec.decode_frames  # audio still goes up lean; frames down use the SDK
     assert codec.decode(json.dumps({"serverContent": {"modelTurn": {"parts": []}}})) is None
     assert "differs from the SDK's decoding" in caplog.text
 
