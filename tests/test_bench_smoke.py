@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from bench import relay
@@ -64,13 +65,18 @@ def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_f
     report = relay.main(
         # The load script's first turn is cut after about 1.1 s and its session
         # starts within the first 2.2 s (a fixed seed: here 0.3 s): in the window.
-        ["--real", "--sessions", "1", "--duration", "3", "--warmup", "1", "--json", str(out)]
+        ["--real", "--sessions", "1", "--duration", "3", "--warmup", "1", "--json", str(out),
+         "--baseline", "HEAD"]
     )
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["benchmark"] == "relay-real"
     (row,) = report["rows"]
     assert row["failed"] == []
-    assert {"direct", "live"} <= set(row["runs"])
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+    # Ours, ours as of the baseline commit, and the verbatim floor relay, beside the direct run.
+    assert {"direct", "live", f"live@{head.stdout.strip()}", "floor"} <= set(row["runs"])
+    worktrees = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, check=True)
+    assert "bench-baseline-" not in worktrees.stdout  # the baseline's checkout is gone
     for name, result in row["runs"].items():
         assert result["sessions"] == 1
         assert result["connected"] == 1 and result["failed"] == [], result["failed"]
