@@ -46,6 +46,11 @@ def _handler(upstream: str, key: str, context: ssl.SSLContext):  # noqa: ANN202
             async with anyio.create_task_group() as tg:
                 async def down() -> None:
                     await _pipe(model, client)
+                    # The model's close reaches the client as it was (an error stays one).
+                    code = model.close_code
+                    if code in (None, 1005, 1006, 1015):  # not sendable: none given, or no close frame
+                        code = 1000 if code in (None, 1005) else 1011
+                    await client.close(code, model.close_reason or "")
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(down)

@@ -5,6 +5,7 @@
     python -m bench.relay --real --sessions 20 --duration 30 --json out.json
     python -m bench.relay --real --profile   # py-spy each relay at the largest N
     python -m bench.relay --real --baseline main   # and `live serve` as of main, beside
+    python -m bench.relay --real --sessions 50 --repeat 3   # medians and ranges over 3 runs
 
 For every N, the same load through each peer, one run after another (never
 together: the machine has two cores), each run with a fresh upstream:
@@ -76,6 +77,7 @@ import importlib
 import json
 import os
 import platform
+import shutil
 import signal
 import socket
 import subprocess
@@ -529,6 +531,36 @@ def versus_references(rows: list[dict[str, Any]], references: Sequence[str]) -> 
     return lines
 
 
+def spread(rows: list[dict[str, Any]]) -> list[str]:
+    """Per N and path, over the repeated runs: the median CPU per session-minute and
+    added p99 each way, with their range (what one run alone cannot say)."""
+    by_size: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_size.setdefault(row["sessions"], []).append(row)
+    lines = []
+    for n, same in by_size.items():
+        names = [name for name in same[0]["runs"] if name != DIRECT.name]
+        for name in names:
+            figures = []
+            cpu = [r["runs"][name]["cpu_s_per_session_minute"] for r in same if name in r["runs"]]
+            figures.append(_median_range("CPU s per session-min", [c for c in cpu if c is not None], "{:.3f}"))
+            for direction in ("up", "down"):
+                p99 = [r["added"][name][direction]["p99_ms"] for r in same if name in r.get("added", {})]
+                figures.append(_median_range(f"added p99 {direction} ms", [p for p in p99 if p is not None], "{:+.2f}"))
+            held = sum(1 for r in same if r["runs"].get(name, {}).get("realtime"))
+            lines.append(f"N={n} {name} over {len(same)} runs: {', '.join(figures)}; real time in {held}")
+    return lines
+
+
+def _median_range(label: str, values: list[float], fmt: str) -> str:
+    if not values:
+        return f"{label} -"
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return f"{label} {fmt.format(median)} ({fmt.format(ordered[0])} to {fmt.format(ordered[-1])})"
+
+
 def main(
     sizes: Sequence[int] | None = None,
     duration: float | None = None,
@@ -539,12 +571,17 @@ def main(
     sdk_wire: bool = False,
     profile: bool = False,
     baseline: str | None = None,
+    repeat: int = 1,
 ) -> dict[str, Any]:
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        # Stopped from outside (timeout, CI): the relays, the emulator and any
+        # baseline checkout are cleaned up as on Ctrl-C.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with contextlib.ExitStack() as stack:
         extra = [LIVE_SDK_WIRE] if sdk_wire else []
         if baseline is not None:
             extra.append(stack.enter_context(baseline_peer(baseline)))
-        return _main(sizes, duration, warmup, quick, json_path, extra, profile)
+        return _main(sizes, duration, warmup, quick, json_path, extra, profile, repeat)
 
 
 @contextlib.contextmanager
@@ -562,16 +599,16 @@ def baseline_peer(ref: str) -> Iterator[Peer]:
         raise SystemExit(f"--baseline: {ref!r} is not a commit here: {commit.stderr.strip()}")
     short = commit.stdout.strip()
     tree = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
-    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), short], cwd=ROOT, check=True)
     try:
-        yield dataclasses.replace(
-            LIVE,
-            name=f"live@{short}",
-            env={"PYTHONPATH": str(tree)},
-            cwd=str(tree),
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", "--quiet", str(tree), short], cwd=ROOT, check=True
         )
+        path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
+        yield dataclasses.replace(LIVE, name=f"live@{short}", env={"PYTHONPATH": path}, cwd=str(tree))
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+        shutil.rmtree(tree, ignore_errors=True)  # also when `worktree add` failed half way
+        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
 
 
 def _main(
@@ -582,8 +619,11 @@ def _main(
     json_path: str | None,
     extra: list[Peer],
     profile: bool,
+    repeat: int = 1,
 ) -> dict[str, Any]:
-    sizes = list(sizes or (QUICK_SIZES if quick else SIZES))
+    # Repeats are interleaved (every N once, then again), so a slow spell of
+    # the machine touches every peer and size alike.
+    sizes = list(sizes or (QUICK_SIZES if quick else SIZES)) * max(1, repeat)
     duration = duration or (QUICK_DURATION_S if quick else DURATION_S)
     warmup = warmup if warmup is not None else (QUICK_WARMUP_S if quick else WARMUP_S)
     peers, skipped = reference_peers()
@@ -643,6 +683,10 @@ def _main(
         report["versus_references"] = versus_references(rows, references)
         print()
         print("\n".join(report["versus_references"]))
+    if repeat > 1:
+        report["spread"] = spread(rows)
+        print()
+        print("\n".join(report["spread"]))
     path = Path(json_path) if json_path else RESULTS / f"relay-real-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")

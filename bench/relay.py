@@ -216,7 +216,7 @@ def _profile(pid: int, duration: float, out: Path) -> subprocess.Popen[bytes] | 
     out.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [str(spy), "record", "--pid", str(pid), "--duration", str(max(1, int(duration) - 1)),
-         "--rate", "400", "--format", "raw", "--output", str(out)],
+         "--rate", "200", "--format", "raw", "--output", str(out), "--nonblocking"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -609,6 +609,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "out in a temporary worktree) beside this checkout's, in the same run",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --real, run every N K times, interleaved, and end with each path's median "
+        "and range (run-to-run spread on a shared machine is often larger than a change)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="py-spy the server at the largest N (needs py-spy; collapsed stacks in bench/results/)",
@@ -626,6 +634,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             sdk_wire=args.sdk_wire,
             profile=args.profile,
             baseline=args.baseline,
+            repeat=args.repeat,
         )
     sizes = [int(s) for s in (args.sessions or ("1,20" if args.quick else "1,50,200")).split(",")]
     duration = args.duration or (4.0 if args.quick else 15.0)

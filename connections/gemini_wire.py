@@ -17,7 +17,7 @@ which costs several times what the socket and TLS do. Here:
   instances with its values (`live.unchecked`: no validation, the shape was
   checked by hand). Anything orjson reads differently from `json` (a number,
   a lone surrogate) is outside the accepted shape and goes to the SDK.
-  Every other frame (tool calls, usage, go-away, errors, closes) goes
+  Every other frame (e.g. setup, tool calls, usage, go-away, errors, closes) goes
   through the SDK's own `AsyncSession.receive()`, fed from the same socket, so
   it means exactly what it means on the SDK path.
 
@@ -357,7 +357,7 @@ async def calibrate(api_client: Any) -> WireCodec | None:
         if why:
             logger.warning("Gemini wire: %s (google-genai %s)", why, _sdk_version())
         else:
-            logger.debug("Gemini wire: the lean audio path matches google-genai %s", _sdk_version())
+            logger.debug("Gemini wire: the lean path matches google-genai %s", _sdk_version())
     return _calibrated[vertex][0]
 
 
@@ -371,7 +371,7 @@ def _sdk_version() -> str:
 
 
 class LeanSession:
-    """An SDK `AsyncSession` whose audio frames skip the SDK's per-message work.
+    """An SDK `AsyncSession` whose audio, transcript and turn-signal frames skip the SDK's per-message work.
 
     Everything else is the SDK's: other sends go to the wrapped session, other
     received frames are decoded by an SDK session reading from an in-memory

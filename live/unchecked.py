@@ -23,20 +23,21 @@ M = TypeVar("M", bound=BaseModel)
 _set = object.__setattr__
 
 
-def unchecked(empty: M, fields: frozenset[str], values: dict[str, Any]) -> M:
-    """A copy of `empty` (a `model_construct()` of its class) with `values` set.
+def unchecked(template: M, fields: frozenset[str], values: dict[str, Any]) -> M:
+    """A copy of `template` (a `model_construct(...)` of its class) with `values` set.
 
-    `fields` is the names in `values` (what `model_fields_set` reports; shared,
-    so it is a frozenset); `values` must be valid for the model, since nothing
+    `fields` is what the copy's `model_fields_set` reports: the template's set
+    fields and the names in `values` (a frozenset, shared by every copy; each
+    copy gets its own set). `values` must be valid for the model, since nothing
     checks them.
     """
-    cls = empty.__class__
+    cls = template.__class__
     made = cls.__new__(cls)
-    state = empty.__dict__.copy()
+    state = template.__dict__.copy()
     state.update(values)
     _set(made, "__dict__", state)
     _set(made, "__pydantic_fields_set__", set(fields))
-    extra, private = empty.__pydantic_extra__, empty.__pydantic_private__
+    extra, private = template.__pydantic_extra__, template.__pydantic_private__
     _set(made, "__pydantic_extra__", None if extra is None else dict(extra))
     _set(made, "__pydantic_private__", None if private is None else dict(private))
     return made

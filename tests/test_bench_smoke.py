@@ -62,6 +62,7 @@ def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_f
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "real.json"
+    worktrees_before = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, check=True)
     report = relay.main(
         # The load script's first turn is cut after about 1.1 s and its session
         # starts within the first 2.2 s (a fixed seed: here 0.3 s): in the window.
@@ -76,7 +77,7 @@ def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_f
     # Ours, ours as of the baseline commit, and the verbatim floor relay, beside the direct run.
     assert {"direct", "live", f"live@{head.stdout.strip()}", "floor"} <= set(row["runs"])
     worktrees = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, check=True)
-    assert "bench-baseline-" not in worktrees.stdout  # the baseline's checkout is gone
+    assert worktrees.stdout == worktrees_before.stdout  # the baseline's checkout is gone
     for name, result in row["runs"].items():
         assert result["sessions"] == 1
         assert result["connected"] == 1 and result["failed"] == [], result["failed"]
@@ -97,3 +98,29 @@ def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_f
     assert row["runs"]["direct"]["cpu_s"] is None  # no relay in the baseline
     for key in ("up", "down", "interrupt"):
         assert set(row["added"]["live"][key]) == {"p50_ms", "p99_ms", "max_ms"}
+
+
+def test_repeated_runs_end_with_each_paths_median_and_range() -> None:
+    from bench import real
+
+    def run(cpu: float, realtime: bool = True) -> dict:
+        return {"cpu_s_per_session_minute": cpu, "realtime": realtime}
+
+    def added(up: float, down: float) -> dict:
+        return {"up": {"p99_ms": up}, "down": {"p99_ms": down}}
+
+    rows = [
+        {"sessions": 50, "runs": {"direct": run(None), "live": run(0.40), "floor": run(0.25)},
+         "added": {"live": added(1.0, 2.0), "floor": added(0.5, 0.5)}},
+        {"sessions": 50, "runs": {"direct": run(None), "live": run(0.50, realtime=False), "floor": run(0.27)},
+         "added": {"live": added(3.0, 1.0), "floor": added(0.0, 1.5)}},
+        {"sessions": 50, "runs": {"direct": run(None), "live": run(0.44), "floor": run(0.21)},
+         "added": {"live": added(2.0, 4.0), "floor": added(1.0, 0.5)}},
+    ]
+    lines = real.spread(rows)
+    assert lines == [
+        "N=50 live over 3 runs: CPU s per session-min 0.440 (0.400 to 0.500), "
+        "added p99 up ms +2.00 (+1.00 to +3.00), added p99 down ms +2.00 (+1.00 to +4.00); real time in 2",
+        "N=50 floor over 3 runs: CPU s per session-min 0.250 (0.210 to 0.270), "
+        "added p99 up ms +0.50 (+0.00 to +1.00), added p99 down ms +0.50 (+0.50 to +1.50); real time in 3",
+    ]

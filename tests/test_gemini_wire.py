@@ -12,6 +12,7 @@ import pytest
 from audio_fixtures import silence, tone
 from google import genai
 from google.genai import _common, types
+from google.genai import live as genai_live
 
 from connections import gemini_wire
 from connections.emulator import Emulator, Script, ToolCall
@@ -155,6 +156,10 @@ async def test_every_frame_decodes_as_the_sdk_decodes_it(fresh_calibration, vert
         taken += 1
         assert not isinstance(expected, Exception), (raw, expected)
         assert gemini_wire._same(fast, expected), raw
+        # The turn's iteration ends on the frame the SDK's receive() ends it on.
+        assert bool(fast.server_content.turn_complete) == genai_live._is_interaction_complete(
+            expected.server_content
+        ), raw
         signals += fast.server_content.model_turn is None
     # The random frames exercise the fast path, audio and signals, not only the fallback.
     assert taken > 250 and signals > 100, (taken, signals)

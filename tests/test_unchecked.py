@@ -42,3 +42,15 @@ def test_a_template_with_defaults_keeps_them() -> None:
     template = types.Blob.model_construct(data=b"", mime_type="audio/pcm;rate=16000")
     made = unchecked(template, frozenset({"data", "mime_type"}), {"data": b"\x00\x01"})
     assert made == types.Blob(data=b"\x00\x01", mime_type="audio/pcm;rate=16000")
+
+
+def test_decoded_frames_share_nothing_mutable() -> None:
+    from connections.gemini_wire import decode_frame
+
+    raw = b'{"serverContent": {"outputTranscription": {"text": "hi"}, "turnComplete": true}}'
+    first, second = decode_frame(raw), decode_frame(raw)
+    assert first is not None and second is not None
+    first.server_content.output_transcription.finished = True
+    assert second.server_content.output_transcription.finished is None
+    assert second.server_content.output_transcription.model_fields_set == {"text"}
+    assert second.server_content.model_fields_set == {"output_transcription", "turn_complete"}
