@@ -6,7 +6,7 @@ reply audio five nested instances. Their values are already known to be valid
 pydantic's own unvalidated paths cost more than the values: `model_construct`
 fills every default of a many-field model, `model_copy` goes through its
 generic copy protocol. `unchecked` does what `model_copy(update=...)` of an
-empty instance does, in half the time (about 1 µs): the same `__dict__`, the
+empty instance does, in 0.8 µs where that takes 2: the same `__dict__`, the
 same `model_fields_set`, equal by `==`.
 """
 
@@ -21,6 +21,10 @@ __all__ = ["unchecked"]
 M = TypeVar("M", bound=BaseModel)
 
 _set = object.__setattr__
+# pydantic's own slots, set through their descriptors (BaseModel overrides __setattr__).
+_set_fields = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def unchecked(template: M, fields: frozenset[str], values: dict[str, Any]) -> M:
@@ -31,13 +35,10 @@ def unchecked(template: M, fields: frozenset[str], values: dict[str, Any]) -> M:
     copy gets its own set). `values` must be valid for the model, since nothing
     checks them.
     """
-    cls = template.__class__
-    made = cls.__new__(cls)
-    state = template.__dict__.copy()
-    state.update(values)
-    _set(made, "__dict__", state)
-    _set(made, "__pydantic_fields_set__", set(fields))
+    made = object.__new__(template.__class__)  # pydantic models keep object's __new__
+    _set(made, "__dict__", {**template.__dict__, **values})
+    _set_fields(made, set(fields))
     extra, private = template.__pydantic_extra__, template.__pydantic_private__
-    _set(made, "__pydantic_extra__", None if extra is None else dict(extra))
-    _set(made, "__pydantic_private__", None if private is None else dict(private))
+    _set_extra(made, None if extra is None else dict(extra))
+    _set_private(made, None if private is None else dict(private))
     return made

@@ -54,3 +54,17 @@ def test_decoded_frames_share_nothing_mutable() -> None:
     assert second.server_content.output_transcription.finished is None
     assert second.server_content.output_transcription.model_fields_set == {"text"}
     assert second.server_content.model_fields_set == {"output_transcription", "turn_complete"}
+
+
+def test_a_model_with_extra_fields_gets_its_own_copy_of_them() -> None:
+    from pydantic import BaseModel, ConfigDict
+
+    class Loose(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        a: int | None = None
+
+    template = Loose.model_construct(note="kept")
+    made = unchecked(template, frozenset({"a", "note"}), {"a": 1})
+    assert made == Loose(a=1, note="kept") and made.model_extra == {"note": "kept"}
+    made.model_extra["note"] = "changed"
+    assert template.model_extra == {"note": "kept"}
