@@ -6,6 +6,7 @@
     python -m bench.relay --real --profile   # py-spy each relay at the largest N
     python -m bench.relay --real --baseline main   # and `live serve` as of main, beside
     python -m bench.relay --real --sessions 50 --repeat 3   # medians and ranges over 3 runs
+    python -m bench.relay --real --workers 2   # `live serve --workers 2`
 
 For every N, the same load through each peer, one run after another (never
 together: the machine has two cores), each run with a fresh upstream:
@@ -572,6 +573,7 @@ def main(
     profile: bool = False,
     baseline: str | None = None,
     repeat: int = 1,
+    workers: int = 1,
 ) -> dict[str, Any]:
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         # Stopped from outside (timeout, CI): the relays, the emulator and any
@@ -581,7 +583,7 @@ def main(
         extra = [LIVE_SDK_WIRE] if sdk_wire else []
         if baseline is not None:
             extra.append(stack.enter_context(baseline_peer(baseline)))
-        return _main(sizes, duration, warmup, quick, json_path, extra, profile, repeat)
+        return _main(sizes, duration, warmup, quick, json_path, extra, profile, repeat, workers)
 
 
 @contextlib.contextmanager
@@ -620,6 +622,7 @@ def _main(
     extra: list[Peer],
     profile: bool,
     repeat: int = 1,
+    workers: int = 1,
 ) -> dict[str, Any]:
     # Repeats are interleaved (every N once, then again), so a slow spell of
     # the machine touches every peer and size alike.
@@ -627,10 +630,14 @@ def _main(
     duration = duration or (QUICK_DURATION_S if quick else DURATION_S)
     warmup = warmup if warmup is not None else (QUICK_WARMUP_S if quick else WARMUP_S)
     peers, skipped = reference_peers()
-    order = [DIRECT, LIVE, *extra, *peers]
+    ours = [LIVE, *extra]
+    if workers > 1:  # every `live serve` of the run, as `live serve --workers N`
+        ours = [dataclasses.replace(p, command=[*p.command, "--workers", str(workers)]) for p in ours]
+    order = [DIRECT, *ours, *peers]
     print(
         f"real-path benchmark: N = {sizes}, {duration:g} s each after {warmup:g} s of warm-up; "
-        f"{', '.join(p.name for p in order)}; {os.cpu_count()} CPU(s)",
+        f"{', '.join(p.name for p in order)}; `live serve` in {workers} process(es); "
+        f"{os.cpu_count()} CPU(s)",
         flush=True,
     )
     for module_name, why in skipped.items():
@@ -670,6 +677,7 @@ def _main(
         "model": GEMINI_MODEL,
         "duration_s": duration,
         "warmup_s": warmup,
+        "workers": workers,
         "peers": [p.name for p in order],
         "peers_skipped": skipped,
         "rows": rows,

@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--workers",
         type=int,
         default=1,
-        help="server processes sharing the port, as `live serve --workers` (1)",
+        help="server processes sharing the port, as `live serve --workers` (1); with --real, every `live serve` of the run",
     )
     parser.add_argument(
         "--observability",
@@ -635,6 +635,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             profile=args.profile,
             baseline=args.baseline,
             repeat=args.repeat,
+            workers=args.workers,
         )
     sizes = [int(s) for s in (args.sessions or ("1,20" if args.quick else "1,50,200")).split(",")]
     duration = args.duration or (4.0 if args.quick else 15.0)
