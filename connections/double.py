@@ -31,6 +31,9 @@ A `ScriptedSession` presents google-genai's `AsyncSession` surface:
   included) and later sends raise `websockets.ConnectionClosed`;
   `drop(code)` closes at once, discarding what was queued, and
   `ScriptedSession(refuse=Close(...))` fails the connect itself.
+- **Waits** like a socket whose peer stopped reading: after `hold_sends()`,
+  every send waits until `release_sends()` (or raises at a close), and
+  `can_send_now()` says False, as the lean path says of a paused socket.
 - `receive()` stops after the message that completes a turn, as the SDK's does.
 - Is **as strict as the service** where the documentation says it rejects or
   waits, and takes the strictest plausible reading where it is silent:
@@ -204,6 +207,7 @@ class ScriptedSession:
         self._sent_waiters: list[tuple[Callable[[types.LiveClientMessage], bool], anyio.Event]] = []
         self._closed_event: anyio.Event | None = None
         self._receiving = False
+        self._held: anyio.Event | None = None  # set: sends wait (see hold_sends)
 
     def __repr__(self) -> str:
         return (
@@ -238,8 +242,38 @@ class ScriptedSession:
             self.server_close = Close(code, reason)
         else:
             raise ValueError(f"seen_by must be 'both' or 'sender', not {seen_by!r}")
+        if self._held is not None:
+            self._held.set()  # waiting sends see the close
         self._wake()
         return self
+
+    def hold_sends(self) -> ScriptedSession:
+        """Sends wait from now on, as on a socket whose peer stopped reading,
+        until `release_sends()` (a close ends the wait: the send raises).
+        `can_send_now()` is False meanwhile."""
+        if self._held is None:
+            self._held = anyio.Event()
+        return self
+
+    def release_sends(self) -> ScriptedSession:
+        """Waiting sends go on, in the order they waited."""
+        held, self._held = self._held, None
+        if held is not None:
+            held.set()
+        return self
+
+    def can_send_now(self) -> bool:
+        """Whether a send made now is taken without waiting (open, not held)."""
+        return (
+            self._held is None
+            and self._send_close is None
+            and self.server_close is None
+            and not self.closed_by_client
+        )
+
+    async def _sends_released(self) -> None:
+        while self._held is not None and not self._held.is_set():
+            await self._held.wait()
 
     def _violation(self, reason: str) -> None:
         """What the service does on input it rejects: close with 1007."""
@@ -361,6 +395,8 @@ class ScriptedSession:
         activity_start: Any = None,
         activity_end: Any = None,
     ) -> None:
+        if self._held is not None:
+            await self._sends_released()
         if audio is not None and media is None and video is None and text is None \
                 and activity_start is None and activity_end is None and audio_stream_end is None:
             # The hot path: one audio chunk, recorded without validation.
@@ -415,6 +451,8 @@ class ScriptedSession:
         turns: types.Content | dict[str, Any] | Sequence[types.Content | dict[str, Any]] | None = None,
         turn_complete: bool = True,
     ) -> None:
+        if self._held is not None:
+            await self._sends_released()
         self._check_open()
         if turns is None:
             listed: list[Any] | None = None
@@ -442,6 +480,8 @@ class ScriptedSession:
         | dict[str, Any]
         | Sequence[types.FunctionResponse | dict[str, Any]],
     ) -> None:
+        if self._held is not None:
+            await self._sends_released()
         self._check_open()
         if isinstance(function_responses, (types.FunctionResponse, dict)):
             listed = [function_responses]
@@ -494,6 +534,8 @@ class ScriptedSession:
         if self.closed_by_client:
             return
         self.closed_by_client = True
+        if self._held is not None:
+            self._held.set()
         self._wake()
         if self._closed_event is not None:
             self._closed_event.set()

@@ -42,7 +42,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from connections.gemini_wire import lean_session
+from connections.gemini_wire import lean_session, socket_takes_sends
 from connections.gemini_mapping import (
     ServerMessageMapper,
     function_responses_of,
@@ -449,6 +449,19 @@ class GeminiLlmConnection(BaseLlmConnection):
     async def send_realtime(self, input: RealtimeInput) -> None:
         """Audio as `audio`, images and frames as `video`, activity and stream-end signals."""
         await self._call(self._session.send_realtime_input, **realtime_kwargs(input))
+
+    def can_send_now(self) -> bool:
+        """Open, and the session's socket takes a message without waiting.
+
+        A session that says itself (the lean path, the transport double) is
+        asked; the SDK's own session is judged by its socket.
+        """
+        if self._closed or self._ended:
+            return False
+        probe = getattr(self._session, "can_send_now", None)
+        if probe is not None:
+            return bool(probe())
+        return socket_takes_sends(getattr(self._session, "_ws", None))
 
     async def close(self) -> None:
         """Close the session (idempotent); a pending `receive()` ends quietly."""

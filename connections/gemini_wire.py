@@ -47,10 +47,11 @@ import pydantic
 import websockets
 from google.genai import live as genai_live
 from google.genai import types
+from websockets.protocol import State
 
 from live.unchecked import unchecked
 
-__all__ = ["LeanSession", "WireCodec", "calibrate", "lean_session"]
+__all__ = ["LeanSession", "WireCodec", "calibrate", "lean_session", "socket_takes_sends"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,27 @@ class WireCodec:
         if not self.decode_frames:
             return None
         return decode_frame(raw)
+
+
+def socket_takes_sends(ws: Any) -> bool:
+    """Whether an audio frame sent on the SDK's socket now goes out without waiting.
+
+    websockets' asyncio connection writes a message to its transport at once
+    and waits only while the transport is paused (its buffer past the
+    high-water mark) or closing. With nothing buffered, a message far below
+    the mark (an audio frame is about 1 KB; the mark is 32 KiB) cannot pause
+    it. Anything else (another socket class, no socket) is "unknown": False.
+    """
+    try:
+        transport = ws.transport
+        return (
+            ws.paused is False
+            and ws.state is State.OPEN
+            and not transport.is_closing()
+            and transport.get_write_buffer_size() == 0
+        )
+    except AttributeError:
+        return False
 
 
 def _b64decode(text: Any) -> bytes | None:
@@ -397,6 +419,10 @@ class LeanSession:
                 await self._ws.send(text)
                 return
         await self._session.send_realtime_input(**kwargs)
+
+    def can_send_now(self) -> bool:
+        """True when a send would go out without waiting (see `socket_takes_sends`)."""
+        return socket_takes_sends(self._ws)
 
     async def send_client_content(self, **kwargs: Any) -> None:
         await self._session.send_client_content(**kwargs)

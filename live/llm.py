@@ -14,6 +14,10 @@ Concurrency guarantees every implementation gives (and the server relies on):
 - **Many senders.** `send_*` may be called from several tasks at once. Each call
   sends one whole message; messages from one task keep their order. A send after
   the connection ended raises `live.errors.ConnectionClosedError`.
+- **Sends that wait say so.** `can_send_now()` is True only when a `send_realtime`
+  made now completes without waiting (its transport takes the bytes at once);
+  the server then sends client audio from the task that read it rather than
+  handing it to a sender task. False, the default, means unknown.
 - **No per-session state on the model.** One `BaseLlm` instance serves every
   concurrent session in the process; all per-session state lives in the connection.
 """
@@ -176,6 +180,15 @@ class BaseLlmConnection(abc.ABC):
     @abc.abstractmethod
     async def send_realtime(self, input: RealtimeInput) -> None:
         """Stream realtime input; the model decides when to answer (voice activity)."""
+
+    def can_send_now(self) -> bool:
+        """Whether a `send_realtime` made now completes without waiting.
+
+        True only when the connection is open and its transport takes the bytes
+        at once (a socket whose buffer is full would make the send wait). False,
+        the default, means unknown: the caller queues for a sender task.
+        """
+        return False
 
     @abc.abstractmethod
     def receive(self) -> AsyncIterator[LlmResponse]:

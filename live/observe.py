@@ -51,6 +51,9 @@ class WrappedConnection(BaseLlmConnection):
     async def send_realtime(self, input: RealtimeInput) -> None:
         await self.inner.send_realtime(input)
 
+    def can_send_now(self) -> bool:
+        return self.inner.can_send_now()
+
     def receive(self) -> AsyncIterator[LlmResponse]:
         return self.inner.receive()
 

@@ -50,6 +50,10 @@ class UpstreamQueue(Generic[T]):
     next one. A run of audio items at the head is taken at once: when the model
     side falls behind, the frames waiting go out as one larger chunk, so the cost
     per message (the SDK's encoding above all) is paid once for the run.
+
+    While the consumer waits on an empty queue, `waiting_consumer` is what it
+    waits as: nothing is queued or being sent, so a producer may send an item
+    itself (skipping a task switch per audio frame) and keep its place in line.
     """
 
     def __init__(
@@ -81,8 +85,14 @@ class UpstreamQueue(Generic[T]):
         # first event makes the same events without the lookup.
         self._new_event = type(self._ready)
         self._in_flight = 0
+        self._waiting_as: object | None = None
         self.dropped_audio = 0
         self.dropped_images = 0
+
+    @property
+    def waiting_consumer(self) -> object | None:
+        """The `waiting_as` of a consumer waiting in `peek_run` with nothing queued, else None."""
+        return self._waiting_as
 
     @property
     def held_bytes(self) -> int:
@@ -125,6 +135,7 @@ class UpstreamQueue(Generic[T]):
         self._items.append((_AUDIO, item, nbytes))
         self._audio += 1
         self._audio_bytes += nbytes
+        self._waiting_as = None
         self._ready.set()
         return dropped
 
@@ -134,6 +145,7 @@ class UpstreamQueue(Generic[T]):
         self._items.append((_IMAGE, item, nbytes))
         self._images += 1
         self._image_bytes += nbytes
+        self._waiting_as = None
         self._ready.set()
         return dropped
 
@@ -149,17 +161,23 @@ class UpstreamQueue(Generic[T]):
         self._items.append((_CONTROL, item, nbytes))
         self._control += 1
         self._control_bytes += nbytes
+        self._waiting_as = None
         self._ready.set()
 
-    async def peek_run(self, max_audio: int) -> tuple[bool, list[T]]:
+    async def peek_run(self, max_audio: int, *, waiting_as: object = None) -> tuple[bool, list[T]]:
         """The head, or the run of up to `max_audio` audio items starting there.
 
         Returns whether the items are audio, and the items; all stay in place
-        until `commit`. Waits for at least one item.
+        until `commit`. Waits for at least one item, meanwhile showing
+        `waiting_as` as `waiting_consumer`.
         """
         while not self._items:
             self._ready = self._new_event()
-            await self._ready.wait()
+            self._waiting_as = waiting_as
+            try:
+                await self._ready.wait()
+            finally:
+                self._waiting_as = None
         items = self._items
         kind, head, _ = items[0]
         if kind != _AUDIO or len(items) == 1 or items[1][0] != _AUDIO:

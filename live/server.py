@@ -880,6 +880,7 @@ class ClientSession:
         core = self.core
         assert core is not None
         max_frame = self.config.max_frame_bytes
+        upstream = self.upstream
         try:
             async for frame in ws:
                 self._last_client_frame = self.clock()
@@ -905,7 +906,16 @@ class ClientSession:
                         self._event(ErrorEvent(exc.code, exc.message))
                         continue
                     self.audio_frames_in += 1
-                    if self.upstream.put_audio(blob, len(frame)):
+                    link = cast("_Link | None", upstream.waiting_consumer)
+                    if link is not None and not link.muted and link.conn.can_send_now():
+                        # The sender waits on an empty queue and the socket takes
+                        # the frame now: send it here, one task switch fewer.
+                        try:
+                            await link.conn.send_realtime(blob)
+                            continue
+                        except LiveError:
+                            pass  # queued: the sender sends it again and sees the end
+                    if upstream.put_audio(blob, len(frame)):
                         self.obs.audio_overflow()
                         self._report_drops()
                 else:
@@ -1046,7 +1056,7 @@ class ClientSession:
         try:
             with link.sending:
                 while True:
-                    is_audio, items = await queue.peek_run(coalesce)
+                    is_audio, items = await queue.peek_run(coalesce, waiting_as=link)
                     try:
                         if is_audio:
                             blobs = cast(list[types.Blob], items)

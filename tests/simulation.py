@@ -320,7 +320,14 @@ class SimSession(double.ScriptedSession):
     async def _latency(self) -> None:
         rng = self.sim.rng
         if rng.random() < 0.05:
-            await anyio.sleep(rng.choice([0.001, 0.01, 0.1]))
+            # From this send on, sends wait (and `can_send_now()` says so) until
+            # the buffer drains.
+            self.hold_sends()
+            self.sim.tg.start_soon(self._drain, rng.choice([0.001, 0.01, 0.1]))
+
+    async def _drain(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        self.release_sends()
 
     async def send_realtime_input(self, **kwargs: Any) -> None:
         await self._latency()

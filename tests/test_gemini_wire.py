@@ -326,3 +326,44 @@ async def test_the_live_socket_does_not_offer_compression(live_emulator: Emulato
     headers = {k.lower(): v for k, v in live_emulator.sessions[-1].headers.items()}
     assert "sec-websocket-extensions" not in headers, headers
     assert len(live_emulator.sessions[-1].audio) == len(pcm)
+
+
+async def test_a_socket_takes_sends_only_while_open_and_its_peer_keeps_reading():
+    """What `can_send_now()` rests on: a full socket or a closed one says no."""
+    import socket
+
+    import websockets
+
+    stop_reading = anyio.Event()
+
+    async def handler(ws) -> None:
+        await ws.recv()  # reads one message, then stops reading
+        await stop_reading.wait()
+
+    # Small kernel buffers, so that the peer's not reading shows after a few frames.
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    options = {"max_size": None, "compression": None, "close_timeout": 0.1}
+    async with websockets.serve(handler, sock=listener, max_queue=1, **options):
+        client = socket.create_connection(("127.0.0.1", port))
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        async with websockets.connect(f"ws://127.0.0.1:{port}", sock=client, **options) as ws:
+            assert gemini_wire.socket_takes_sends(ws)
+            await ws.send(b"x" * 1024)
+            assert gemini_wire.socket_takes_sends(ws)  # taken at once: nothing buffered
+            sends = 0
+            with anyio.move_on_after(5):
+                while not ws.paused:  # the kernel's buffers fill, then ours
+                    sends += 1
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(ws.send, b"x" * (1 << 16))
+                        await anyio.sleep(0.01)
+                        tg.cancel_scope.cancel()
+            assert ws.paused, f"{sends} frames of 64 KiB never filled the socket"
+            assert not gemini_wire.socket_takes_sends(ws)
+            stop_reading.set()
+        assert not gemini_wire.socket_takes_sends(ws)  # closed
+    assert not gemini_wire.socket_takes_sends(None)
+    assert not gemini_wire.socket_takes_sends(object())

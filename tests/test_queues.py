@@ -57,6 +57,49 @@ async def test_what_was_not_sent_stays_first_and_is_never_dropped_while_in_fligh
     assert await queue.peek_run(5) == (True, ["a0", "a1", "a2"])
 
 
+async def test_a_consumer_shows_itself_only_while_it_waits_on_an_empty_queue():
+    """A producer may send past the queue only when nothing is queued or in flight."""
+    queue: UpstreamQueue[str] = UpstreamQueue()
+    got: list[tuple[bool, list[str]]] = []
+    token = object()
+
+    async def consume() -> None:
+        got.append(await queue.peek_run(5, waiting_as=token))
+        queue.commit()
+
+    async def put_audio() -> None:
+        queue.put_audio("audio")
+
+    async def put_image() -> None:
+        queue.put_image("image")
+
+    async def put_control() -> None:
+        await queue.put_control("text")
+
+    assert queue.waiting_consumer is None
+    for put in (put_audio, put_image, put_control):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            await anyio.wait_all_tasks_blocked()
+            assert queue.waiting_consumer is token
+            await put()  # queued: the consumer is busy from now on, before it even runs
+            assert queue.waiting_consumer is None
+    assert got == [(True, ["audio"]), (False, ["image"]), (False, ["text"])]
+
+    queue.put_audio("waiting")
+    async with anyio.create_task_group() as tg:  # items waiting: it never shows itself
+        tg.start_soon(consume)
+        assert queue.waiting_consumer is None
+
+    with anyio.CancelScope() as scope:  # cancelled while it waits: gone
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            await anyio.wait_all_tasks_blocked()
+            assert queue.waiting_consumer is token
+            scope.cancel()
+    assert queue.waiting_consumer is None
+
+
 async def test_control_waits_when_its_bound_is_reached():
     queue: UpstreamQueue[str] = UpstreamQueue(max_control=1)
     await queue.put_control("first")

@@ -81,6 +81,9 @@ async def test_frames_that_wait_for_a_slow_model_go_out_together_in_order():
             await anyio.sleep(0.05)  # the model side takes 50 ms per message
             await super().send_realtime_input(**kwargs)
 
+        def can_send_now(self):
+            return False  # every send waits
+
     session = SlowSession()
     llm, _ = gemini(session)
     frames = [bytes([n, 0]) * 320 for n in range(20)]
@@ -93,6 +96,46 @@ async def test_frames_that_wait_for_a_slow_model_go_out_together_in_order():
     assert b"".join(chunks) == b"".join(frames)  # nothing lost, nothing reordered
     assert len(chunks) < len(frames)  # the waiting frames were sent as larger chunks
     assert max(len(c) for c in chunks) <= 5 * 640  # at most 100 ms in one chunk
+
+
+async def test_a_model_socket_that_stops_taking_sends_does_not_stop_the_client_being_read():
+    """Audio goes straight to the model while its socket takes it; when the socket
+    is full, frames wait in the queue (the oldest dropped at its bound, the
+    client told) and the client's socket is still read. Once the model's socket
+    drains, what waited follows, in order."""
+    session = double.ScriptedSession()
+    llm, _ = gemini(session)
+    frames = [bytes([n % 256, n // 256]) * 320 for n in range(130)]
+    async with running(AGENT, llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_audio(frames[0])
+        with anyio.fail_after(5):
+            await session.wait_for(lambda m: session.audio_chunks == 1)
+        session.hold_sends()  # the model stops reading; its socket fills up
+        for frame in frames[1:]:
+            await client.send_audio(frame)
+        error = await expect_error(client, "audio_overflow")
+        assert "dropped" in error.message
+        session.release_sends()
+        with anyio.fail_after(5):
+            await session.wait_for(lambda m: m.realtime_input is not None and m.realtime_input.audio is not None
+                                   and m.realtime_input.audio.data.endswith(frames[-1]))
+        await client.send_audio(frames[0])  # the session goes on
+        with anyio.fail_after(5):
+            await session.wait_for(lambda m: session.audio_chunks > 2 and m.realtime_input is not None
+                                   and m.realtime_input.audio is not None and m.realtime_input.audio.data == frames[0])
+    chunks = [m.realtime_input.audio.data for m in session.sent if m.realtime_input and m.realtime_input.audio]
+    joined = b"".join(chunks)
+    sent = [joined[i] + 256 * joined[i + 1] for i in range(0, len(joined), 640)]
+    assert joined == b"".join(frames[n] for n in sent)  # whole frames, unchanged
+    # frames[0]; the run being sent when the socket filled (frames 1 to j); the
+    # newest that waited (frames k to the last); frames[0] again. Between j and
+    # k, the dropped ones, oldest first.
+    j = 0
+    while sent[j + 1] == j + 1:
+        j += 1
+    k = sent[j + 1]
+    assert sent == [*range(j + 1), *range(k, len(frames)), 0]
+    assert 1 <= j < k - 1 and len(frames) - k <= 100
 
 
 async def test_server_tool_runs_and_its_result_goes_back_with_the_exact_id():
