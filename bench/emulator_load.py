@@ -43,6 +43,7 @@ import anyio.to_thread
 from bench.endpoint import rss_bytes
 from bench.stats import DOWN, MAGIC, UP, UP_FRAME_BYTES, Histogram, down_chunk
 from connections.emulator import Emulator, EmulatorSession
+from live.loop import backend_options
 from live.server import tune_gc_for_serving
 
 __all__ = ["LoadDirector", "LoadSession", "main"]
@@ -235,4 +236,4 @@ async def main(port: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    anyio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 0, backend_options=backend_options("auto"))

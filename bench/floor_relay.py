@@ -23,6 +23,8 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from live.loop import backend_options
+
 __all__ = ["main", "peer"]
 
 
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upstream", required=True, help="the Live endpoint's wss:// URL")
     args = parser.parse_args(argv)
     try:
-        anyio.run(_serve, args.port, args.upstream)
+        anyio.run(_serve, args.port, args.upstream, backend_options=backend_options("auto"))
     except KeyboardInterrupt:
         pass
     return 0

@@ -26,6 +26,7 @@ import anyio
 from bench.client_protocols import resolve
 from bench.stats import DOWN, DOWN_CHUNK_BYTES, MAGIC, Histogram, up_frame
 from clients.client import AudioFrame
+from live.loop import backend_options
 from live.protocol import ErrorEvent, TurnComplete, TurnInterrupted
 
 FRAME_S = 0.02
@@ -221,4 +222,5 @@ if __name__ == "__main__":
         float(args[2]),
         float(args[3]) if len(args) > 3 else 2.0,
         _PROTOCOL_ALIASES.get(args[4], args[4]) if len(args) > 4 else "live",
+        backend_options=backend_options("auto"),
     )

@@ -8,6 +8,7 @@ first call.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import logging
 import os
@@ -26,6 +27,7 @@ from live.agent import Agent
 from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.fleet import Fleet
+from live.loop import CHOICES as LOOPS, LoopUnavailable, backend_options
 from live.protocol import image_bytes_fitting
 from live.registry import LlmRegistry, default_registry
 from live.record import Recorder
@@ -136,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=_positive(int), default=1,
         help="server processes sharing the port (SO_REUSEPORT, Linux), about one core each; "
         "--max-sessions applies to each (default 1)",
+    )
+    parser.add_argument(
+        "--loop", choices=LOOPS, default=os.environ.get("LIVE_LOOP", "auto"),
+        help="event loop: uvloop costs less CPU per session than asyncio's own; auto: uvloop where "
+        "installed (default: $LIVE_LOOP, else auto)",
     )
     seeing = parser.add_argument_group("seeing what it does")
     seeing.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port instead of the serving port (0 picks a free one)")
@@ -276,6 +283,7 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
 
         tg.start_soon(stop_on_signal)
         port = await tg.start(serve)
+        logging.getLogger("live.server").info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
         if args.worker_index:
             print("ready", flush=True)  # read by the first process (see _start_workers)
             return
@@ -377,9 +385,14 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.max_sessions_global is not None and not args.redis_url:
         print("live serve: --max-sessions-global needs --redis (the servers share the count there)", file=sys.stderr)
         return 2
+    try:
+        options = backend_options(args.loop)
+    except LoopUnavailable as exc:
+        print(f"live serve: --loop {args.loop}: {exc}", file=sys.stderr)
+        return 2
     tune_gc_for_serving()
     try:
-        anyio.run(_serve, server, args, argv)
+        anyio.run(_serve, server, args, argv, backend_options=options)
     except StoreError as exc:  # Redis unreachable, or not a Redis URL
         print(f"live serve: {exc}", file=sys.stderr)
         return 1

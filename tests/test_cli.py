@@ -48,11 +48,20 @@ def test_start_up_problems_are_one_line_and_exit_2(argv, words):
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_an_event_loop_that_cannot_run_here_is_one_line_and_exit_2():
+    result = subprocess.run(
+        [*LIVE, "serve"], capture_output=True, text=True, env={**env(), "LIVE_LOOP": "tokio"}, timeout=30
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == "live serve: --loop tokio: unknown event loop 'tokio': choose one of auto, uvloop, asyncio"
+
+
 @pytest.mark.anyio
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-async def test_a_signal_stops_the_server_and_every_session_is_told(sig):
+@pytest.mark.parametrize(("sig", "loop"), [(signal.SIGTERM, "auto"), (signal.SIGINT, "auto"), (signal.SIGTERM, "asyncio")])
+async def test_a_signal_stops_the_server_and_every_session_is_told(sig, loop):
     proc = subprocess.Popen(
-        [*LIVE, "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
+        [*LIVE, "serve", "--port", "0", "--loop", loop],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
     )
     try:
         line = await anyio.to_thread.run_sync(proc.stdout.readline)
@@ -66,6 +75,8 @@ async def test_a_signal_stops_the_server_and_every_session_is_told(sig):
         assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=10)) == 0
         log = proc.stderr.read()
         assert re.search(r"session \w+ ended model=local/echo duration=[\d.]+s reason=server shutting down", log)
+        # uvloop is a dependency wherever it runs: the default loop is uvloop.
+        assert f"event loop: {'uvloop' if loop == 'auto' else loop}" in log
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -12,6 +12,7 @@ import anyio
 from connections.emulator.core import Settings
 from connections.emulator.script import Fault, Script, ToolCall
 from connections.emulator.server import DEV_API_KEY, running_emulator
+from live.loop import backend_options
 
 __all__ = ["main"]
 
@@ -176,7 +177,7 @@ def main(argv: list[str]) -> int:
         print(f"live emulator: {exc}", file=sys.stderr)
         return 2
     try:
-        anyio.run(_serve, args)
+        anyio.run(_serve, args, backend_options=backend_options("auto"))
     except KeyboardInterrupt:
         pass
     except OSError as exc:
