@@ -4,16 +4,15 @@ The SDK always dials `wss://` and verifies the certificate, so the server makes 
 throwaway CA and a certificate for localhost/127.0.0.1/::1 at start and writes the
 CA to a file for `SSL_CERT_FILE` (or `ssl_context()` for in-code use).
 
-Each connection runs a reader task (bounded queue into the session loop) and the
-session loop in one task group; when either ends, both end, so nothing outlives
-the connection. Sends are awaited, so a client that stops reading slows the
-session down instead of growing memory.
+Each connection runs its reader and a timer task in one task group (see
+`_Connection`); when either ends, both end, so nothing outlives the connection.
+Sends are awaited, so a client that stops reading slows the session down
+instead of growing memory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import http
 import json
 import logging
@@ -53,12 +52,6 @@ key unless started with a specific one)."""
 
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 _QUEUE = 64
-
-
-@dataclasses.dataclass(slots=True)
-class _Closed:
-    code: int | None
-    reason: str
 
 
 class Emulator:
@@ -185,52 +178,64 @@ class Emulator:
             now=anyio.current_time(),
         )
         self.sessions.append(session.record)
-        send, receive = anyio.create_memory_object_stream[Any](_QUEUE)
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_read, ws, send)
-                await _drive(ws, session, receive)
-                tg.cancel_scope.cancel()
+            await _Connection(ws, session).run()
         finally:
             session.connection_lost(None)
-            receive.close()
 
 
-async def _read(ws: ServerConnection, send: Any) -> None:
-    """Client frames into the bounded queue, then how the connection ended."""
-    async with send:
+class _Connection:
+    """One connection's I/O: frames and time into its session, actions out, in order.
+
+    The reader hands each frame to the session and carries out what it asks;
+    a timer task runs what falls due while no frame comes. One lock keeps the
+    actions of both in the order the session made them. A send waits while the
+    client does not read, and so does the reading: a client that stops reading
+    slows its session down instead of growing memory.
+    """
+
+    def __init__(self, ws: ServerConnection, session: EmulatorSession) -> None:
+        self.ws = ws
+        self.session = session
+        self._lock = anyio.Lock(fast_acquire=True)
+        self._rescheduled = anyio.Event()
+        self._timer_at: float | None = None  # the deadline the timer task sleeps to
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._clock, tg.cancel_scope)
+            await self._read()
+            tg.cancel_scope.cancel()
+
+    async def _read(self) -> None:
+        ws, session = self.ws, self.session
         try:
             async for frame in ws:
-                await send.send(frame)
-            await send.send(_Closed(ws.close_code, ws.close_reason or ""))
+                async with self._lock:
+                    if await _act(ws, session.receive(frame, anyio.current_time())):
+                        return
+                    if await _act(ws, session.poll(anyio.current_time())):
+                        return
+                deadline = session.next_deadline()
+                if deadline is not None and (self._timer_at is None or deadline < self._timer_at):
+                    self._rescheduled.set()  # sooner than the timer task sleeps to
+            session.connection_lost(ws.close_code, ws.close_reason or "")
         except ConnectionClosed as exc:
             rcvd = exc.rcvd
-            await send.send(_Closed(rcvd.code if rcvd else None, rcvd.reason if rcvd else ""))
+            session.connection_lost(rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
 
-
-async def _drive(ws: ServerConnection, session: EmulatorSession, receive: Any) -> None:
-    """Feed frames and time into the session and carry out what it asks."""
-    while True:
-        if await _act(ws, session.poll(anyio.current_time())):
-            return
-        deadline = session.next_deadline()
-        timeout = None if deadline is None else max(0.0, deadline - anyio.current_time())
-        item: Any = _NOTHING
-        with anyio.move_on_after(timeout):
-            try:
-                item = await receive.receive()
-            except anyio.EndOfStream:
-                item = _Closed(None, "")
-        if item is _NOTHING:
-            continue
-        if isinstance(item, _Closed):
-            session.connection_lost(item.code, item.reason)
-            return
-        if await _act(ws, session.receive(item, anyio.current_time())):
-            return
-
-
-_NOTHING = object()
+    async def _clock(self, scope: anyio.CancelScope) -> None:
+        session = self.session
+        while True:
+            async with self._lock:
+                if await _act(self.ws, session.poll(anyio.current_time())):
+                    scope.cancel()
+                    return
+            self._timer_at = deadline = session.next_deadline()
+            self._rescheduled = anyio.Event()
+            timeout = None if deadline is None else max(0.0, deadline - anyio.current_time())
+            with anyio.move_on_after(timeout):
+                await self._rescheduled.wait()
 
 
 async def _act(ws: ServerConnection, actions: list[Any]) -> bool:
