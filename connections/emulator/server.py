@@ -12,6 +12,7 @@ instead of growing memory.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http
 import json
@@ -197,7 +198,10 @@ class _Connection:
     def __init__(self, ws: ServerConnection, session: EmulatorSession) -> None:
         self.ws = ws
         self.session = session
-        self._lock = anyio.Lock(fast_acquire=True)
+        # websockets' server is asyncio's: its lock takes a free lock without a
+        # checkpoint, and its clock is anyio's.
+        self._lock = asyncio.Lock()
+        self._now = asyncio.get_running_loop().time
         self._rescheduled = anyio.Event()
         self._timer_at: float | None = None  # the deadline the timer task sleeps to
 
@@ -208,13 +212,13 @@ class _Connection:
             tg.cancel_scope.cancel()
 
     async def _read(self) -> None:
-        ws, session = self.ws, self.session
+        ws, session, now = self.ws, self.session, self._now
         try:
             async for frame in ws:
                 async with self._lock:
-                    if await _act(ws, session.receive(frame, anyio.current_time())):
+                    if await _act(ws, session.receive(frame, now())):
                         return
-                    if await _act(ws, session.poll(anyio.current_time())):
+                    if await _act(ws, session.poll(now())):
                         return
                 deadline = session.next_deadline()
                 if deadline is not None and (self._timer_at is None or deadline < self._timer_at):
@@ -228,12 +232,12 @@ class _Connection:
         session = self.session
         while True:
             async with self._lock:
-                if await _act(self.ws, session.poll(anyio.current_time())):
+                if await _act(self.ws, session.poll(self._now())):
                     scope.cancel()
                     return
             self._timer_at = deadline = session.next_deadline()
             self._rescheduled = anyio.Event()
-            timeout = None if deadline is None else max(0.0, deadline - anyio.current_time())
+            timeout = None if deadline is None else max(0.0, deadline - self._now())
             with anyio.move_on_after(timeout):
                 await self._rescheduled.wait()
 
