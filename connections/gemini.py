@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import ssl
@@ -288,6 +289,13 @@ class GeminiLlmConnection(BaseLlmConnection):
         self._secret = secret
         self._gemini3 = is_gemini3(model)
         self._mapper = ServerMessageMapper()
+        # Bound once, used per audio frame: a session that writes audio frames
+        # itself (the lean wire path), and what says whether its socket takes
+        # a send now (the session itself, else judged by the SDK's socket).
+        self._send_audio: Callable[[types.Blob], Any] | None = getattr(session, "send_audio", None)
+        self._takes_sends: Callable[[], bool] = getattr(session, "can_send_now", None) or functools.partial(
+            socket_takes_sends, getattr(session, "_ws", None)
+        )
         self._closed = False
         self._ended = False
         self._receiving = False
@@ -361,7 +369,7 @@ class GeminiLlmConnection(BaseLlmConnection):
         if error is not None:
             raise _redacted(error, self._secret) from cause
 
-    async def _call(self, send: Callable[..., Any], /, **kwargs: Any) -> None:
+    async def _call(self, send: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
         """One whole message out, with socket failures turned into typed errors."""
         if self._closed:
             raise ConnectionClosedError("the connection was closed")
@@ -369,7 +377,7 @@ class GeminiLlmConnection(BaseLlmConnection):
             raise ConnectionClosedError("the model ended the connection")
         self._sent_anything = True
         try:
-            await send(**kwargs)
+            await send(*args, **kwargs)
         except websockets.ConnectionClosed as exc:
             raise self._send_error(*_closed_parts(exc)) from exc
         except genai_errors.APIError as exc:
@@ -448,6 +456,10 @@ class GeminiLlmConnection(BaseLlmConnection):
 
     async def send_realtime(self, input: RealtimeInput) -> None:
         """Audio as `audio`, images and frames as `video`, activity and stream-end signals."""
+        send_audio = self._send_audio
+        if send_audio is not None and type(input) is types.Blob and (input.mime_type or "").startswith("audio/"):
+            await self._call(send_audio, input)  # the hot path: a microphone frame
+            return
         await self._call(self._session.send_realtime_input, **realtime_kwargs(input))
 
     def can_send_now(self) -> bool:
@@ -456,12 +468,7 @@ class GeminiLlmConnection(BaseLlmConnection):
         A session that says itself (the lean path, the transport double) is
         asked; the SDK's own session is judged by its socket.
         """
-        if self._closed or self._ended:
-            return False
-        probe = getattr(self._session, "can_send_now", None)
-        if probe is not None:
-            return bool(probe())
-        return socket_takes_sends(getattr(self._session, "_ws", None))
+        return not (self._closed or self._ended) and bool(self._takes_sends())
 
     async def close(self) -> None:
         """Close the session (idempotent); a pending `receive()` ends quietly."""

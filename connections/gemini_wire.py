@@ -35,6 +35,7 @@ import binascii
 import collections
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import re
@@ -107,9 +108,10 @@ class WireCodec:
     urlsafe: bool
     decode_frames: bool
 
-    def encode_audio(self, data: bytes, mime_type: str) -> str | None:
-        """The SDK's text for an audio frame, or None when the mime type needs escaping."""
-        if not _PLAIN_MIME.match(mime_type):
+    def encode_audio(self, data: bytes | None, mime_type: str | None) -> str | None:
+        """The SDK's text for an audio frame, or None when it cannot be written from the template
+        (no bytes, or a mime type that is missing or needs escaping)."""
+        if type(data) is not bytes or mime_type is None or not _plain_mime(mime_type):
             return None
         encoded = pybase64.b64encode(data, altchars=b"-_" if self.urlsafe else None)
         return f"{self.head}{encoded.decode('ascii')}{self.middle}{mime_type}{self.tail}"
@@ -119,6 +121,12 @@ class WireCodec:
         if not self.decode_frames:
             return None
         return decode_frame(raw)
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_mime(mime_type: str) -> bool:
+    """Whether `mime_type` goes into the template as it is (a session sends one or two)."""
+    return _PLAIN_MIME.match(mime_type) is not None
 
 
 def socket_takes_sends(ws: Any) -> bool:
@@ -413,12 +421,18 @@ class LeanSession:
 
     async def send_realtime_input(self, **kwargs: Any) -> None:
         audio = kwargs.get("audio")
-        if len(kwargs) == 1 and isinstance(audio, types.Blob) and isinstance(audio.data, bytes) and audio.mime_type:
-            text = self._codec.encode_audio(audio.data, audio.mime_type)
-            if text is not None:
-                await self._ws.send(text)
-                return
+        if len(kwargs) == 1 and type(audio) is types.Blob:
+            await self.send_audio(audio)
+            return
         await self._session.send_realtime_input(**kwargs)
+
+    async def send_audio(self, audio: types.Blob) -> None:
+        """`send_realtime_input(audio=audio)`, written from the SDK's template when it allows."""
+        text = self._codec.encode_audio(audio.data, audio.mime_type)
+        if text is None:
+            await self._session.send_realtime_input(audio=audio)
+        else:
+            await self._ws.send(text)
 
     def can_send_now(self) -> bool:
         """True when a send would go out without waiting (see `socket_takes_sends`)."""
