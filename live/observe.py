@@ -62,32 +62,61 @@ class WrappedConnection(BaseLlmConnection):
 
 
 class _MeasuredConnection(WrappedConnection):
+    """Messages each way are counted here and added to the metrics in steps of
+    `COUNT_STEP` and when the connection ends: not a lock and a counter per
+    audio frame."""
+
+    COUNT_STEP = 50  # a second of microphone frames, two of reply chunks
+
     def __init__(self, inner: BaseLlmConnection, metrics: Metrics, model: str) -> None:
         super().__init__(inner)
         self._metrics = metrics
         self._model = model
         self._out = metrics.model_messages.labels(model, "out")
         self._in = metrics.model_messages.labels(model, "in")
+        self._sent = 0  # not yet in `_out`
+        self._received = 0  # not yet in `_in`
+
+    def _count_sent(self) -> None:
+        self._sent += 1
+        if self._sent >= self.COUNT_STEP:
+            self._out.inc(self._sent)
+            self._sent = 0
+
+    def count_all(self) -> None:
+        """Add every message counted so far to the metrics."""
+        if self._sent:
+            self._out.inc(self._sent)
+            self._sent = 0
+        if self._received:
+            self._in.inc(self._received)
+            self._received = 0
 
     async def send_history(self, history: Sequence[types.Content]) -> None:
         await self.inner.send_history(history)
-        self._out.inc()
+        self._count_sent()
 
     async def send_content(self, content: types.Content) -> None:
         await self.inner.send_content(content)
-        self._out.inc()
+        self._count_sent()
 
     async def send_realtime(self, input: RealtimeInput) -> None:
         await self.inner.send_realtime(input)
-        self._out.inc()
+        self._count_sent()
 
     async def receive(self) -> AsyncIterator[LlmResponse]:  # type: ignore[override]
-        count = self._in.inc
-        async for response in self.inner.receive():
-            count()
-            if response.usage_metadata is not None:
-                self._metrics.count_usage(self._model, response.usage_metadata)
-            yield response
+        step = self.COUNT_STEP
+        try:
+            async for response in self.inner.receive():
+                self._received += 1
+                if self._received >= step:
+                    self._in.inc(self._received)
+                    self._received = 0
+                if response.usage_metadata is not None:
+                    self._metrics.count_usage(self._model, response.usage_metadata)
+                yield response
+        finally:
+            self.count_all()
 
 
 class Measured(BaseLlm):
@@ -112,7 +141,11 @@ class Measured(BaseLlm):
                 opened = True
                 self.metrics.model_connects.labels(model, "ok").inc()
                 self.metrics.model_connect_seconds.labels(model).observe(time.monotonic() - started)
-                yield _MeasuredConnection(conn, self.metrics, model)
+                measured = _MeasuredConnection(conn, self.metrics, model)
+                try:
+                    yield measured
+                finally:
+                    measured.count_all()
         except BaseException as exc:
             if not opened:
                 self.metrics.model_connects.labels(model, type(exc).__name__).inc()
@@ -144,6 +177,7 @@ class SessionObserver:
         "_metrics", "_model", "_agent", "_tools", "_frames_in", "_frames_out",
         "_turn_end", "_reply_audio_queued", "_started_at", "_calls",
         "_reconnect_cause", "_counted_late", "_counted_flushed", "_opened",
+        "_frames_in_kept", "_frames_out_kept",
     )
 
     def __init__(self, metrics: Metrics, *, model: str, agent: str, tools: Iterable[str]) -> None:
@@ -161,6 +195,10 @@ class SessionObserver:
         self._counted_late = 0
         self._counted_flushed = 0
         self._opened = False
+        # Frames are counted here and added to the metrics by `catch_up`
+        # (every second, and at the end): not a lock and a counter per frame.
+        self._frames_in_kept = 0
+        self._frames_out_kept = 0
 
     # -- life ------------------------------------------------------------------
 
@@ -170,6 +208,7 @@ class SessionObserver:
 
     def abandon(self) -> None:
         """This socket turned out to serve another session (a reattach): not a session."""
+        self._count_frames()
         if self._opened:
             self._opened = False
             self._metrics.sessions_active.dec()
@@ -186,14 +225,17 @@ class SessionObserver:
         late_dropped: int = 0,
         flushed: int = 0,
     ) -> None:
-        self.drops(late_dropped, flushed)
+        self.catch_up(late_dropped, flushed)
         self._metrics.sessions.labels(self._model, self._agent, end_reason_code(reason, error)).inc()
         if self._opened:
             self._opened = False
             self._metrics.sessions_active.dec()
 
-    def drops(self, late_dropped: int, flushed: int) -> None:
-        """Bring the reply-audio drop counts up to the session's totals."""
+    def catch_up(self, late_dropped: int, flushed: int) -> None:
+        """Bring what the session counts itself up to date in the metrics: its
+        frames, and its reply-audio drops (up to the session's totals). The
+        server calls it every second and at the session's end."""
+        self._count_frames()
         if late_dropped > self._counted_late:
             self._metrics.dropped_late.inc(late_dropped - self._counted_late)
             self._counted_late = late_dropped
@@ -203,11 +245,19 @@ class SessionObserver:
 
     # -- frames ----------------------------------------------------------------
 
+    def _count_frames(self) -> None:
+        if self._frames_in_kept:
+            self._frames_in(self._frames_in_kept)
+            self._frames_in_kept = 0
+        if self._frames_out_kept:
+            self._frames_out(self._frames_out_kept)
+            self._frames_out_kept = 0
+
     def frame_in(self) -> None:
-        self._frames_in()
+        self._frames_in_kept += 1
 
     def frame_out(self, frame: str | bytes, now: float) -> None:
-        self._frames_out()
+        self._frames_out_kept += 1
         if type(frame) is bytes:
             if self._started_at is not None:
                 self._metrics.first_audio.observe(now - self._started_at)

@@ -1130,7 +1130,7 @@ class ClientSession:
                 error = ErrorEvent("idle_timeout", f"no input from the client for {idle:g} s", True)
                 self.finish("idle timeout", error=error)
                 return
-            self.obs.drops(self.core.late_audio_dropped if self.core else 0, self.outbox.flushed_frames)
+            self.obs.catch_up(self.core.late_audio_dropped if self.core else 0, self.outbox.flushed_frames)
             await anyio.sleep(min(remaining, 1.0))
 
     # ------------------------------------------------------------------ actions

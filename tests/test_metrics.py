@@ -147,6 +147,23 @@ async def test_a_conversation_moves_every_figure_by_what_happened():
     assert value(m, "live_client_frames_total", direction="out") == received
 
 
+async def test_a_long_session_shows_its_frames_and_model_messages_while_it_goes_on():
+    """Counts kept per session reach /metrics within a second (frames) and every
+    50 messages (the model side), not only when the session ends."""
+    session = double.ScriptedSession()
+    llm = Gemini("gemini-2.5-flash", transport=double.DoubleTransport(session))
+    async with running(AGENT, llm) as (server, url), LiveClient.connect(url) as client:
+        for _ in range(60):
+            await client.send_audio(MIC)
+        with anyio.fail_after(5):
+            await session.wait_for(lambda m: session.audio_chunks == 60)
+        await anyio.sleep(1.2)  # one catch-up of the session's counts
+        m = await ascrape(server.port)
+        assert server.sessions  # still going
+        assert value(m, "live_client_frames_total", direction="in") == 61  # session.start and 60 frames
+        assert value(m, "live_model_messages_total", model="gemini-2.5-flash", direction="out") == 50
+
+
 async def test_tool_outcomes_errors_and_refusals_are_labelled():
     async def slow(city: str) -> dict:
         """Too slow."""
