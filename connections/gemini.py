@@ -43,7 +43,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from connections.gemini_wire import lean_session, socket_takes_sends
+from connections.gemini_wire import LeanSession, lean_session, socket_takes_sends
 from connections.gemini_mapping import (
     ServerMessageMapper,
     function_responses_of,
@@ -289,10 +289,11 @@ class GeminiLlmConnection(BaseLlmConnection):
         self._secret = secret
         self._gemini3 = is_gemini3(model)
         self._mapper = ServerMessageMapper()
-        # Bound once, used per audio frame: a session that writes audio frames
-        # itself (the lean wire path), and what says whether its socket takes
-        # a send now (the session itself, else judged by the SDK's socket).
-        self._send_audio: Callable[[types.Blob], Any] | None = getattr(session, "send_audio", None)
+        # Bound once, used per audio frame: the lean wire path's own audio
+        # writer, and what says whether the socket takes a send now (the
+        # session itself, else judged by the SDK's socket).
+        self._lean = session if isinstance(session, LeanSession) else None
+        self._send_audio = self._lean.send_audio if self._lean is not None else None
         self._takes_sends: Callable[[], bool] = getattr(session, "can_send_now", None) or functools.partial(
             socket_takes_sends, getattr(session, "_ws", None)
         )
@@ -315,7 +316,8 @@ class GeminiLlmConnection(BaseLlmConnection):
         """Every response of the connection, across turns, until it ends.
 
         The SDK's `receive()` stops after each turn, so it is re-entered in a
-        loop. A normal close (1000, also after go-away) or `close()` ends the
+        loop; the lean wire path reads the connection as one stream
+        (`LeanSession.all_messages`). A normal close (1000, also after go-away) or `close()` ends the
         iteration quietly; any other end raises a typed `LiveError`.
         """
         if self._receiving:
@@ -325,8 +327,19 @@ class GeminiLlmConnection(BaseLlmConnection):
         feed = self._mapper.feed
         error: LiveError | None = None
         cause: BaseException | None = None
+        lean = self._lean
         try:
-            while not self._closed:
+            if lean is not None:
+                # The lean wire path reads the whole connection as one stream, a
+                # bare audio chunk as its Content (what `feed` makes a response of).
+                async with contextlib.aclosing(lean.all_messages()) as messages:
+                    async for message in messages:
+                        if type(message) is types.Content:
+                            yield LlmResponse(content=message, partial=True)
+                        else:
+                            for response in feed(message):
+                                yield response
+            while lean is None and not self._closed:
                 received = False
                 stream = session.receive()
                 try:

@@ -15,7 +15,9 @@ which costs several times what the socket and TLS do. Here:
   than `binascii`; anything not canonical is left to the SDK, whose decoder
   refuses some of it), and the message built from empty
   instances with its values (`live.unchecked`: no validation, the shape was
-  checked by hand). Anything orjson reads differently from `json` (a number,
+  checked by hand); the connection reads a frame of reply audio alone as
+  its model turn's `Content`, without the message around it
+  (`LeanSession.all_messages`). Anything orjson reads differently from `json` (a number,
   a lone surrogate) is outside the accepted shape and goes to the SDK.
   Every other frame (e.g. setup, tool calls, usage, go-away, errors, closes) goes
   through the SDK's own `AsyncSession.receive()`, fed from the same socket, so
@@ -116,11 +118,11 @@ class WireCodec:
         encoded = pybase64.b64encode(data, altchars=b"-_" if self.urlsafe else None)
         return f"{self.head}{encoded.decode('ascii')}{self.middle}{mime_type}{self.tail}"
 
-    def decode(self, raw: bytes | str) -> types.LiveServerMessage | None:
-        """The message a common `serverContent` frame means (see `decode_frame`); None for any other."""
+    def decode(self, raw: bytes | str) -> types.LiveServerMessage | types.Content | None:
+        """What a common `serverContent` frame means (see `decode_lean`); None for any other."""
         if not self.decode_frames:
             return None
-        return decode_frame(raw)
+        return decode_lean(raw)
 
 
 @functools.lru_cache(maxsize=64)
@@ -208,6 +210,17 @@ def decode_frame(raw: bytes | str) -> types.LiveServerMessage | None:
     `interrupted` (booleans), `outputTranscription` and `inputTranscription`
     (`text`, `finished`): what a conversation is made of, frame after frame.
     """
+    decoded = decode_lean(raw)
+    if type(decoded) is types.Content:
+        server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": decoded})
+        return unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
+    return decoded  # type: ignore[return-value]
+
+
+def decode_lean(raw: bytes | str) -> types.LiveServerMessage | types.Content | None:
+    """`decode_frame`, except that a frame of reply audio alone (nearly every
+    frame of a reply) comes as its model turn's `Content`: all a reader of the
+    message would take from it, without the two objects around it."""
     try:
         frame = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -218,11 +231,7 @@ def decode_frame(raw: bytes | str) -> types.LiveServerMessage | None:
     if type(sc) is not dict or not sc:
         return None
     if len(sc) == 1 and "modelTurn" in sc:  # the hot path: a bare audio chunk
-        content = _model_turn(sc["modelTurn"])
-        if content is None:
-            return None
-        server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": content})
-        return unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
+        return _model_turn(sc["modelTurn"])
     values: dict[str, Any] = {}
     for key, value in sc.items():
         if key == "modelTurn":
@@ -449,6 +458,31 @@ class LeanSession:
 
     async def receive(self) -> AsyncIterator[types.LiveServerMessage]:
         """Messages up to the end of a turn, like the SDK's `receive()`."""
+        async for item in self._decoded():
+            if type(item) is types.Content:
+                server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": item})
+                yield unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
+                continue
+            message, turn_ends = item
+            yield message
+            if turn_ends:
+                return
+
+    async def all_messages(self) -> AsyncIterator[types.LiveServerMessage | types.Content]:
+        """Every message of the connection, across turns, until its socket closes
+        (then the SDK's error for the close is raised, as its `receive()` raises it).
+
+        A frame of reply audio alone comes as its model turn's `Content` (see
+        `decode_lean`), every other as the SDK's message.
+        """
+        async for item in self._decoded():
+            yield item if type(item) is types.Content else item[0]
+
+    async def _decoded(
+        self,
+    ) -> AsyncIterator[types.Content | tuple[types.LiveServerMessage, bool]]:
+        """Each frame as a bare audio chunk's `Content`, or as its message and
+        whether the SDK's `receive()` would stop after it."""
         decode = self._codec.decode
         while True:
             try:
@@ -456,17 +490,15 @@ class LeanSession:
             except websockets.ConnectionClosed as exc:
                 raw = exc  # the SDK turns it into its own error, below
             else:
-                message = decode(raw)
-                if message is not None:
-                    yield message
-                    # As the SDK's receive() does (no interactionStatus here).
-                    if message.server_content.turn_complete:  # type: ignore[union-attr]
-                        return
+                decoded = decode(raw)
+                if type(decoded) is types.Content:
+                    yield decoded
                     continue
-            message, turn_ends = await self._sdk_decode(raw)
-            yield message
-            if turn_ends:
-                return
+                if decoded is not None:
+                    # As the SDK's receive() does (no interactionStatus here).
+                    yield decoded, bool(decoded.server_content.turn_complete)  # type: ignore[union-attr]
+                    continue
+            yield await self._sdk_decode(raw)
 
     async def _sdk_decode(self, raw: bytes | BaseException) -> tuple[types.LiveServerMessage, bool]:
         """The SDK's message for one frame, and whether its `receive()` would stop after it."""

@@ -18,6 +18,7 @@ from connections import gemini_wire
 from connections.emulator import Emulator, Script, ToolCall
 from emulated import gemini_for
 from connections.gemini import Gemini
+from connections.gemini_mapping import ServerMessageMapper
 from connections.gemini_wire import LeanSession, calibrate, decode_frame
 from live.errors import ConfigurationError, InvalidArgumentError
 from live.llm import AUDIO_STREAM_END, LlmRequest, LlmResponse
@@ -161,6 +162,15 @@ async def test_every_frame_decodes_as_the_sdk_decodes_it(fresh_calibration, vert
             expected.server_content
         ), raw
         signals += fast.server_content.model_turn is None
+        # The connection reads a frame of reply audio alone as its Content, and
+        # makes of it what the mapper makes of the whole message.
+        lean = gemini_wire.decode_lean(raw)
+        bare = fast.server_content.model_fields_set == {"model_turn"}
+        assert (type(lean) is types.Content) == bare, raw
+        if bare:
+            assert ServerMessageMapper().feed(fast) == [LlmResponse(content=lean, partial=True)], raw
+        else:
+            assert gemini_wire._same(lean, fast), raw
     # The random frames exercise the fast path, audio and signals, not only the fallback.
     assert taken > 250 and signals > 100, (taken, signals)
 
