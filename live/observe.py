@@ -253,8 +253,8 @@ class SessionObserver:
             self._frames_out(self._frames_out_kept)
             self._frames_out_kept = 0
 
-    def frame_in(self) -> None:
-        self._frames_in_kept += 1
+    def frames_in(self, count: int) -> None:
+        self._frames_in_kept += count
 
     def frame_out(self, frame: str | bytes, now: float) -> None:
         self._frames_out_kept += 1

@@ -357,6 +357,10 @@ class ClientSession:
         self.end_reason: str | None = None
         self.close_code = CLOSE_NORMAL
         self.audio_frames_in = 0
+        # Frames read in the session, counted per frame; the idle watch and the
+        # metrics take them from here (a clock read per frame would cost more).
+        self.frames_read = 0
+        self._frames_watched = 0
         self._last_client_frame = self.clock()
         self._tool_scopes: dict[str, anyio.CancelScope] = {}
         self._scope: anyio.CancelScope | None = None
@@ -501,6 +505,7 @@ class ClientSession:
             self._socket_done.set()
             if self.record is not None:
                 self.record.close(reason)
+            self._frames_seen()
             self.obs.ended(
                 reason,
                 self._final_error,
@@ -791,7 +796,7 @@ class ClientSession:
                     self.finish("client disconnected before session.start")
                     return None
                 self._last_client_frame = self.clock()
-                self.obs.frame_in()
+                self.obs.frames_in(1)
                 if len(frame) > self.config.max_frame_bytes:
                     self._frame_too_large(len(frame))
                     return None
@@ -883,8 +888,7 @@ class ClientSession:
         upstream = self.upstream
         try:
             async for frame in ws:
-                self._last_client_frame = self.clock()
-                self.obs.frame_in()
+                self.frames_read += 1
                 if len(frame) > max_frame:
                     if isinstance(frame, str) and is_image_message(frame):
                         # An image too large is a dropped frame, not a broken client.
@@ -1118,9 +1122,20 @@ class ClientSession:
             return
         link.end(CLOSED)
 
+    def _frames_seen(self) -> None:
+        """The frames read since the last look count, and the client was there then."""
+        read = self.frames_read
+        if read != self._frames_watched:
+            self.obs.frames_in(read - self._frames_watched)
+            self._frames_watched = read
+            self._last_client_frame = self.clock()
+
     async def _watch_idle(self) -> None:
+        """Ends the session after `idle_timeout` without client input (noticed to
+        within a second: it looks at most once a second)."""
         idle = self.config.idle_timeout
         while True:
+            self._frames_seen()
             if self.ws is None:  # the client is away: the reattach grace applies
                 self._last_client_frame = self.clock()
                 await anyio.sleep(1.0)
