@@ -317,7 +317,7 @@ class GeminiLlmConnection(BaseLlmConnection):
 
         The SDK's `receive()` stops after each turn, so it is re-entered in a
         loop; the lean wire path reads the connection as one stream
-        (`LeanSession.all_messages`). A normal close (1000, also after go-away) or `close()` ends the
+        (`LeanSession.frames`). A normal close (1000, also after go-away) or `close()` ends the
         iteration quietly; any other end raises a typed `LiveError`.
         """
         if self._receiving:
@@ -332,12 +332,12 @@ class GeminiLlmConnection(BaseLlmConnection):
             if lean is not None:
                 # The lean wire path reads the whole connection as one stream, a
                 # bare audio chunk as its Content (what `feed` makes a response of).
-                async with contextlib.aclosing(lean.all_messages()) as messages:
-                    async for message in messages:
-                        if type(message) is types.Content:
-                            yield LlmResponse(content=message, partial=True)
+                async with contextlib.aclosing(lean.frames()) as frames:
+                    async for frame in frames:
+                        if type(frame) is types.Content:
+                            yield LlmResponse(content=frame, partial=True)
                         else:
-                            for response in feed(message):
+                            for response in feed(frame[0]):
                                 yield response
             while lean is None and not self._closed:
                 received = False

@@ -17,7 +17,7 @@ which costs several times what the socket and TLS do. Here:
   instances with its values (`live.unchecked`: no validation, the shape was
   checked by hand); the connection reads a frame of reply audio alone as
   its model turn's `Content`, without the message around it
-  (`LeanSession.all_messages`). Anything orjson reads differently from `json` (a number,
+  (`LeanSession.frames`). Anything orjson reads differently from `json` (a number,
   a lone surrogate) is outside the accepted shape and goes to the SDK.
   Every other frame (e.g. setup, tool calls, usage, go-away, errors, closes) goes
   through the SDK's own `AsyncSession.receive()`, fed from the same socket, so
@@ -458,31 +458,25 @@ class LeanSession:
 
     async def receive(self) -> AsyncIterator[types.LiveServerMessage]:
         """Messages up to the end of a turn, like the SDK's `receive()`."""
-        async for item in self._decoded():
-            if type(item) is types.Content:
-                server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": item})
-                yield unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
-                continue
-            message, turn_ends = item
-            yield message
-            if turn_ends:
-                return
+        async with contextlib.aclosing(self.frames()) as frames:
+            async for item in frames:
+                if type(item) is types.Content:
+                    server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": item})
+                    yield unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
+                    continue
+                message, turn_ends = item
+                yield message
+                if turn_ends:
+                    return
 
-    async def all_messages(self) -> AsyncIterator[types.LiveServerMessage | types.Content]:
-        """Every message of the connection, across turns, until its socket closes
+    async def frames(self) -> AsyncIterator[types.Content | tuple[types.LiveServerMessage, bool]]:
+        """Every frame of the connection, across turns, until its socket closes
         (then the SDK's error for the close is raised, as its `receive()` raises it).
 
         A frame of reply audio alone comes as its model turn's `Content` (see
-        `decode_lean`), every other as the SDK's message.
+        `decode_lean`); every other as its message and whether the SDK's
+        `receive()` would stop after it.
         """
-        async for item in self._decoded():
-            yield item if type(item) is types.Content else item[0]
-
-    async def _decoded(
-        self,
-    ) -> AsyncIterator[types.Content | tuple[types.LiveServerMessage, bool]]:
-        """Each frame as a bare audio chunk's `Content`, or as its message and
-        whether the SDK's `receive()` would stop after it."""
         decode = self._codec.decode
         while True:
             try:
