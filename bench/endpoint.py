@@ -276,7 +276,7 @@ class _Unobserved(SessionObserver):
     def _nothing(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    opened = started = ended = drops = frame_in = frame_out = audio_overflow = event = _nothing
+    opened = started = ended = abandon = catch_up = frames_in = frame_out = audio_overflow = event = _nothing
     model_response = actions = reconnecting = resumed = _nothing
 
 
