@@ -76,11 +76,13 @@ import dataclasses
 import datetime as dt
 import importlib
 import json
+import math
 import os
 import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,6 +94,7 @@ from typing import Any
 from bench.client_protocols import GEMINI_MODEL
 from bench.relay import REALTIME_MS, RESULTS, ROOT, _git, _machine, _ms, _Proc, _profile, _realtime, _triple
 from bench.stats import Histogram, latencies
+from live import capacity
 
 __all__ = [
     "DIRECT", "LIVE", "REFERENCE_PEERS", "Peer", "main", "run_peer", "summarize", "versus_references",
@@ -553,6 +556,38 @@ def spread(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def capacity_rule(rows: list[dict[str, Any]], probes: list[float]) -> dict[str, Any]:
+    """The figures behind `--max-sessions auto` (`live.capacity`), as this run measured them:
+    the probe's median over the run, and `live`'s CPU per session-minute at the N
+    closest to 50."""
+    probe = statistics.median(probes) if probes else None
+    costs = {
+        row["sessions"]: row["runs"][LIVE.name]["cpu_s_per_session_minute"]
+        for row in rows
+        if LIVE.name in row["runs"] and row["runs"][LIVE.name].get("realtime")
+    }
+    if probe is None or not costs:
+        return {"probe_us": probe, "cost": None, "said": "capacity rule: no real-time run of live to rest it on"}
+    n = min(costs, key=lambda size: abs(size - 50))
+    cost = statistics.median(
+        row["runs"][LIVE.name]["cpu_s_per_session_minute"]
+        for row in rows
+        if row["sessions"] == n and LIVE.name in row["runs"]
+    )
+    estimate = capacity.estimate(probe)
+    return {
+        "probe_us": probe,
+        "cost": cost,
+        "at_sessions": n,
+        "said": (
+            f"capacity rule: probe {probe:.1f} us (median of {len(probes)}; live.capacity.REFERENCE_PROBE_US "
+            f"is {capacity.REFERENCE_PROBE_US:g}), live {cost:.3f} CPU s per session-minute at N={n} "
+            f"(REFERENCE_COST {capacity.REFERENCE_COST:g}); --max-sessions auto gives {estimate.sessions} here, "
+            f"this run's figures would give {math.floor(capacity.CORE_SHARE * 60 / cost)}"
+        ),
+    }
+
+
 def _median_range(label: str, values: list[float], fmt: str) -> str:
     if not values:
         return f"{label} -"
@@ -644,6 +679,7 @@ def _main(
         print(f"  reference peer {module_name} cannot run here: {why}", flush=True)
     stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
     rows = []
+    probes: list[float] = []
     for n in sizes:
         runs: dict[str, Any] = {}
         for peer in order:
@@ -652,6 +688,7 @@ def _main(
                 if profile and n == max(sizes) and peer.command is not None
                 else None
             )
+            probes.append(capacity.probe_us())  # this machine's speed now, for --max-sessions auto
             try:
                 runs[peer.name] = run_peer(peer, n, duration, warmup=warmup, profile=spied)
             except (RuntimeError, TimeoutError, AssertionError) as exc:
@@ -695,6 +732,9 @@ def _main(
         report["spread"] = spread(rows)
         print()
         print("\n".join(report["spread"]))
+    report["capacity"] = capacity_rule(rows, probes)
+    print()
+    print(report["capacity"]["said"])
     path = Path(json_path) if json_path else RESULTS / f"relay-real-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")

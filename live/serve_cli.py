@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from live import logs
+from live import capacity, logs
 from live.agent import Agent
 from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
@@ -77,6 +77,15 @@ def _positive(kind: type) -> Callable[[str], Any]:
     return parse
 
 
+def _sessions(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return _positive(int)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"a positive number or auto, not {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="live serve",
@@ -93,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--model", help=f"model name, e.g. gemini-2.5-flash-native-audio-preview-09-2025 or {DEFAULT_MODEL} (the default)")
     who.add_argument("--agent", metavar="MODULE:ATTR", help="an agent, e.g. samples.weather:agent (--model then overrides its model)")
     limits = parser.add_argument_group("limits and checks")
-    limits.add_argument("--max-sessions", type=_positive(int), default=100, help="concurrent sessions in this process (default 100: what one process holds in real time on one core of a 2-core VM on the Gemini path, with headroom; measure yours with python -m bench.relay --real)")
+    limits.add_argument("--max-sessions", type=_sessions, default="auto", help="concurrent sessions in this process (default auto: what one process holds in real time on this machine's core on the Gemini path, with headroom, from a 0.1 s probe at start; see Performance in the README)")
     limits.add_argument("--near-capacity", type=_fraction, default=0.9, metavar="SHARE", help="share of --max-sessions from which /healthz answers 503 near_capacity, so a load balancer sends new sessions elsewhere (default 0.9; /livez stays 200)")
     limits.add_argument("--max-frame-bytes", type=_positive(int), default=64 << 10, help="largest client frame: a session.start with its history, a typed turn, a tool result, an audio frame (default 64 KiB)")
     limits.add_argument("--max-image-bytes", type=_positive(int), help="largest camera or screen image; larger ones are dropped with an image_too_large error (default: as large as fits in --max-frame-bytes as base64, about 48 KB at 64 KiB)")
@@ -156,6 +165,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _max_sessions(value: int | str) -> int:
+    if value != "auto":
+        return int(value)
+    found = capacity.estimate()
+    logging.getLogger("live.server").info(
+        "capacity: %d sessions in this process (--max-sessions auto: this machine does the relay's "
+        "work per frame at %.2fx the speed of the benchmark's; set --max-sessions to override)",
+        found.sessions, found.speed,
+    )
+    return found.sessions
+
+
 def load_agent(spec: str) -> Agent:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -210,7 +231,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
     config = ServerConfig(
         host=args.host,
         port=args.port,
-        max_sessions=args.max_sessions,
+        max_sessions=_max_sessions(args.max_sessions),
         near_capacity=args.near_capacity,
         max_frame_bytes=args.max_frame_bytes,
         max_image_bytes=args.max_image_bytes,

@@ -1,0 +1,123 @@
+"""How many sessions one process holds in real time on this machine: `--max-sessions auto`.
+
+A relayed session costs the process CPU for every frame it moves (reading a
+socket, TLS, WebSocket framing, the lean wire's JSON and base64, the session's
+bookkeeping), and one process has one core to spend. The real-path benchmark
+(`python -m bench.relay --real`) measured that cost on its machine in CPU
+seconds per session-minute (`REFERENCE_COST`), and timed there a probe: a fixed
+slice of the same per-frame work, run in-process (`REFERENCE_PROBE_US`). Here
+the probe is timed again, the cost scaled by how much slower or faster this
+machine runs it, and the capacity is the sessions that take `CORE_SHARE` of
+one core: the rest is headroom for bursts, hand-overs and garbage collection.
+
+The rule fits relayed models (Gemini), whose work is in the model's service.
+A model that runs in the process (`local/voice`'s recogniser) costs far more
+per session: give it `--max-sessions` yourself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import statistics
+import time
+
+import pybase64
+from websockets.frames import Frame, Opcode
+from websockets.protocol import Protocol, Side
+
+from live.llm import LlmResponse
+from live.reattach import ReplayBuffer
+from live.session import SessionCore
+
+__all__ = ["CORE_SHARE", "Capacity", "REFERENCE_COST", "REFERENCE_PROBE_US", "estimate", "probe_us"]
+
+REFERENCE_COST = 0.78
+"""CPU s per session-minute of `live serve` on the real Gemini path at 50
+sessions, on the benchmark's machine (2-core VM, Python 3.11, uvloop;
+2026-12-01; see the README's Performance section)."""
+
+REFERENCE_PROBE_US = 33.0
+"""What `probe_us()` took on that machine in the same sitting."""
+
+CORE_SHARE = 0.75
+"""The share of one core the sessions may take."""
+
+MIN_SESSIONS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Capacity:
+    """The estimate and what it rests on (for the start-up log line)."""
+
+    sessions: int
+    probe_us: float
+    speed: float  # this machine against the benchmark's: 2.0 is twice as fast
+
+
+def estimate(probe: float | None = None) -> Capacity:
+    """The sessions one process holds here (at least `MIN_SESSIONS`)."""
+    measured = probe_us() if probe is None else probe
+    speed = REFERENCE_PROBE_US / measured
+    cost = REFERENCE_COST / speed  # CPU s per session-minute here
+    sessions = max(MIN_SESSIONS, math.floor(CORE_SHARE * 60.0 / cost))
+    return Capacity(sessions, measured, speed)
+
+
+_FRAME = bytes(range(256)) * 2 + bytes(128)  # 20 ms of 16 kHz PCM16
+_CHUNK_DATA = pybase64.b64encode(bytes(1920)).decode()  # 40 ms of 24 kHz PCM16
+
+
+# As a client sends it (masked: the mask's random bytes are drawn once, here).
+_MASKED = Frame(Opcode.BINARY, _FRAME).serialize(mask=True)
+
+
+def _round(core: SessionCore, protocol: Protocol, replay: ReplayBuffer, chunk: bytes) -> None:
+    """One microphone frame in and out, and half a reply chunk: the relay's per-frame work, minus the sockets
+    (and minus system calls, whose cost varies from one moment to the next)."""
+    from connections.gemini_wire import decode_lean
+
+    protocol.receive_data(_MASKED)
+    (frame,) = protocol.events_received()
+    blob = core.client_audio(frame.data)
+    text = '{"realtime_input":{"audio":{"data":"%s","mime_type":"%s"}}}' % (
+        pybase64.b64encode(blob.data, altchars=b"-_").decode("ascii"),
+        blob.mime_type,
+    )
+    Frame(Opcode.TEXT, text.encode()).serialize(mask=False)
+    content = decode_lean(chunk)
+    response = LlmResponse(content=content, partial=True)  # type: ignore[arg-type]
+    protocol.send_binary(response.content.parts[0].inline_data.data)  # type: ignore[union-attr,index]
+    for out in protocol.data_to_send():
+        replay.add(out)
+
+
+def probe_us(rounds: int = 40, tries: int = 25) -> float:
+    """Microseconds one probe round takes here: the median of `tries` short runs.
+
+    On a shared VM the same work runs up to twice as fast at some moments as
+    at others (other tenants); the median is what the process meets most of
+    the time, and what the benchmark's long runs measured.
+    """
+    core = SessionCore(input_rate=16000)
+    protocol = Protocol(Side.SERVER)  # an open connection's framing, no handshake
+    replay = ReplayBuffer()
+    chunk = (
+        '{"serverContent":{"modelTurn":{"parts":[{"inlineData":'
+        '{"mimeType":"audio/pcm;rate=24000","data":"%s"}}]}}}' % _CHUNK_DATA
+    ).encode()
+    _round(core, protocol, replay, chunk)  # imports, first-call caches
+    times = []
+    collecting = gc.isenabled()
+    gc.disable()  # a collection of the whole heap would be timed with whichever try it fell in
+    try:
+        for _ in range(tries):
+            started = time.perf_counter()
+            for _ in range(rounds):
+                _round(core, protocol, replay, chunk)
+            times.append(time.perf_counter() - started)
+    finally:
+        if collecting:
+            gc.enable()
+    return statistics.median(times) / rounds * 1e6
