@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import contextlib
 import json
 
@@ -96,6 +98,27 @@ async def test_frames_that_wait_for_a_slow_model_go_out_together_in_order():
     assert b"".join(chunks) == b"".join(frames)  # nothing lost, nothing reordered
     assert len(chunks) < len(frames)  # the waiting frames were sent as larger chunks
     assert max(len(c) for c in chunks) <= 5 * 640  # at most 100 ms in one chunk
+
+
+async def test_frames_that_piled_up_while_the_server_was_busy_go_to_the_model_together():
+    """A reader that fell behind (the process was busy) finds frames waiting: they
+    go to the model joined, one message for the run, not one each."""
+    session = double.ScriptedSession()
+    llm, _ = gemini(session)
+    frames = [bytes([n, 0]) * 320 for n in range(6)]
+    async with running(AGENT, llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_audio(frames[0])
+        with anyio.fail_after(5):
+            await session.wait_for(lambda m: session.audio_chunks == 1)
+        for frame in frames[1:]:
+            await client.send_audio(frame)  # written to the socket, not yet read by the server
+        time.sleep(0.1)  # the event loop (the server's too) is busy meanwhile
+        with anyio.fail_after(5):
+            await session.wait_for(lambda m: session.audio_bytes == 6 * 640)
+    chunks = [m.realtime_input.audio.data for m in session.sent if m.realtime_input and m.realtime_input.audio]
+    assert b"".join(chunks) == b"".join(frames)  # in order, none lost
+    assert chunks[0] == frames[0]  # sent at once: nothing was waiting
+    assert len(chunks) <= 3, [len(c) for c in chunks]  # the five that piled up: joined
 
 
 async def test_a_model_socket_that_stops_taking_sends_does_not_stop_the_client_being_read():
