@@ -33,12 +33,12 @@ from live.session import SessionCore
 
 __all__ = ["CORE_SHARE", "Capacity", "REFERENCE_COST", "REFERENCE_PROBE_US", "estimate", "probe_us"]
 
-REFERENCE_COST = 0.78
+REFERENCE_COST = 0.793
 """CPU s per session-minute of `live serve` on the real Gemini path at 50
 sessions, on the benchmark's machine (2-core VM, Python 3.11, uvloop;
 2026-12-01; see the README's Performance section)."""
 
-REFERENCE_PROBE_US = 33.0
+REFERENCE_PROBE_US = 52.1
 """What `probe_us()` took on that machine in the same sitting."""
 
 CORE_SHARE = 0.75
