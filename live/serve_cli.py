@@ -165,16 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _max_sessions(value: int | str) -> int:
-    if value != "auto":
-        return int(value)
-    found = capacity.estimate()
-    logging.getLogger("live.server").info(
-        "capacity: %d sessions in this process (--max-sessions auto: this machine does the relay's "
-        "work per frame at %.2fx the speed of the benchmark's; set --max-sessions to override)",
-        found.sessions, found.speed,
-    )
-    return found.sessions
+def _max_sessions(args: argparse.Namespace) -> int:
+    """`--max-sessions`, measured when auto (said in the log once the server serves)."""
+    if args.max_sessions != "auto":
+        return int(args.max_sessions)
+    args.capacity_found = capacity.estimate()
+    return args.capacity_found.sessions
 
 
 def load_agent(spec: str) -> Agent:
@@ -231,7 +227,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
     config = ServerConfig(
         host=args.host,
         port=args.port,
-        max_sessions=_max_sessions(args.max_sessions),
+        max_sessions=_max_sessions(args),
         near_capacity=args.near_capacity,
         max_frame_bytes=args.max_frame_bytes,
         max_image_bytes=args.max_image_bytes,
@@ -304,7 +300,15 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
 
         tg.start_soon(stop_on_signal)
         port = await tg.start(serve)
-        logging.getLogger("live.server").info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
+        logger = logging.getLogger("live.server")
+        logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
+        found = getattr(args, "capacity_found", None)
+        if found is not None:
+            logger.info(
+                "capacity: %d sessions in this process (--max-sessions auto: this machine does the relay's "
+                "work per frame at %.2fx the speed of the benchmark's; set --max-sessions to override)",
+                found.sessions, found.speed,
+            )
         if args.worker_index:
             print("ready", flush=True)  # read by the first process (see _start_workers)
             return

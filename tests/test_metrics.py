@@ -153,10 +153,10 @@ async def test_a_long_session_shows_its_frames_and_model_messages_while_it_goes_
     session = double.ScriptedSession()
     llm = Gemini("gemini-2.5-flash", transport=double.DoubleTransport(session))
     async with running(AGENT, llm) as (server, url), LiveClient.connect(url) as client:
-        for _ in range(60):
+        for sent in range(1, 61):  # one at a time: each its own message to the model
             await client.send_audio(MIC)
-        with anyio.fail_after(5):
-            await session.wait_for(lambda m: session.audio_chunks == 60)
+            with anyio.fail_after(5):
+                await session.wait_for(lambda m: session.audio_chunks == sent)
         await anyio.sleep(1.2)  # one catch-up of the session's counts
         m = await ascrape(server.port)
         assert server.sessions  # still going
