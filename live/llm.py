@@ -17,7 +17,8 @@ Concurrency guarantees every implementation gives (and the server relies on):
 - **Sends that wait say so.** `can_send_now()` is True only when a `send_realtime`
   made now completes without waiting (its transport takes the bytes at once);
   the server then sends client audio from the task that read it rather than
-  handing it to a sender task. False, the default, means unknown.
+  handing it to a sender task, and relies on that send not pausing (it is not
+  ordered against the sender's). False, the default, means unknown.
 - **No per-session state on the model.** One `BaseLlm` instance serves every
   concurrent session in the process; all per-session state lives in the connection.
 """

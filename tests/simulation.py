@@ -317,11 +317,13 @@ class SimSession(double.ScriptedSession):
         sim.tg.start_soon(self._mind)
 
     # -- sends take a while, now and then (a socket's buffer is full)
-    async def _latency(self) -> None:
+    def _latency(self) -> None:
+        """After a send: now and then it filled the socket's buffer. It was taken
+        (a send started while `can_send_now()` said True never waits, as on a
+        socket); the ones after it wait, and `can_send_now()` says so, until the
+        buffer drains."""
         rng = self.sim.rng
         if rng.random() < 0.05:
-            # From this send on, sends wait (and `can_send_now()` says so) until
-            # the buffer drains.
             self.hold_sends()
             self.sim.tg.start_soon(self._drain, rng.choice([0.001, 0.01, 0.1]))
 
@@ -330,19 +332,20 @@ class SimSession(double.ScriptedSession):
         self.release_sends()
 
     async def send_realtime_input(self, **kwargs: Any) -> None:
-        await self._latency()
+        await self._sends_released()  # a full buffer first: what is judged below is what arrives
         if self._awaiting_seed and kwargs.get("text") is not None:
             self.ignored_items.extend(("user", q) for q in _TYPED.findall(kwargs["text"]))
             self.sim.log(f"model {self.index}: text before the history seed's turn_complete: not processed")
         await super().send_realtime_input(**kwargs)
+        self._latency()
 
     async def send_client_content(self, **kwargs: Any) -> None:
-        await self._latency()
         await super().send_client_content(**kwargs)
+        self._latency()
 
     async def send_tool_response(self, **kwargs: Any) -> None:
-        await self._latency()
         await super().send_tool_response(**kwargs)
+        self._latency()
 
     # -- what the connection receives
     async def receive(self) -> Any:
