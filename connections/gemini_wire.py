@@ -212,9 +212,14 @@ def decode_frame(raw: bytes | str) -> types.LiveServerMessage | None:
     """
     decoded = decode_lean(raw)
     if type(decoded) is types.Content:
-        server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": decoded})
-        return unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
+        return _audio_message(decoded)
     return decoded  # type: ignore[return-value]
+
+
+def _audio_message(model_turn: types.Content) -> types.LiveServerMessage:
+    """The message around a bare audio chunk's model turn (see `decode_lean`)."""
+    server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": model_turn})
+    return unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
 
 
 def decode_lean(raw: bytes | str) -> types.LiveServerMessage | types.Content | None:
@@ -461,8 +466,7 @@ class LeanSession:
         async with contextlib.aclosing(self.frames()) as frames:
             async for item in frames:
                 if type(item) is types.Content:
-                    server_content = unchecked(_SERVER_CONTENT, _SET_SERVER_CONTENT, {"model_turn": item})
-                    yield unchecked(_MESSAGE, _SET_MESSAGE, {"server_content": server_content})
+                    yield _audio_message(item)
                     continue
                 message, turn_ends = item
                 yield message

@@ -105,11 +105,10 @@ class _MeasuredConnection(WrappedConnection):
         self._count_sent()
 
     async def receive(self) -> AsyncIterator[LlmResponse]:  # type: ignore[override]
-        step = self.COUNT_STEP
         try:
             async for response in self.inner.receive():
                 self._received += 1
-                if self._received >= step:
+                if self._received >= self.COUNT_STEP:
                     self._in.inc(self._received)
                     self._received = 0
                 if response.usage_metadata is not None:
