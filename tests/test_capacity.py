@@ -28,7 +28,7 @@ def test_the_capacity_scales_with_how_fast_this_machine_does_the_work_of_a_frame
     assert capacity.estimate(capacity.REFERENCE_PROBE_US * 1000).sessions == capacity.MIN_SESSIONS
 
 
-def test_the_probe_takes_a_tenth_of_a_second_and_gives_a_time_per_frame():
+def test_the_probe_gives_a_plausible_time_per_frame():
     probe = capacity.probe_us(rounds=50, tries=2)
     assert 0 < probe < 10_000  # microseconds for one frame's work, never a zero or a stall
 
