@@ -22,6 +22,8 @@ import gc
 import math
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pybase64
 from websockets.frames import Frame, Opcode
@@ -73,11 +75,11 @@ _CHUNK_DATA = pybase64.b64encode(bytes(1920)).decode()  # 40 ms of 24 kHz PCM16
 _MASKED = Frame(Opcode.BINARY, _FRAME).serialize(mask=True)
 
 
-def _round(core: SessionCore, protocol: Protocol, replay: ReplayBuffer, chunk: bytes) -> None:
+def _round(
+    core: SessionCore, protocol: Protocol, replay: ReplayBuffer, chunk: bytes, decode_lean: Callable[[bytes], Any]
+) -> None:
     """One microphone frame in and out, and half a reply chunk: the relay's per-frame work, minus the sockets
     (and minus system calls, whose cost varies from one moment to the next)."""
-    from connections.gemini_wire import decode_lean
-
     protocol.receive_data(_MASKED)
     (frame,) = protocol.events_received()
     blob = core.client_audio(frame.data)
@@ -107,7 +109,11 @@ def probe_us(rounds: int = 40, tries: int = 25) -> float:
         '{"serverContent":{"modelTurn":{"parts":[{"inlineData":'
         '{"mimeType":"audio/pcm;rate=24000","data":"%s"}}]}}}' % _CHUNK_DATA
     ).encode()
-    _round(core, protocol, replay, chunk)  # imports, first-call caches
+    # The Gemini relay's own decoder (imported here, as live/ imports connections/
+    # only where it uses one).
+    from connections.gemini_wire import decode_lean
+
+    _round(core, protocol, replay, chunk, decode_lean)  # first-call caches
     times = []
     collecting = gc.isenabled()
     gc.disable()  # a collection of the whole heap would be timed with whichever try it fell in
@@ -115,7 +121,7 @@ def probe_us(rounds: int = 40, tries: int = 25) -> float:
         for _ in range(tries):
             started = time.perf_counter()
             for _ in range(rounds):
-                _round(core, protocol, replay, chunk)
+                _round(core, protocol, replay, chunk, decode_lean)
             times.append(time.perf_counter() - started)
     finally:
         if collecting:
