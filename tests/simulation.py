@@ -62,6 +62,8 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import heapq
+import itertools
 import json
 import logging
 import math
@@ -1268,6 +1270,28 @@ class Simulation:
         self.violation("session-ended", f"the session ended before the client closed it: {detail}")
 
 
+@contextlib.contextmanager
+def _deadlines_in_order() -> Any:
+    """Trio breaks ties between equal deadlines by `id(cancel_scope)`, a memory
+    address (trio/_core/_run.py, `Deadlines.add`). In virtual time deadlines tie
+    all the time, so which timeout fires first, and so the order tasks wake in,
+    would hang on where earlier runs in this process (and the garbage collector)
+    left free memory. Break the ties by the order the deadlines were set instead."""
+    deadlines = trio._core._run.Deadlines
+    real_add = deadlines.add
+    order = itertools.count()
+
+    def add(self: Any, deadline: float, cancel_scope: Any) -> None:
+        heapq.heappush(self._heap, (deadline, next(order), cancel_scope))
+        self._active += 1
+
+    deadlines.add = add  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        deadlines.add = real_add  # type: ignore[method-assign]
+
+
 def run_seed(seed: int, avoid: frozenset[str] = frozenset()) -> Outcome:
     """Run one seeded conversation; its outcome holds the violations and the trace."""
     cpu_started = time.process_time()
@@ -1284,11 +1308,12 @@ def run_seed(seed: int, avoid: frozenset[str] = frozenset()) -> Outcome:
     real_uuid4 = uuid.uuid4
     uuid.uuid4 = lambda: uuid.UUID(int=ids.getrandbits(128), version=4)  # type: ignore[assignment]
     try:
-        anyio.run(
-            sim.run,
-            backend="trio",
-            backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
-        )
+        with _deadlines_in_order():
+            anyio.run(
+                sim.run,
+                backend="trio",
+                backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)},
+            )
     except BaseException as exc:  # noqa: BLE001 - a crash of the harness is a finding too
         if isinstance(exc, KeyboardInterrupt):
             raise
