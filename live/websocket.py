@@ -1,0 +1,494 @@
+"""WebSocket connections on picows, with the surface and exceptions of websockets' asyncio API.
+
+A relay's CPU goes mostly to its sockets: every 20 ms microphone frame and
+every reply chunk is a WebSocket frame read on one socket and written on
+another. websockets frames in Python (a sans-I/O parser run per read, then a
+queue, a future and a task switch per message); picows frames in Cython and
+calls back per frame, over aiofastnet's transports and TLS. On a verbatim
+relay, moving both sockets to picows halves the CPU per session (README,
+Performance).
+
+`WebSocket` is one connection, client or server side, offering what the
+server and google-genai use of websockets' connections: `recv()`, `async for`,
+`send()`, `close()`, `request`, `remote_address`, and their exceptions
+(`websockets.ConnectionClosedOK` / `ConnectionClosedError` with the close
+frames as sent and received, `InvalidStatus`, `InvalidURI`, `InvalidHandshake`),
+so code written against websockets reads it unchanged. Two additions for the
+hot path: `can_send_now()` (a frame sent now goes out at once) and
+`frames_waiting()` (frames read and not yet taken). `connect()` dials,
+`serve()` listens.
+
+Bounded: at most `max_queue` messages wait for `recv()`; past that the socket
+stops reading until `recv()` catches up, and TCP pushes back on the peer. A
+message over `max_size` closes the connection with 1009; text that is not
+UTF-8, with 1007. Keepalive pings go out while nothing arrives for
+`ping_interval` seconds; no answer within `ping_timeout` drops the connection.
+No permessage-deflate: audio does not compress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import http
+import logging
+import ssl as ssl_module
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import picows
+from multidict import CIMultiDict
+import websockets
+from picows import WSCloseCode, WSListener, WSMsgType
+from websockets.datastructures import Headers
+from websockets.frames import OK_CLOSE_CODES, Close, CloseCode
+from websockets.http11 import Request, Response
+from websockets.proxy import get_proxy
+from websockets.uri import parse_uri
+
+__all__ = ["Server", "WebSocket", "connect", "serve"]
+
+logger = logging.getLogger(__name__)
+
+class _PicowsLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """picows' log lines in this project's terms.
+
+    A connection coming and going, a slow reader pushing back, and a peer
+    breaking the protocol (its handler sees that as a close, with the code)
+    are everyday events on a server, not warnings or errors: they go to
+    DEBUG. Anything else picows reports (a failure in this module's own
+    callbacks) keeps its level.
+    """
+
+    _EVERYDAY: Final = (
+        "New connection accepted", "WS connection established", "Disconnected", "WS parser error",
+        "on_ws_frame raised WSProtocolError", "Protocol writing pause", "Protocol writing resume",
+        "Handshake timeout", "Disconnect because HTTP request violated",
+    )
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if isinstance(msg, str) and msg.startswith(self._EVERYDAY):
+            level = logging.DEBUG
+        super().log(level, msg, *args, **kwargs)
+
+
+_picows_log = _PicowsLog(logging.getLogger(f"{__name__}.picows"))
+
+# websockets' defaults, which callers that pass nothing rely on.
+MAX_SIZE: Final = 1 << 20
+MAX_QUEUE: Final = 16
+PING_INTERVAL: Final = 20.0
+OPEN_TIMEOUT: Final = 10.0
+CLOSE_TIMEOUT: Final = 10.0
+
+
+class WebSocket(WSListener):  # type: ignore[misc]
+    """One connection: picows calls in with frames; tasks call `recv`, `send` and `close`."""
+
+    def __init__(
+        self,
+        *,
+        max_size: int | None = MAX_SIZE,
+        max_queue: int | None = MAX_QUEUE,
+        close_timeout: float | None = CLOSE_TIMEOUT,
+        request: Request | None = None,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._transport: Any = None
+        self._buffered: Callable[[], int] = lambda: 0
+        self._messages: collections.deque[tuple[bytes, bool]] = collections.deque()
+        self._fragments: list[bytes] = []
+        self._fragments_text = False
+        self._fragments_size = 0
+        self._max_size = max_size or 0
+        self._max_queue = max_queue or 0
+        self._reading_paused = False
+        self._close_timeout = close_timeout
+        self._recv_waiter: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None  # while the write buffer is over its mark
+        self._closed: websockets.ConnectionClosed | None = None
+        self._disconnected = self._loop.create_future()
+        self.request = request
+        self.remote_address: Any = None
+        self.on_open: Callable[[], None] | None = None  # called once the connection is up
+
+    # ------------------------------------------------------------------ picows' side
+
+    def on_ws_connected(self, transport: Any) -> None:
+        self._transport = transport
+        underlying = transport.underlying_transport
+        self._buffered = underlying.get_write_buffer_size
+        self.remote_address = underlying.get_extra_info("peername")
+        if self.on_open is not None:
+            self.on_open()
+
+    def on_ws_frame(self, transport: Any, frame: Any) -> None:
+        kind = frame.msg_type
+        if kind is WSMsgType.TEXT or kind is WSMsgType.BINARY:
+            if self._fragments:
+                raise picows.WSProtocolError(WSCloseCode.PROTOCOL_ERROR, "expected a continuation frame")
+            if frame.fin:
+                if self._max_size and frame.payload_size > self._max_size:
+                    raise picows.WSProtocolError(WSCloseCode.MESSAGE_TOO_BIG, "message too big")
+                self._deliver(frame.get_payload_as_bytes(), kind is WSMsgType.TEXT)
+                return
+            self._fragments_text = kind is WSMsgType.TEXT
+            self._fragment(frame)
+        elif kind is WSMsgType.CONTINUATION:
+            if not self._fragments:
+                raise picows.WSProtocolError(WSCloseCode.PROTOCOL_ERROR, "unexpected continuation frame")
+            self._fragment(frame)
+        elif kind is WSMsgType.CLOSE:
+            transport.send_close(frame.get_close_code(), frame.get_close_message())
+            transport.disconnect()
+
+    def _fragment(self, frame: Any) -> None:
+        self._fragments.append(frame.get_payload_as_bytes())
+        self._fragments_size += frame.payload_size
+        if self._max_size and self._fragments_size > self._max_size:
+            raise picows.WSProtocolError(WSCloseCode.MESSAGE_TOO_BIG, "message too big")
+        if frame.fin:
+            payload = b"".join(self._fragments)
+            self._fragments = []
+            self._fragments_size = 0
+            self._deliver(payload, self._fragments_text)
+
+    def _deliver(self, payload: bytes, text: bool) -> None:
+        # Text stays bytes until `recv()` says how it wants it.
+        self._messages.append((payload, text))
+        waiter = self._recv_waiter
+        if waiter is not None:
+            self._recv_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+        if self._max_queue and len(self._messages) >= self._max_queue and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.underlying_transport.pause_reading()
+
+    def on_ws_disconnected(self, transport: Any) -> None:
+        self._closed = _closed(transport.close_handshake)
+        for future in (self._recv_waiter, self._drained):
+            if future is not None and not future.done():
+                future.set_result(None)
+        self._recv_waiter = self._drained = None
+        if not self._disconnected.done():
+            self._disconnected.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._drained is None:
+            self._drained = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    # ------------------------------------------------------------------ the tasks' side
+
+    async def recv(self, decode: bool | None = None) -> str | bytes:
+        """The next message (text as `str`, binary as `bytes`, unless `decode` says
+        otherwise), or websockets' `ConnectionClosed` once none is left."""
+        messages = self._messages
+        while not messages:
+            if self._closed is not None:
+                raise self._closed
+            if self._recv_waiter is not None:
+                raise RuntimeError("recv() is already waiting for the next message")
+            self._recv_waiter = self._loop.create_future()
+            await self._recv_waiter
+        payload, text = messages.popleft()
+        if self._reading_paused and len(messages) <= self._max_queue // 4:
+            self._reading_paused = False
+            self._transport.underlying_transport.resume_reading()
+        if text if decode is None else decode:
+            try:
+                return payload.decode()
+            except UnicodeDecodeError:
+                self._transport.send_close(WSCloseCode.INVALID_TEXT, b"invalid UTF-8")
+                self._transport.disconnect()
+                await self._closing()
+        return payload
+
+    def __aiter__(self) -> WebSocket:
+        return self
+
+    async def __anext__(self) -> str | bytes:
+        """Messages until the connection closes: normally ends the loop, otherwise raises."""
+        try:
+            return await self.recv()
+        except websockets.ConnectionClosedOK:
+            raise StopAsyncIteration from None
+
+    async def send(self, message: str | bytes) -> None:
+        """One message (`str` as text, bytes as binary), written at once; waits only
+        while the socket's write buffer is past its mark."""
+        transport = self._transport
+        if self._closed is not None or transport.is_close_frame_sent:
+            await self._closing()
+        if type(message) is str:
+            transport.send(WSMsgType.TEXT, message.encode())
+        else:
+            transport.send(WSMsgType.BINARY, message)
+        if self._drained is not None:
+            await self._drained
+            if self._closed is not None:
+                raise self._closed
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """The closing handshake, bounded by the close timeout; then the connection is down."""
+        transport = self._transport
+        if not transport.is_close_frame_sent and not transport.is_disconnected:
+            transport.send_close(WSCloseCode(code), reason.encode())
+        await self.wait_closed()
+
+    async def wait_closed(self) -> None:
+        """Until the connection is down (the peer's close answered, or the close timeout passed)."""
+        if self._disconnected.done():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._disconnected), self._close_timeout)
+            return
+        self._transport.disconnect(False)
+        await asyncio.shield(self._disconnected)
+
+    async def _closing(self) -> None:
+        await asyncio.shield(self._disconnected)
+        assert self._closed is not None
+        raise self._closed
+
+    def can_send_now(self) -> bool:
+        """Open, and nothing waiting in the write buffer: a frame sent now goes out at once."""
+        transport = self._transport
+        return not (transport.is_close_frame_sent or transport.is_disconnected) and self._buffered() == 0
+
+    @property
+    def transport(self) -> asyncio.Transport:
+        """The asyncio transport under the connection (as websockets' connections have it)."""
+        return self._transport.underlying_transport
+
+    def frames_waiting(self) -> int:
+        """Messages read from the socket and not yet taken by `recv()`."""
+        return len(self._messages)
+
+    @property
+    def close_code(self) -> int | None:
+        """The code of the close frame received, once the connection is down (1006 without one)."""
+        if self._closed is None:
+            return None
+        return self._closed.rcvd.code if self._closed.rcvd is not None else CloseCode.ABNORMAL_CLOSURE
+
+    @property
+    def close_reason(self) -> str | None:
+        if self._closed is None:
+            return None
+        return self._closed.rcvd.reason if self._closed.rcvd is not None else ""
+
+    async def __aenter__(self) -> WebSocket:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def _close_frame(info: Any) -> Close | None:
+    if info is None:
+        return None
+    # A close frame without a code reads as 1005, websockets' "none given".
+    return Close(int(info.code) or CloseCode.NO_STATUS_RCVD, info.reason or "")
+
+
+def _closed(handshake: Any) -> websockets.ConnectionClosed:
+    """websockets' exception for a connection that is down, with the close frames as picows saw them.
+
+    OK only when both frames went and both say a normal close (websockets' rule).
+    """
+    if handshake is None:
+        return websockets.ConnectionClosedError(None, None)
+    rcvd, sent = _close_frame(handshake.recv), _close_frame(handshake.sent)
+    ok = rcvd is not None and sent is not None and rcvd.code in OK_CLOSE_CODES and sent.code in OK_CLOSE_CODES
+    kind = websockets.ConnectionClosedOK if ok else websockets.ConnectionClosedError
+    return kind(rcvd, sent, bool(handshake.recv_then_sent) if rcvd and sent else None)
+
+
+def _ping_options(ping_interval: float | None, ping_timeout: float | None) -> dict[str, Any]:
+    return {
+        "enable_auto_ping": ping_interval is not None,
+        "auto_ping_idle_timeout": ping_interval or PING_INTERVAL,
+        "auto_ping_reply_timeout": ping_timeout or PING_INTERVAL,
+        "auto_ping_strategy": picows.WSAutoPingStrategy.PING_WHEN_IDLE,
+    }
+
+
+# ---------------------------------------------------------------------------- dialing
+
+
+async def connect(
+    uri: str,
+    *,
+    additional_headers: Any = None,
+    ssl: ssl_module.SSLContext | bool | None = None,
+    compression: str | None = None,
+    proxy: str | bool | None = True,
+    open_timeout: float | None = OPEN_TIMEOUT,
+    ping_interval: float | None = PING_INTERVAL,
+    ping_timeout: float | None = PING_INTERVAL,
+    close_timeout: float | None = CLOSE_TIMEOUT,
+    max_size: int | None = MAX_SIZE,
+    max_queue: int | None = MAX_QUEUE,
+) -> WebSocket:
+    """A `WebSocket` connected to `uri`; the options mean what they mean to websockets' `connect`.
+
+    The proxy is chosen as websockets chooses it (HTTPS_PROXY, NO_PROXY).
+    Handshake failures raise websockets' exceptions; `compression` must be None.
+    """
+    if compression is not None:
+        raise ValueError("live.websocket does not compress: pass compression=None")
+    target = parse_uri(uri)  # websockets.InvalidURI for what websockets refuses
+    if proxy is True:
+        proxy = get_proxy(target)
+    headers = list(additional_headers.items()) if hasattr(additional_headers, "items") else additional_headers
+    try:
+        _, socket = await picows.ws_connect(
+            lambda: WebSocket(max_size=max_size, max_queue=max_queue, close_timeout=close_timeout),
+            uri,
+            ssl_context=ssl if isinstance(ssl, ssl_module.SSLContext) else None,
+            websocket_handshake_timeout=open_timeout,
+            max_frame_size=max_size or (1 << 62),
+            extra_headers=headers or None,
+            proxy=proxy or None,
+            logger_name=_picows_log,
+            **_ping_options(ping_interval, ping_timeout),
+        )
+    except picows.WSInvalidStatusError as exc:
+        got = exc.response
+        assert got is not None
+        body = got.body or exc.raw_body or b""
+        response = Response(int(got.status), got.status.phrase, Headers(list(got.headers.items())), bytes(body))
+        raise websockets.InvalidStatus(response) from exc
+    except picows.WSInvalidURL as exc:
+        raise websockets.InvalidURI(uri, str(exc)) from exc
+    except picows.WSHandshakeError as exc:
+        raise websockets.InvalidHandshake(str(exc)) from exc
+    return socket
+
+
+# ---------------------------------------------------------------------------- serving
+
+
+class Server:
+    """A listening socket and the handlers of its connections (all owned by `serve()`'s task group)."""
+
+    def __init__(self, raw: asyncio.Server, task_group: anyio.abc.TaskGroup) -> None:
+        self._raw = raw
+        self._task_group = task_group
+        self.connections: set[WebSocket] = set()
+
+    @property
+    def sockets(self) -> tuple[Any, ...]:
+        return tuple(self._raw.sockets)
+
+    def close(self, close_connections: bool = True) -> None:
+        """Stop listening; with `close_connections`, close every connection with 1001 (going away)."""
+        self._raw.close()
+        if close_connections:
+            for ws in list(self.connections):
+                self._task_group.start_soon(ws.close, CloseCode.GOING_AWAY, "")
+
+    async def wait_closed(self) -> None:
+        await self._raw.wait_closed()
+
+
+def _upgrade_response(response: Response, server_header: str | None) -> Any:
+    """websockets' `Response` as the picows response sent instead of the upgrade
+    (picows adds Content-Length for a body, and Connection: close)."""
+    answer = picows.WSUpgradeResponse()
+    answer.version = b"HTTP/1.1"
+    answer.status = http.HTTPStatus(response.status_code)
+    answer.headers = CIMultiDict(response.headers.raw_items())
+    answer.body = bytes(response.body) if response.body else None
+    if answer.body:
+        answer.headers.popall("Content-Length", None)
+    if server_header and "Server" not in answer.headers:
+        answer.headers["Server"] = server_header
+    return picows.WSUpgradeResponseWithListener(answer, None)
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    handler: Callable[[WebSocket], Awaitable[None]],
+    host: str | None,
+    port: int | None,
+    *,
+    process_request: Callable[[Any, Request], Response | None] | None = None,
+    ssl: ssl_module.SSLContext | None = None,
+    max_size: int | None = MAX_SIZE,
+    max_queue: int | None = MAX_QUEUE,
+    server_header: str | None = None,
+    reuse_port: bool | None = None,
+    ping_interval: float | None = PING_INTERVAL,
+    ping_timeout: float | None = PING_INTERVAL,
+    close_timeout: float | None = CLOSE_TIMEOUT,
+    open_timeout: float | None = OPEN_TIMEOUT,
+) -> AsyncIterator[Server]:
+    """Listen on `host`:`port`; every connection runs `handler(ws)` in this block's task group.
+
+    `process_request(ws, request)` sees each HTTP request first (websockets'
+    `Request`; `ws` is the connection to be, with `remote_address`): a
+    `Response` is sent instead of the upgrade, None goes on to it. When the
+    handler returns the connection closes with 1000; when it fails, with 1011.
+    Leaving the block stops listening and closes what is still open.
+    """
+    extra = {"Server": server_header} if server_header else None
+
+    def accept(upgrade: Any) -> Any:
+        request = Request(upgrade.path.decode("ascii", "surrogateescape"), Headers(list(upgrade.headers.items())))
+        ws = WebSocket(max_size=max_size, max_queue=max_queue, close_timeout=close_timeout, request=request)
+        if process_request is not None:
+            try:
+                response = process_request(ws, request)
+            except Exception:
+                # picows would answer with the exception's text; the client gets no internals.
+                logger.exception("process_request failed")
+                failed = http.HTTPStatus.INTERNAL_SERVER_ERROR
+                response = Response(failed.value, failed.phrase, Headers(), b"internal server error\n")
+            if response is not None:
+                return _upgrade_response(response, server_header)
+        ws.on_open = lambda: opened(ws)
+        return picows.WSUpgradeResponseWithListener(picows.WSUpgradeResponse.create_101_response(extra), ws)
+
+    def opened(ws: WebSocket) -> None:
+        server.connections.add(ws)
+        tg.start_soon(run, ws)
+
+    async def run(ws: WebSocket) -> None:
+        try:
+            await handler(ws)
+        except Exception:
+            logger.exception("connection handler failed")
+            await ws.close(CloseCode.INTERNAL_ERROR)
+        else:
+            await ws.close()
+        finally:
+            server.connections.discard(ws)
+
+    async with anyio.create_task_group() as tg:
+        raw = await picows.ws_create_server(
+            accept,
+            host,
+            port,
+            websocket_handshake_timeout=open_timeout,
+            max_frame_size=max_size or (1 << 62),
+            logger_name=_picows_log,
+            ssl=ssl,
+            reuse_port=reuse_port,
+            **_ping_options(ping_interval, ping_timeout),
+        )
+        server = Server(raw, tg)
+        try:
+            yield server
+        finally:
+            server.close()
+            await server.wait_closed()

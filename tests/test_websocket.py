@@ -1,0 +1,448 @@
+"""`live.websocket` behaves as websockets does, on either side of a connection.
+
+The server and google-genai read closes, handshake refusals and messages as
+websockets reports them; a `live.websocket.WebSocket` must report the same.
+Most tests here are differential: the same peer script, once against
+websockets and once against `live.websocket`, and what each saw compared.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+import websockets
+from websockets.asyncio.server import ServerConnection, serve
+
+from live import websocket
+from live.websocket import WebSocket
+from live.websocket import connect as open_socket
+
+pytestmark = pytest.mark.anyio
+
+Script_ = list[tuple[str, Any]]
+
+
+def _random_script(rng: random.Random) -> Script_:
+    """What a server does to one connection: messages (text or binary, whole or in
+    fragments, empty to 200 KB), then a close with a code and reason, or a drop."""
+    steps: Script_ = []
+    for _ in range(rng.randrange(0, 12)):
+        size = rng.choice([0, 1, 3, 100, 4096, 65_536, 200_000])
+        text = rng.random() < 0.6
+        payload: str | bytes = "é" * (size // 2) if text else rng.randbytes(size)
+        if rng.random() < 0.25 and size > 10:
+            cut = size // 3 if not text else len(payload) // 3
+            steps.append(("fragments", [payload[:cut], payload[cut:]]))
+        else:
+            steps.append(("message", payload))
+    end = rng.choice(["close", "close", "drop", "recv_then_close"])
+    if end == "drop":
+        steps.append(("drop", None))
+    else:
+        code = rng.choice([1000, 1001, 1008, 1011, 1007, 4000, 1013])
+        steps.append((end, (code, rng.choice(["", "bye", "RESOURCE_EXHAUSTED: quota", "élan"]))))
+    return steps
+
+
+async def _serve(script: Script_, ready: Callable[[int], Awaitable[None]], **options: Any) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        for kind, value in script:
+            if kind == "message":
+                await ws.send(value)
+            elif kind == "fragments":
+                await ws.send(value)
+            elif kind == "drop":
+                ws.transport.abort()
+                return
+            elif kind == "close":
+                await ws.close(*value)
+            elif kind == "recv_then_close":
+                await ws.recv()
+                await ws.close(*value)
+
+    async with serve(handler, "127.0.0.1", 0, compression=None, **options) as server:
+        port = server.sockets[0].getsockname()[1]
+        await ready(port)
+
+
+async def _observe(client: Any, *, send_first: bool) -> list[Any]:
+    """Every message the client reads, then how its socket ended."""
+    seen: list[Any] = []
+    if send_first:
+        await client.send("hello")
+    while True:
+        try:
+            message = await client.recv(decode=False)
+        except websockets.ConnectionClosed as exc:
+            seen.append((type(exc).__name__, exc.rcvd and (exc.rcvd.code, exc.rcvd.reason)))
+            break
+        seen.append(message)
+    try:
+        await client.send("after the end")
+    except websockets.ConnectionClosed as exc:
+        seen.append(("send after the end", type(exc).__name__))
+    return seen
+
+
+async def _both_clients(script: Script_) -> tuple[list[Any], list[Any]]:
+    send_first = any(kind == "recv_then_close" for kind, _ in script)
+    results: dict[str, list[Any]] = {}
+
+    async def ready(port: int) -> None:
+        uri = f"ws://127.0.0.1:{port}/"
+        async with websockets.connect(uri, compression=None, max_size=None) as ws:
+            results["websockets"] = await _observe(ws, send_first=send_first)
+        ours = await open_socket(uri, max_size=None)
+        try:
+            results["live_socket"] = await _observe(ours, send_first=send_first)
+        finally:
+            await ours.close()
+
+    with anyio.fail_after(20):
+        await _serve(script, ready)
+    return results["websockets"], results["live_socket"]
+
+
+@pytest.mark.parametrize("seed", range(24))
+async def test_a_live_socket_sees_what_websockets_sees(seed: int):
+    """Random server behaviour: the same messages, in order, and the same end
+    (exception class, received close code and reason), then the same refusal to send."""
+    script = _random_script(random.Random(seed))
+    expected, got = await _both_clients(script)
+    assert got == expected, script
+
+
+async def test_a_message_over_max_size_closes_with_1009_as_websockets_does():
+    """Too large for `max_size`: the connection fails with 1009 sent, on either socket."""
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(b"x" * 2000)
+        await ws.wait_closed()
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        uri = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        ends = []
+        for client in (websockets.connect(uri, max_size=1000, compression=None), _opened(uri, max_size=1000)):
+            async with client as ws:
+                with pytest.raises(websockets.ConnectionClosedError) as caught:
+                    await ws.recv()
+                ends.append(caught.value.sent.code)
+    # (websockets drops the socket after its close frame; a WebSocket also reads the peer's answer.)
+    assert ends == [1009, 1009]
+
+
+class _opened:
+    """`async with` an `open_socket(...)`."""
+
+    def __init__(self, uri: str, **options: Any) -> None:
+        self._uri, self._options = uri, options
+
+    async def __aenter__(self) -> WebSocket:
+        self._socket = await open_socket(self._uri, **self._options)
+        return self._socket
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._socket.close()
+
+
+async def test_a_refused_handshake_is_websockets_invalid_status_with_the_response():
+    def refuse(connection: ServerConnection, request: Any) -> Any:
+        return connection.respond(403, "API key not valid\n")
+
+    async with serve(lambda ws: ws.wait_closed(), "127.0.0.1", 0, process_request=refuse) as server:
+        uri = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        with pytest.raises(websockets.InvalidStatus) as caught:
+            await open_socket(uri)
+    assert caught.value.response.status_code == 403
+    assert b"API key not valid" in caught.value.response.body
+
+
+async def test_a_closing_client_completes_the_handshake_with_its_code():
+    closes: list[tuple[int | None, str | None]] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.wait_closed()
+        closes.append((ws.close_code, ws.close_reason))
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        uri = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        ours = await open_socket(uri)
+        await ours.close(4001, "done here")
+        assert not ours.can_send_now()
+        with pytest.raises(websockets.ConnectionClosedError):  # 4001 is not a normal close, to websockets either
+            await ours.recv()
+        with anyio.fail_after(5):
+            while not closes:
+                await anyio.sleep(0.01)
+    assert closes == [(4001, "done here")]
+
+
+async def test_many_messages_while_nobody_reads_all_arrive_in_order():
+    """A bounded queue: the socket stops reading while `max_queue` messages wait, and loses nothing."""
+    count = 300
+
+    async def handler(ws: ServerConnection) -> None:
+        for i in range(count):
+            await ws.send(f"{i:05d}" + "x" * 4000)
+        await ws.close()
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        uri = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        async with _opened(uri, max_queue=4) as ours:
+            await anyio.sleep(0.3)  # the server writes while nothing is read
+            got = []
+            with anyio.fail_after(10):
+                while True:
+                    try:
+                        got.append(int((await ours.recv())[:5]))
+                    except websockets.ConnectionClosedOK:
+                        break
+    assert got == list(range(count))
+
+
+async def test_can_send_now_only_while_open_and_the_peer_keeps_reading():
+    stop_reading = anyio.Event()
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()  # reads one message, then stops reading
+        await stop_reading.wait()
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    async with serve(handler, sock=listener, max_queue=1, max_size=None, compression=None, close_timeout=0.5):
+        ours = await open_socket(f"ws://127.0.0.1:{port}/", max_size=None, close_timeout=0.5)
+        assert ours.can_send_now()
+        await ours.send(b"x" * 1024)
+        assert ours.can_send_now()  # taken at once: nothing buffered
+        with anyio.move_on_after(5):
+            while ours.can_send_now():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ours.send, b"x" * (1 << 16))
+                    await anyio.sleep(0.01)
+                    tg.cancel_scope.cancel()
+        assert not ours.can_send_now(), "64 KiB frames never filled a socket whose peer stopped reading"
+        stop_reading.set()
+        with anyio.fail_after(15):
+            await ours.close()
+        assert not ours.can_send_now()
+
+
+async def test_the_proxy_is_chosen_as_websockets_chooses_it(monkeypatch: pytest.MonkeyPatch):
+    """HTTPS_PROXY is honoured, and NO_PROXY lets loopback through."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()  # nothing listens there
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send("through")
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        uri = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{dead_port}")
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        async with _opened(uri) as ours:
+            assert await ours.recv() == "through"
+        monkeypatch.delenv("NO_PROXY")
+        monkeypatch.delenv("no_proxy", raising=False)
+        with pytest.raises(OSError):
+            await open_socket(uri)
+
+
+
+
+# ---------------------------------------------------------------------------- the server side
+
+
+def _client_script(rng: random.Random) -> Script_:
+    """What a client does: messages (text or binary, whole or in fragments), then
+    a close with a code and reason, or a drop, or waiting for the server to close."""
+    steps: Script_ = []
+    for _ in range(rng.randrange(0, 10)):
+        size = rng.choice([0, 1, 640, 4096, 65_536, 150_000])
+        text = rng.random() < 0.4
+        payload: str | bytes = "ü" * (size // 2) if text else rng.randbytes(size)
+        if rng.random() < 0.2 and size > 10:
+            steps.append(("fragments", [payload[: len(payload) // 3], payload[len(payload) // 3 :]]))
+        else:
+            steps.append(("message", payload))
+    end = rng.choice(["close", "drop", "server_closes"])
+    steps.append((end, (rng.choice([1000, 1001, 1008, 4000]), rng.choice(["", "bye", "ünïcode"]))))
+    return steps
+
+
+async def _server_side(serve_with: Callable[..., Any], script: Script_) -> list[Any]:
+    """What a server handler sees of `script`, and how its connection ended."""
+    seen: list[Any] = []
+    done = anyio.Event()
+
+    async def handler(ws: Any) -> None:
+        try:
+            async for message in ws:
+                seen.append(message)
+                if message == "close me":
+                    await ws.close(4001, "as asked")
+        except websockets.ConnectionClosedError as exc:
+            seen.append(("error", exc.rcvd and (exc.rcvd.code, exc.rcvd.reason)))
+        seen.append(("ended", ws.close_code, ws.close_reason))
+        done.set()
+
+    async with serve_with(handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with websockets.connect(f"ws://127.0.0.1:{port}/", max_size=None, compression=None) as client:
+            for kind, value in script:
+                if kind in ("message", "fragments"):
+                    await client.send(value)
+                elif kind == "drop":
+                    client.transport.abort()
+                elif kind == "close":
+                    await client.close(*value)
+                else:
+                    await client.send("close me")
+                    with pytest.raises(websockets.ConnectionClosed):
+                        await client.recv()
+            with anyio.fail_after(10):
+                await done.wait()
+    return seen
+
+
+def _live_serve(handler: Any, host: str, port: int, **options: Any) -> Any:
+    options.pop("compression")
+    return websocket.serve(handler, host, port, **options)
+
+
+@pytest.mark.parametrize("seed", range(16))
+async def test_a_live_server_sees_what_a_websockets_server_sees(seed: int):
+    """Random client behaviour: the handler reads the same messages in order and
+    sees the same end (the loop ends on a normal close, raises otherwise, and the
+    same close code and reason)."""
+    script = _client_script(random.Random(seed))
+    expected = await _server_side(serve, script)
+    got = await _server_side(_live_serve, script)
+    assert got == expected, script
+
+
+async def _http_get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """A plain HTTP/1.1 GET; the status, the headers (lower-cased names) and the body."""
+    stream = await anyio.connect_tcp("127.0.0.1", port)
+    lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
+    data = b""
+    with anyio.fail_after(5):
+        try:
+            while True:
+                data += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionResetError):
+            pass
+    await stream.aclose()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode().split("\r\n")
+    found = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        found[name.strip().lower()] = value.strip()
+    return int(status_line.split()[1]), found, body
+
+
+async def test_process_request_answers_plain_http_with_its_response():
+    """A `Response` from `process_request` goes out as it is: status, headers, body."""
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    def routes(ws: WebSocket, request: Any) -> Any:
+        if request.path == "/healthz":
+            body = b'{"status": "ok"}'
+            headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("X-Test", "1")])
+            return Response(200, "OK", headers, body)
+        if request.path == "/nope":
+            return Response(403, "Forbidden", Headers([("Content-Length", "3")]), b"no\n")
+        return None
+
+    async with websocket.serve(lambda ws: ws.wait_closed(), "127.0.0.1", 0, process_request=routes) as server:
+        port = server.sockets[0].getsockname()[1]
+        status, headers, body = await _http_get(port, "/healthz")
+        assert (status, headers["content-type"], headers["x-test"], body) == (200, "application/json", "1", b'{"status": "ok"}')
+        status, _, body = await _http_get(port, "/nope")
+        assert (status, body) == (403, b"no\n")
+        # A plain GET of the socket's path is refused (it asks for no upgrade), and the server goes on.
+        status, _, _ = await _http_get(port, "/live")
+        assert 400 <= status < 500
+        async with websockets.connect(f"ws://127.0.0.1:{port}/live") as client:
+            await client.send("still serving")
+
+
+async def test_a_handler_that_returns_closes_1000_and_one_that_fails_closes_1011():
+    async def handler(ws: WebSocket) -> None:
+        if await ws.recv() == "fail":
+            raise RuntimeError("a bug")
+
+    async with websocket.serve(handler, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        codes = []
+        for word in ("return", "fail"):
+            async with websockets.connect(url) as client:
+                await client.send(word)
+                with pytest.raises(websockets.ConnectionClosed) as caught:
+                    await client.recv()
+                codes.append(caught.value.rcvd.code)
+    assert codes == [1000, 1011]
+
+
+async def test_leaving_serve_closes_open_connections_with_1001_and_stops_listening():
+    async def handler(ws: WebSocket) -> None:
+        await ws.wait_closed()
+
+    async with websocket.serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        client = await websockets.connect(f"ws://127.0.0.1:{port}/")
+    with pytest.raises(websockets.ConnectionClosed) as caught:
+        with anyio.fail_after(5):
+            await client.recv()
+    assert caught.value.rcvd.code == 1001
+    with pytest.raises(OSError):
+        await websockets.connect(f"ws://127.0.0.1:{port}/", open_timeout=2)
+
+
+async def test_text_that_is_not_utf8_closes_with_1007():
+    """As websockets does: the reader fails, the client hears 1007."""
+    import struct
+
+    async def handler(ws: WebSocket) -> None:
+        with pytest.raises(websockets.ConnectionClosedError):
+            await ws.recv()
+
+    async with websocket.serve(handler, "127.0.0.1", 0) as server:
+        async with websockets.connect(f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/") as client:
+            # A masked text frame holding b"\xff" (websockets' client refuses to write one).
+            mask = b"\x01\x02\x03\x04"
+            client.transport.write(struct.pack("!BB", 0x81, 0x80 | 1) + mask + bytes([0xFF ^ mask[0]]))
+            with pytest.raises(websockets.ConnectionClosedError) as caught:
+                await client.recv()
+    assert caught.value.rcvd.code == 1007
+
+
+async def test_frames_waiting_counts_what_was_read_and_not_taken():
+    arrived = anyio.Event()
+    counts: list[int] = []
+
+    async def handler(ws: WebSocket) -> None:
+        await arrived.wait()
+        counts.append(ws.frames_waiting())
+        await ws.recv()
+        counts.append(ws.frames_waiting())
+
+    async with websocket.serve(handler, "127.0.0.1", 0) as server:
+        async with websockets.connect(f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/") as client:
+            for i in range(3):
+                await client.send(f"{i}")
+            await anyio.sleep(0.2)
+            arrived.set()
+            with pytest.raises(websockets.ConnectionClosedOK):
+                await client.recv()
+    assert counts == [3, 2]
