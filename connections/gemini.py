@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import ssl
@@ -43,7 +42,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from connections.gemini_wire import LeanSession, lean_session, socket_takes_sends
+from connections.gemini_wire import LeanSession, lean_session, send_readiness
 from connections.gemini_mapping import (
     ServerMessageMapper,
     function_responses_of,
@@ -294,8 +293,8 @@ class GeminiLlmConnection(BaseLlmConnection):
         # session itself, else judged by the SDK's socket).
         self._lean = session if isinstance(session, LeanSession) else None
         self._send_audio = self._lean.send_audio if self._lean is not None else None
-        self._takes_sends: Callable[[], bool] = getattr(session, "can_send_now", None) or functools.partial(
-            socket_takes_sends, getattr(session, "_ws", None)
+        self._takes_sends: Callable[[], bool] = getattr(session, "can_send_now", None) or send_readiness(
+            getattr(session, "_ws", None)
         )
         self._closed = False
         self._ended = False
@@ -629,8 +628,9 @@ class Gemini(BaseLlm):
 
         Override (or pass `transport=`) to put a double or a proxy in between;
         the connection code does not change. On the SDK's connect, audio frames
-        take the lean wire path (`connections.gemini_wire`) unless
-        `wire="sdk"` was chosen or the installed SDK does not allow it.
+        take the lean wire path (`connections.gemini_wire`), on a picows socket
+        (`connections.live_socket`), unless `wire="sdk"` was chosen or the
+        installed SDK does not allow it.
         """
         if self._transport is not None:
             return self._transport(model, config)
@@ -640,7 +640,8 @@ class Gemini(BaseLlm):
 
     @property
     def wire(self) -> str:
-        """`lean` (audio frames skip the SDK's per-message work when it allows) or `sdk`."""
+        """`lean` (audio frames skip the SDK's per-message work when it allows, on a
+        picows socket) or `sdk` (the SDK's own path and websockets socket)."""
         return self._wire
 
     @contextlib.asynccontextmanager

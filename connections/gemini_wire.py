@@ -29,6 +29,9 @@ probe frames (both key casings, both base64 alphabets, signals and transcripts) 
 socket and compares. If anything differs, or the SDK's session lacks what the
 fast path relies on, sessions use the SDK's own path and one log line says why.
 `Gemini(wire="sdk")` chooses the SDK's path outright.
+
+`lean_session()` also has the SDK dial a picows socket (`connections.live_socket`)
+in place of websockets': the same frames, framed in compiled code.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 import orjson
@@ -52,9 +55,10 @@ from google.genai import live as genai_live
 from google.genai import types
 from websockets.protocol import State
 
+from connections.live_socket import dialing
 from live.unchecked import unchecked
 
-__all__ = ["LeanSession", "WireCodec", "calibrate", "lean_session", "socket_takes_sends"]
+__all__ = ["LeanSession", "WireCodec", "calibrate", "lean_session", "send_readiness", "socket_takes_sends"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +154,12 @@ def socket_takes_sends(ws: Any) -> bool:
         )
     except AttributeError:
         return False
+
+
+def send_readiness(ws: Any) -> Callable[[], bool]:
+    """What says whether a frame sent on `ws` now goes out without waiting: the
+    socket's own `can_send_now` (`live.websocket`), else `socket_takes_sends`."""
+    return getattr(ws, "can_send_now", None) or functools.partial(socket_takes_sends, ws)
 
 
 def _b64decode(text: Any) -> bytes | None:
@@ -427,6 +437,7 @@ class LeanSession:
         self._session = session
         self._codec = codec
         self._ws = session._ws  # noqa: SLF001 - the socket the fast path writes to and reads from
+        self._can_send_now = send_readiness(self._ws)
         self._frames = _FrameSocket()
         self._decoder = genai_live.AsyncSession(api_client=session._api_client, websocket=self._frames)  # type: ignore[arg-type]  # noqa: SLF001
 
@@ -449,8 +460,8 @@ class LeanSession:
             await self._ws.send(text)
 
     def can_send_now(self) -> bool:
-        """True when a send would go out without waiting (see `socket_takes_sends`)."""
-        return socket_takes_sends(self._ws)
+        """True when a send would go out without waiting (see `send_readiness`)."""
+        return self._can_send_now()
 
     async def send_client_content(self, **kwargs: Any) -> None:
         await self._session.send_client_content(**kwargs)
@@ -521,7 +532,9 @@ async def lean_session(
     connect: contextlib.AbstractAsyncContextManager[genai_live.AsyncSession],
 ) -> AsyncIterator[genai_live.AsyncSession | LeanSession]:
     """The SDK's session from `connect`, on the lean path when `calibrate()` allows it."""
-    async with connect as session:
+    async with contextlib.AsyncExitStack() as stack:
+        with dialing():
+            session = await stack.enter_async_context(connect)
         api_client = getattr(session, "_api_client", None)
         if getattr(session, "_ws", None) is None or api_client is None:
             global _warned_no_socket
