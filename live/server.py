@@ -36,7 +36,6 @@ import anyio
 from anyio.abc import TaskStatus
 from google.genai import types
 from websockets.asyncio.client import connect as ws_connect
-from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.http11 import Request, Response
@@ -107,6 +106,7 @@ from live.supervisor import (
     Wait,
     wait_seconds,
 )
+from live.websocket import Server, WebSocket, serve
 
 __all__ = ["LiveServer", "ServerConfig", "tls_context", "tune_gc_for_serving"]
 
@@ -129,7 +129,7 @@ CONTROL_SEND_TIMEOUT = 10.0  # seconds a typed turn or tool result may take to r
 CLOSE_SERVICE_RESTART = 1012
 CLOSE_TRY_LATER = 1013
 
-# Frames websockets may buffer per socket before it stops reading from it (its
+# Frames a client's socket may buffer before it stops reading from it (its
 # queue's high-water mark); each is at most twice `max_frame_bytes`.
 WS_QUEUE_FRAMES = 2
 
@@ -140,7 +140,7 @@ class ServerConfig:
 
     - `max_sessions`: sessions beyond it get a `capacity` error and close 1013.
     - `max_frame_bytes`: a larger client frame gets a `frame_too_large` error and
-      closes the socket with 1009. With websockets' queue (`WS_QUEUE_FRAMES`
+      closes the socket with 1009. With the socket's queue (`WS_QUEUE_FRAMES`
       frames of up to twice this) it sets what one socket can make the server
       hold; the README's limits table has the sum.
     - `idle_timeout`: a session whose client sends nothing for this long ends.
@@ -171,7 +171,7 @@ class ServerConfig:
     - `max_image_bytes`: a larger image is dropped with an `image_too_large`
       error (the session goes on). None: as large as fits in `max_frame_bytes`
       as base64 in its JSON message (about 48 KB at the default 64 KiB); an
-      image message over `max_frame_bytes` (up to websockets' cut-off at twice
+      image message over `max_frame_bytes` (up to the socket's cut-off at twice
       it) is refused the same way rather than closing the socket.
     - `max_image_rate`: image frames a second; more are dropped with an
       `image_rate_limited` error (at most one a second).
@@ -317,7 +317,7 @@ class _Link:
 class ClientSession:
     """One client socket and the sequence of model connections it drives."""
 
-    def __init__(self, server: LiveServer, ws: ServerConnection) -> None:
+    def __init__(self, server: LiveServer, ws: WebSocket) -> None:
         self.server = server
         self.ws = ws
         self.config = server.config
@@ -881,7 +881,7 @@ class ClientSession:
 
     # ------------------------------------------------------------------ the pumps
 
-    async def _read_client(self, ws: ServerConnection) -> None:
+    async def _read_client(self, ws: WebSocket) -> None:
         core = self.core
         assert core is not None
         max_frame = self.config.max_frame_bytes
@@ -933,7 +933,7 @@ class ClientSession:
         if self.end_reason is None:
             self._socket_lost(ws)
 
-    def _socket_lost(self, ws: ServerConnection) -> None:
+    def _socket_lost(self, ws: WebSocket) -> None:
         """The client's socket closed without `session.close`.
 
         With reattach on, the session goes on without a socket (its model
@@ -957,7 +957,7 @@ class ClientSession:
             await anyio.sleep(grace)
             self.finish(f"the client did not come back within {grace:g} s")
 
-    async def attach(self, ws: ServerConnection, last_seq: int) -> None:
+    async def attach(self, ws: WebSocket, last_seq: int) -> None:
         """A new socket takes the session over: the frames it missed, then the
         live stream. A socket still attached (its drop not yet noticed) is let go."""
         async with self._send_lock:
@@ -985,7 +985,7 @@ class ClientSession:
         )
         self._tg.start_soon(self._read_client, ws)
 
-    async def serve_socket(self, ws: ServerConnection) -> None:
+    async def serve_socket(self, ws: WebSocket) -> None:
         """Wait while `ws` is this session's socket (its handler must stay alive)."""
         while self.ws is ws and self.end_reason is None:
             await self._socket_done.wait()
@@ -1322,21 +1322,22 @@ class LiveServer:
         return HostPolicy.for_bind(config.host, hosts, config.allowed_origins)
 
     def _refuse(
-        self, connection: ServerConnection, status: http.HTTPStatus, why: str, body: str
+        self, request: Request, status: http.HTTPStatus, why: str, body: str
     ) -> Response:
-        log.warning("refused HTTP request from %s: %s (%d)", _peer(connection), why, status.value)
+        # (The client's address is not known yet at this point of the handshake.)
+        log.warning("refused HTTP request for %s: %s (%d)", request.path[:100], why, status.value)
         return _response(status, body.encode())
 
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    def _process_request(self, connection: WebSocket, request: Request) -> Response | None:
         """Check the Host, then the Origin, then route; refusals come before anything else."""
         hosts = request.headers.get_all("Host")
         if len(hosts) != 1:
             why = "no Host header" if not hosts else f"{len(hosts)} Host headers"
-            return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+            return self._refuse(request, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
         host = host_name(hosts[0])
         if host is None:
             why = f"malformed Host header {hosts[0][:100]!r}"
-            return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+            return self._refuse(request, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
         path = urlsplit(request.path).path
         policy = self.host_policy
         if not policy.host_allowed(host):
@@ -1347,7 +1348,7 @@ class LiveServer:
                 body = json.dumps({"status": status}).encode()
                 return _response(_HEALTH_CODES.get(status, http.HTTPStatus.OK), body, "application/json")
             return self._refuse(
-                connection,
+                request,
                 http.HTTPStatus.FORBIDDEN,
                 f"Host {host[:100]!r} not allowed",
                 f"Host {host[:100]!r} is not allowed here (allowed: {policy.describe()}); "
@@ -1357,12 +1358,12 @@ class LiveServer:
             origins = request.headers.get_all("Origin")
             if len(origins) > 1:
                 why = f"{len(origins)} Origin headers"
-                return self._refuse(connection, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+                return self._refuse(request, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
             # A request without Origin is not from a browser page (browsers
             # always send it on WebSocket handshakes).
             if origins and not policy.origin_allowed(origins[0]):
                 return self._refuse(
-                    connection,
+                    request,
                     http.HTTPStatus.FORBIDDEN,
                     f"Origin {origins[0][:100]!r} not allowed",
                     "Origin not allowed: start the server with --allow-origin for this page\n",
@@ -1412,7 +1413,7 @@ class LiveServer:
         body, content_type = self.metrics.exposition()
         return _response(http.HTTPStatus.OK, body, content_type)
 
-    def _metrics_only(self, connection: ServerConnection, request: Request) -> Response:
+    def _metrics_only(self, connection: WebSocket, request: Request) -> Response:
         """The `--metrics-port` listener: `/metrics` and nothing else."""
         if urlsplit(request.path).path == "/metrics":
             return self.metrics_response()
@@ -1478,7 +1479,7 @@ class LiveServer:
         )
         temporary.finish(text, CLOSE_POLICY, ErrorEvent("unauthorized", text, True))
 
-    async def _relay(self, ws: ServerConnection, address: str, message: SessionResume) -> None:
+    async def _relay(self, ws: WebSocket, address: str, message: SessionResume) -> None:
         """Carry a client's socket to the server of the fleet that holds its session."""
         log.info("relaying a resume of session %s to %s", message.session_id[:40], address)
         try:
@@ -1529,7 +1530,7 @@ class LiveServer:
             for session in list(self.live_sessions.values()):
                 tg.start_soon(session.hand_to_fleet, timeout)
 
-    async def _refuse_socket(self, ws: ServerConnection) -> None:
+    async def _refuse_socket(self, ws: WebSocket) -> None:
         await ws.close(CLOSE_POLICY, "this port serves /metrics only")
 
     def _admission(self, session: ClientSession) -> ErrorEvent | None:
@@ -1563,7 +1564,7 @@ class LiveServer:
             )
         return None
 
-    async def _handle(self, ws: ServerConnection) -> None:
+    async def _handle(self, ws: WebSocket) -> None:
         session = ClientSession(self, ws)
         refusal = self._admission(session)
         if refusal is not None:
@@ -1596,13 +1597,12 @@ class LiveServer:
             ssl=tls_context(config.certfile, config.keyfile) if config.certfile else None,
             process_request=self._process_request,
             # Frames up to 2x the limit are read and refused with a clear error;
-            # larger ones are cut off by websockets itself (also 1009).
+            # larger ones are cut off by the socket itself (also 1009).
             max_size=config.max_frame_bytes * 2,
             max_queue=WS_QUEUE_FRAMES,
             server_header="live",
-            # Browsers offer permessage-deflate; PCM does not compress, so
-            # accepting it only spends CPU on every audio frame, both ways.
-            compression=None,
+            # Browsers offer permessage-deflate; it is never accepted: PCM does
+            # not compress, so it would only spend CPU on every audio frame.
             reuse_port=config.reuse_port or None,
             ping_interval=20,
             ping_timeout=20,
@@ -1692,17 +1692,13 @@ def tune_gc_for_serving(young: int = 10_000) -> None:
     gc.set_threshold(young, middle, old)
 
 
-def _frames_waiting(ws: ServerConnection) -> Callable[[], int]:
-    """How many frames websockets has read from the client's socket and not yet
-    handed out (its receive queue), as a function; always 0 where the queue
-    cannot be seen."""
-    try:
-        return ws.recv_messages.frames.__len__  # type: ignore[attr-defined]
-    except AttributeError:
-        return lambda: 0
+def _frames_waiting(ws: WebSocket) -> Callable[[], int]:
+    """How many frames were read from the client's socket and not yet taken, as
+    a function; always 0 where the socket does not say (e.g. a test's fake)."""
+    return getattr(ws, "frames_waiting", None) or (lambda: 0)
 
 
-def _peer(connection: ServerConnection) -> str:
+def _peer(connection: WebSocket) -> str:
     try:
         address = connection.remote_address
     except Exception:
@@ -1723,7 +1719,7 @@ def _control_size(item: types.Content | RealtimeInput) -> int:
     return size
 
 
-def _bearer(ws: ServerConnection) -> str | None:
+def _bearer(ws: WebSocket) -> str | None:
     """The token of the handshake's `Authorization: Bearer` header (non-browser clients)."""
     request = ws.request
     if request is None:
@@ -1770,6 +1766,3 @@ _PLAIN_PAGE = """<!doctype html>
 <code>{"type": "session.start"}</code>, then PCM16 audio as binary frames.
 See docs/protocol.md, or run <code>live mic</code> from a terminal.</p>
 """
-
-# websockets' own logger repeats every handshake failure; ours says what matters.
-logging.getLogger("websockets.server").setLevel(logging.WARNING)
