@@ -63,7 +63,8 @@ clients dial the emulator themselves (that is the direct baseline).
 runs one measured run and returns its figures (the keys of `summarize`).
 A module named in `REFERENCE_PEERS` joins every `--real` run by exposing
 `peer() -> Peer | str` (a str says why it cannot run on this machine, e.g.
-not installed; it is printed and recorded, and the run goes on).
+not installed; it is printed and recorded, and the run goes on);
+`module:function` names another such function of a module.
 When reference peers ran, the run ends with `versus_references`: ours against
 each as ratios (CPU and RSS per session, added p99 each way) and the most
 real-time sessions each path held.
@@ -100,7 +101,7 @@ __all__ = [
     "DIRECT", "LIVE", "REFERENCE_PEERS", "Peer", "main", "run_peer", "summarize", "versus_references",
 ]
 
-REFERENCE_PEERS = ("bench.floor_relay", "bench.adk_peer")
+REFERENCE_PEERS = ("bench.floor_relay", "bench.floor_relay:websockets_peer", "bench.adk_peer")
 SIZES = (10, 50, 100, 200)
 QUICK_SIZES = (2, 10)
 DURATION_S = 15.0
@@ -432,19 +433,20 @@ def reference_peers() -> tuple[list[Peer], dict[str, str]]:
     """The reference peers that can run here, and why the others cannot."""
     found: list[Peer] = []
     skipped: dict[str, str] = {}
-    for module_name in REFERENCE_PEERS:
+    for entry in REFERENCE_PEERS:
+        module_name, _, function = entry.partition(":")
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name == module_name:
                 continue  # not part of this checkout
-            skipped[module_name] = f"{type(exc).__name__}: {exc}"
+            skipped[entry] = f"{type(exc).__name__}: {exc}"
             continue
-        got = module.peer()
+        got = getattr(module, function or "peer")()
         if isinstance(got, Peer):
             found.append(got)
         else:
-            skipped[module_name] = str(got)
+            skipped[entry] = str(got)
     return found, skipped
 
 

@@ -74,8 +74,8 @@ def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_f
     (row,) = report["rows"]
     assert row["failed"] == []
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-    # Ours, ours as of the baseline commit, and the verbatim floor relay, beside the direct run.
-    assert {"direct", "live", f"live@{head.stdout.strip()}", "floor"} <= set(row["runs"])
+    # Ours, ours as of the baseline commit, and the verbatim floor relay on both socket layers, beside the direct run.
+    assert {"direct", "live", f"live@{head.stdout.strip()}", "floor", "floor-websockets"} <= set(row["runs"])
     worktrees = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, check=True)
     assert worktrees.stdout == worktrees_before.stdout  # the baseline's checkout is gone
     for name, result in row["runs"].items():
