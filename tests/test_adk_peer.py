@@ -129,7 +129,7 @@ def test_the_real_path_benchmark_goes_on_without_adk_and_says_why(
 
     monkeypatch.setattr(adk_peer, "VENV", tmp_path / "no-adk")
     peers, skipped = real.reference_peers()
-    assert [p.name for p in peers] == ["floor"]  # the verbatim relay needs nothing installed
+    assert [p.name for p in peers] == ["floor", "floor-websockets"]  # the verbatim relays need nothing installed
     assert skipped["bench.adk_peer"].startswith("not installed: ")
 
 
