@@ -106,13 +106,21 @@ class Conversation(double.ScriptedSession):
     async def send_realtime_input(self, **kwargs: Any) -> None:
         audio = kwargs.get("audio")
         if audio is not None:
-            data = audio.data if isinstance(audio, types.Blob) else audio["data"]
-            # Frames that waited are sent as one chunk: every frame keeps its stamp.
-            for offset in range(0, len(data) - UP.size + 1, UP_FRAME_BYTES):
-                magic, client, seq, sent_ns = UP.unpack_from(data, offset)
-                if magic == MAGIC:
-                    self.director.upstream(self, client, seq, sent_ns)
+            self._arrived(audio.data if isinstance(audio, types.Blob) else audio["data"])
         await super().send_realtime_input(**kwargs)
+
+    def send_audio_nowait(self, audio: types.Blob) -> bool:
+        if not super().send_audio_nowait(audio):
+            return False
+        self._arrived(audio.data or b"")
+        return True
+
+    def _arrived(self, data: bytes) -> None:
+        # Frames that waited are sent as one chunk: every frame keeps its stamp.
+        for offset in range(0, len(data) - UP.size + 1, UP_FRAME_BYTES):
+            magic, client, seq, sent_ns = UP.unpack_from(data, offset)
+            if magic == MAGIC:
+                self.director.upstream(self, client, seq, sent_ns)
 
     # -- the script, one step at a time ------------------------------------------
 

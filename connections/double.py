@@ -33,7 +33,8 @@ A `ScriptedSession` presents google-genai's `AsyncSession` surface:
   `ScriptedSession(refuse=Close(...))` fails the connect itself.
 - **Waits** like a socket whose peer stopped reading: after `hold_sends()`,
   every send waits until `release_sends()` (or raises at a close), and
-  `can_send_now()` says False, as the lean path says of a paused socket.
+  `can_send_now()` says False and `send_audio_nowait()` takes nothing, as the
+  lean path does on a paused socket.
 - `receive()` stops after the message that completes a turn, as the SDK's does.
 - Is **as strict as the service** where the documentation says it rejects or
   waits, and takes the strictest plausible reading where it is silent:
@@ -262,6 +263,28 @@ class ScriptedSession:
             held.set()
         return self
 
+    def send_audio_nowait(self, audio: types.Blob) -> bool:
+        """One audio chunk taken at once, as a socket takes a frame while its
+        buffer has room; False (nothing taken) while sends are held or after a close."""
+        if not self.can_send_now():
+            return False
+        self._take_audio(audio)
+        return True
+
+    def _take_audio(self, blob: types.Blob) -> None:
+        """The hot path: one audio chunk, recorded without validation."""
+        if self._awaiting_seed:
+            self.ignored += 1
+            return
+        self.audio_chunks += 1
+        self.audio_bytes += len(blob.data or b"")
+        if not self.record_audio and not self._reactions and not self._sent_waiters:
+            return
+        message = _EMPTY_MESSAGE.model_copy(
+            update={"realtime_input": _EMPTY_REALTIME.model_copy(update={"audio": blob})}
+        )
+        self._record(message, keep=self.record_audio)
+
     def can_send_now(self) -> bool:
         """Whether a send made now is taken without waiting (open, not held)."""
         return (
@@ -399,20 +422,8 @@ class ScriptedSession:
             await self._sends_released()
         if audio is not None and media is None and video is None and text is None \
                 and activity_start is None and activity_end is None and audio_stream_end is None:
-            # The hot path: one audio chunk, recorded without validation.
             self._check_open()
-            blob = _as_blob(audio)
-            if self._awaiting_seed:
-                self.ignored += 1
-                return
-            self.audio_chunks += 1
-            self.audio_bytes += len(blob.data or b"")
-            if not self.record_audio and not self._reactions and not self._sent_waiters:
-                return
-            message = _EMPTY_MESSAGE.model_copy(
-                update={"realtime_input": _EMPTY_REALTIME.model_copy(update={"audio": blob})}
-            )
-            self._record(message, keep=self.record_audio)
+            self._take_audio(_as_blob(audio))
             return
         given = {
             name: value

@@ -42,7 +42,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from connections.gemini_wire import LeanSession, lean_session, send_readiness
+from connections.gemini_wire import LeanSession, lean_session
 from connections.gemini_mapping import (
     ServerMessageMapper,
     function_responses_of,
@@ -123,6 +123,10 @@ class LiveSession(Protocol):
     def receive(self) -> AsyncIterator[types.LiveServerMessage]: ...
 
     async def close(self) -> None: ...
+
+    # Optional: `send_audio_nowait(audio: Blob) -> bool` sends one audio chunk
+    # at once when its socket takes it without waiting, and says whether it did
+    # (the lean wire path and the transport double have it; the SDK does not).
 
 
 LiveTransport: TypeAlias = Callable[
@@ -289,13 +293,11 @@ class GeminiLlmConnection(BaseLlmConnection):
         self._gemini3 = is_gemini3(model)
         self._mapper = ServerMessageMapper()
         # Bound once, used per audio frame: the lean wire path's own audio
-        # writer, and what says whether the socket takes a send now (the
-        # session itself, else judged by the SDK's socket).
+        # writer, and the session's synchronous audio send where it has one
+        # (the lean path, the transport double).
         self._lean = session if isinstance(session, LeanSession) else None
         self._send_audio = self._lean.send_audio if self._lean is not None else None
-        self._takes_sends: Callable[[], bool] = getattr(session, "can_send_now", None) or send_readiness(
-            getattr(session, "_ws", None)
-        )
+        self._send_audio_nowait: Callable[[types.Blob], bool] | None = getattr(session, "send_audio_nowait", None)
         self._closed = False
         self._ended = False
         self._receiving = False
@@ -474,13 +476,25 @@ class GeminiLlmConnection(BaseLlmConnection):
             return
         await self._call(self._session.send_realtime_input, **realtime_kwargs(input))
 
-    def can_send_now(self) -> bool:
-        """Open, and the session's socket takes a message without waiting.
+    def send_realtime_nowait(self, input: RealtimeInput) -> bool:
+        """An audio frame sent at once, when the session's socket takes it without waiting.
 
-        A session that says itself (the lean path, the transport double) is
-        asked; the SDK's own session is judged by its socket.
+        Only a session with a synchronous audio send offers it (the lean wire
+        path on `live.websocket`, the transport double); on the SDK's own path
+        this is always False.
         """
-        return not (self._closed or self._ended) and bool(self._takes_sends())
+        send = self._send_audio_nowait
+        if (
+            send is None
+            or self._closed
+            or self._ended
+            or type(input) is not types.Blob
+            or not (input.mime_type or "").startswith("audio/")
+            or not send(input)
+        ):
+            return False
+        self._sent_anything = True
+        return True
 
     async def close(self) -> None:
         """Close the session (idempotent); a pending `receive()` ends quietly."""

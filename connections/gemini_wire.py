@@ -438,6 +438,7 @@ class LeanSession:
         self._codec = codec
         self._ws = session._ws  # noqa: SLF001 - the socket the fast path writes to and reads from
         self._can_send_now = send_readiness(self._ws)
+        self._send_now: Callable[[str], None] | None = getattr(self._ws, "send_nowait", None)
         self._frames = _FrameSocket()
         self._decoder = genai_live.AsyncSession(api_client=session._api_client, websocket=self._frames)  # type: ignore[arg-type]  # noqa: SLF001
 
@@ -462,6 +463,18 @@ class LeanSession:
     def can_send_now(self) -> bool:
         """True when a send would go out without waiting (see `send_readiness`)."""
         return self._can_send_now()
+
+    def send_audio_nowait(self, audio: types.Blob) -> bool:
+        """`send_audio(audio)` done at once, when the socket takes it without
+        waiting and can write synchronously (`live.websocket`); whether it was sent."""
+        send_now = self._send_now
+        if send_now is None or not self._can_send_now():
+            return False
+        text = self._codec.encode_audio(audio.data, audio.mime_type)
+        if text is None:
+            return False
+        send_now(text)
+        return True
 
     async def send_client_content(self, **kwargs: Any) -> None:
         await self._session.send_client_content(**kwargs)

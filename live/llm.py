@@ -14,11 +14,11 @@ Concurrency guarantees every implementation gives (and the server relies on):
 - **Many senders.** `send_*` may be called from several tasks at once. Each call
   sends one whole message; messages from one task keep their order. A send after
   the connection ended raises `live.errors.ConnectionClosedError`.
-- **Sends that wait say so.** `can_send_now()` is True only when a `send_realtime`
-  made now completes without waiting (its transport takes the bytes at once);
-  the server then sends client audio from the task that read it rather than
-  handing it to a sender task, and relies on that send not pausing (it is not
-  ordered against the sender's). False, the default, means unknown.
+- **A send that need not wait can be made at once.** `send_realtime_nowait(input)`
+  sends without waiting when the transport takes the bytes at once, and says
+  whether it did; the server then sends client audio straight from where it
+  read it (no task switch, no await) rather than handing it to a sender task.
+  False, the default, means "queue it": nothing was sent.
 - **No per-session state on the model.** One `BaseLlm` instance serves every
   concurrent session in the process; all per-session state lives in the connection.
 """
@@ -182,12 +182,15 @@ class BaseLlmConnection(abc.ABC):
     async def send_realtime(self, input: RealtimeInput) -> None:
         """Stream realtime input; the model decides when to answer (voice activity)."""
 
-    def can_send_now(self) -> bool:
-        """Whether a `send_realtime` made now completes without waiting.
+    def send_realtime_nowait(self, input: RealtimeInput) -> bool:
+        """Send `input` now if that needs no waiting; whether it was sent.
 
-        True only when the connection is open and its transport takes the bytes
-        at once (a socket whose buffer is full would make the send wait). False,
-        the default, means unknown: the caller queues for a sender task.
+        True only when the connection is open and its transport took the bytes
+        at once. False (nothing was sent) when the send would wait (a socket
+        whose buffer is full), when the connection ended, or when the
+        implementation cannot send synchronously (the default): the caller
+        queues the input for a task that awaits `send_realtime`. Never raises
+        for a closed connection; the queued send reports that.
         """
         return False
 

@@ -51,8 +51,8 @@ class WrappedConnection(BaseLlmConnection):
     async def send_realtime(self, input: RealtimeInput) -> None:
         await self.inner.send_realtime(input)
 
-    def can_send_now(self) -> bool:
-        return self.inner.can_send_now()
+    def send_realtime_nowait(self, input: RealtimeInput) -> bool:
+        return self.inner.send_realtime_nowait(input)
 
     def receive(self) -> AsyncIterator[LlmResponse]:
         return self.inner.receive()
@@ -103,6 +103,12 @@ class _MeasuredConnection(WrappedConnection):
     async def send_realtime(self, input: RealtimeInput) -> None:
         await self.inner.send_realtime(input)
         self._count_sent()
+
+    def send_realtime_nowait(self, input: RealtimeInput) -> bool:
+        if self.inner.send_realtime_nowait(input):
+            self._count_sent()
+            return True
+        return False
 
     async def receive(self) -> AsyncIterator[LlmResponse]:  # type: ignore[override]
         try:
@@ -369,6 +375,12 @@ class _RecordedConnection(WrappedConnection):
     async def send_realtime(self, input: RealtimeInput) -> None:
         await self.inner.send_realtime(input)
         self._record.model_sent(self._conn, input)
+
+    def send_realtime_nowait(self, input: RealtimeInput) -> bool:
+        if self.inner.send_realtime_nowait(input):
+            self._record.model_sent(self._conn, input)
+            return True
+        return False
 
     async def receive(self) -> AsyncIterator[LlmResponse]:  # type: ignore[override]
         record, conn = self._record, self._conn

@@ -882,11 +882,19 @@ class ClientSession:
     # ------------------------------------------------------------------ the pumps
 
     async def _read_client(self, ws: WebSocket) -> None:
+        """Everything the client sends, in order.
+
+        While this task waits for the next frame, an audio frame is taken by
+        the socket's callback itself (`_take_audio`, where the socket offers
+        `take_binary`): the same steps, without waking this task.
+        """
         core = self.core
         assert core is not None
         max_frame = self.config.max_frame_bytes
-        upstream = self.upstream
         waiting = _frames_waiting(ws)
+        fast_lane = hasattr(ws, "take_binary")
+        if fast_lane:
+            ws.take_binary = self._take_audio
         try:
             async for frame in ws:
                 self.frames_read += 1
@@ -897,41 +905,57 @@ class ClientSession:
                         continue
                     self._frame_too_large(len(frame))
                     return
-                if self.record is not None:
-                    if isinstance(frame, bytes):
-                        self.record.client_audio(frame)
-                    else:
-                        self.record.client_text(frame)
                 if isinstance(frame, bytes):
-                    if not frame:
-                        continue
-                    try:
-                        blob = core.client_audio(frame)
-                    except ProtocolError as exc:
-                        self._event(ErrorEvent(exc.code, exc.message))
-                        continue
-                    self.audio_frames_in += 1
-                    link = cast("_Link | None", upstream.waiting_consumer)
-                    if link is not None and not link.muted and not waiting() and link.conn.can_send_now():
-                        # The sender waits on an empty queue, no later frame is
-                        # here yet and the socket takes this one now: send it
-                        # here, one task switch fewer. (A reader that is behind
-                        # queues, so the sender joins what piled up.)
-                        try:
-                            await link.conn.send_realtime(blob)
-                            continue
-                        except LiveError:
-                            pass  # queued: the sender sends it again and sees the end
-                    if upstream.put_audio(blob, len(frame)):
-                        self.obs.audio_overflow()
-                        self._report_drops()
+                    self._client_audio(frame, behind=waiting() > 0)
                 else:
+                    if self.record is not None:
+                        self.record.client_text(frame)
                     await self._apply(core.client_text(frame, self.clock()))
                     self._poke()
         except ConnectionClosed:
             pass
+        finally:
+            if fast_lane and ws.take_binary == self._take_audio:
+                ws.take_binary = None
         if self.end_reason is None:
             self._socket_lost(ws)
+
+    def _take_audio(self, frame: bytes) -> bool:
+        """A binary frame from the socket's callback while the reader waits (so
+        nothing the client sent earlier is still in hand); False leaves it to the reader."""
+        if len(frame) > self.config.max_frame_bytes or self.end_reason is not None:
+            return False
+        self.frames_read += 1
+        self._client_audio(frame, behind=False)
+        return True
+
+    def _client_audio(self, frame: bytes, *, behind: bool) -> None:
+        """One audio frame from the client: to the model at once when its
+        connection takes it without waiting, else into the upstream queue.
+
+        At once only when the sender waits on an empty queue (nothing is ahead
+        of this frame) and the reader is not `behind` (frames piled up behind
+        this one are queued, so the sender joins them into one message).
+        """
+        if self.record is not None:
+            self.record.client_audio(frame)
+        if not frame:
+            return
+        core = self.core
+        assert core is not None
+        try:
+            blob = core.client_audio(frame)
+        except ProtocolError as exc:
+            self._event(ErrorEvent(exc.code, exc.message))
+            return
+        self.audio_frames_in += 1
+        upstream = self.upstream
+        link = cast("_Link | None", upstream.waiting_consumer)
+        if link is not None and not behind and not link.muted and link.conn.send_realtime_nowait(blob):
+            return
+        if upstream.put_audio(blob, len(frame)):
+            self.obs.audio_overflow()
+            self._report_drops()
 
     def _socket_lost(self, ws: WebSocket) -> None:
         """The client's socket closed without `session.close`.

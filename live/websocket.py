@@ -13,9 +13,14 @@ server and google-genai use of websockets' connections: `recv()`, `async for`,
 `send()`, `close()`, `request`, `remote_address`, and their exceptions
 (`websockets.ConnectionClosedOK` / `ConnectionClosedError` with the close
 frames as sent and received, `InvalidStatus`, `InvalidURI`, `InvalidHandshake`),
-so code written against websockets reads it unchanged. Two additions for the
-hot path: `can_send_now()` (a frame sent now goes out at once) and
-`frames_waiting()` (frames read and not yet taken). `connect()` dials,
+so code written against websockets reads it unchanged. Additions for the hot
+path: `can_send_now()` (a frame sent now goes out at once), `send_nowait()`
+(the send itself, synchronous), `frames_waiting()` (frames read and not yet
+taken), and `take_binary`, a callback that takes binary messages as they
+arrive while a reader waits with nothing queued: a relay forwards a frame
+inside the socket's own callback, with no task switch, and order is kept
+(anything queued, or in the reader's hands, goes first). Frames that arrive
+in one read (the process fell behind) all go to the reader, which can join them. `connect()` dials,
 `serve()` listens.
 
 Bounded: at most `max_queue` messages wait for `recv()`; past that the socket
@@ -114,6 +119,9 @@ class WebSocket(WSListener):  # type: ignore[misc]
         self.request = request
         self.remote_address: Any = None
         self.on_open: Callable[[], None] | None = None  # called once the connection is up
+        # The fast lane: while a reader waits in `recv()` with nothing queued, a
+        # binary message goes to this callback first; True means it was taken.
+        self.take_binary: Callable[[bytes], bool] | None = None
 
     # ------------------------------------------------------------------ picows' side
 
@@ -133,7 +141,16 @@ class WebSocket(WSListener):  # type: ignore[misc]
             if frame.fin:
                 if self._max_size and frame.payload_size > self._max_size:
                     raise picows.WSProtocolError(WSCloseCode.MESSAGE_TOO_BIG, "message too big")
-                self._deliver(frame.get_payload_as_bytes(), kind is WSMsgType.TEXT)
+                payload = frame.get_payload_as_bytes()
+                if (
+                    kind is WSMsgType.BINARY
+                    and self._recv_waiter is not None
+                    and self.take_binary is not None
+                    and frame.last_in_buffer  # more read at once: the reader is behind; it takes them all
+                    and self.take_binary(payload)
+                ):
+                    return
+                self._deliver(payload, kind is WSMsgType.TEXT)
                 return
             self._fragments_text = kind is WSMsgType.TEXT
             self._fragment(frame)
@@ -236,6 +253,14 @@ class WebSocket(WSListener):  # type: ignore[misc]
             await self._drained
             if self._closed is not None:
                 raise self._closed
+
+    def send_nowait(self, message: str | bytes) -> None:
+        """`send()` for a caller that knows it need not wait (`can_send_now()`):
+        written at once. On a closed connection it is dropped, silently."""
+        if type(message) is str:
+            self._transport.send(WSMsgType.TEXT, message.encode())
+        else:
+            self._transport.send(WSMsgType.BINARY, message)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """The closing handshake, bounded by the close timeout; then the connection is down."""

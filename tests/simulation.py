@@ -321,9 +321,9 @@ class SimSession(double.ScriptedSession):
     # -- sends take a while, now and then (a socket's buffer is full)
     def _latency(self) -> None:
         """After a send: now and then it filled the socket's buffer. It was taken
-        (a send started while `can_send_now()` said True never waits, as on a
-        socket); the ones after it wait, and `can_send_now()` says so, until the
-        buffer drains."""
+        (a send made while `can_send_now()` said True never waits, as on a
+        socket); the ones after it wait, and `send_audio_nowait()` takes nothing,
+        until the buffer drains."""
         rng = self.sim.rng
         if rng.random() < 0.05:
             self.hold_sends()
@@ -340,6 +340,12 @@ class SimSession(double.ScriptedSession):
             self.sim.log(f"model {self.index}: text before the history seed's turn_complete: not processed")
         await super().send_realtime_input(**kwargs)
         self._latency()
+
+    def send_audio_nowait(self, audio: Any) -> bool:
+        if not super().send_audio_nowait(audio):
+            return False
+        self._latency()
+        return True
 
     async def send_client_content(self, **kwargs: Any) -> None:
         await super().send_client_content(**kwargs)

@@ -4,6 +4,7 @@ closes and refusals read as they read on websockets."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 import websockets
 from google.genai import types
@@ -56,3 +57,21 @@ async def test_outside_dialing_the_sdk_dials_websockets(live_emulator: Emulator)
     client = emulator_client(live_emulator)
     async with client.aio.live.connect(model="gemini-live-2.5-flash-preview", config={}) as session:
         assert type(session._ws) is websockets.ClientConnection
+
+
+@pytest.mark.parametrize("wire", ["lean", "sdk"])
+async def test_audio_goes_out_without_waiting_only_on_the_lean_wire(live_emulator: Emulator, wire: str):
+    """`send_realtime_nowait` sends an audio frame at once on the lean wire's
+    socket; the SDK's own path cannot, and says so; a closed connection takes
+    nothing and raises nothing."""
+    frame = types.Blob(data=b"\x01\x00" * 320, mime_type="audio/pcm;rate=16000")
+    async with gemini_for(live_emulator, wire=wire).connect(_request()) as connection:
+        sent = connection.send_realtime_nowait(frame)
+        assert sent is (wire == "lean")
+        assert not connection.send_realtime_nowait(types.Blob(data=b"\xff\xd8", mime_type="image/jpeg"))
+        await connection.send_realtime(frame)  # and the awaited send after it
+        with anyio.fail_after(5):
+            while len(live_emulator.sessions[-1].audio) < (2 if sent else 1) * 640:
+                await anyio.sleep(0.01)
+    assert not connection.send_realtime_nowait(frame)
+    assert live_emulator.sessions[-1].audio == frame.data * (2 if sent else 1)

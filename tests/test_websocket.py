@@ -446,3 +446,78 @@ async def test_frames_waiting_counts_what_was_read_and_not_taken():
             with pytest.raises(websockets.ConnectionClosedOK):
                 await client.recv()
     assert counts == [3, 2]
+
+
+async def test_the_fast_lane_takes_binary_frames_only_while_the_reader_waits_and_keeps_order():
+    """`take_binary` sees a binary frame as it arrives while the reader waits on an
+    empty queue; a frame behind a text frame the reader has not finished with, or
+    several read at once, go to the reader in order."""
+    seen: list[tuple[str, Any]] = []
+    text_in_hand = anyio.Event()
+    finish_text = anyio.Event()
+    done = anyio.Event()
+
+    async def handler(ws: WebSocket) -> None:
+        ws.take_binary = lambda data: seen.append(("lane", data)) or True
+        async for message in ws:
+            seen.append(("reader", message))
+            if message == "slow":
+                text_in_hand.set()
+                await finish_text.wait()  # the reader is busy with this text frame
+            if message == "end":
+                done.set()
+
+    async with websocket.serve(handler, "127.0.0.1", 0) as server:
+        async with websockets.connect(f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/") as client:
+            await client.send(b"a")
+            await anyio.sleep(0.1)
+            await client.send("slow")
+            await text_in_hand.wait()
+            await client.send(b"b")  # arrives while the reader holds "slow"
+            await anyio.sleep(0.1)
+            finish_text.set()
+            await anyio.sleep(0.1)
+            # Several frames in one write: one read of the socket.
+            client.transport.write(b"".join(_masked_binary(bytes([n])) for n in (1, 2, 3)))
+            await anyio.sleep(0.1)
+            await client.send(b"c")
+            await anyio.sleep(0.1)
+            await client.send("end")
+            with anyio.fail_after(5):
+                await done.wait()
+    assert seen == [
+        ("lane", b"a"),
+        ("reader", "slow"),
+        ("reader", b"b"),
+        ("reader", b"\x01"),
+        ("reader", b"\x02"),
+        ("reader", b"\x03"),
+        ("lane", b"c"),
+        ("reader", "end"),
+    ]
+
+
+def _masked_binary(payload: bytes) -> bytes:
+    """A client's binary frame as it goes on the wire (masked; short payloads only)."""
+    import struct
+
+    mask = b"\x0a\x0b\x0c\x0d"
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return struct.pack("!BB", 0x82, 0x80 | len(payload)) + mask + body
+
+
+async def test_send_nowait_writes_at_once():
+    received: list[Any] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        async for message in ws:
+            received.append(message)
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        ours = await open_socket(f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/")
+        assert ours.can_send_now()
+        ours.send_nowait("text")
+        ours.send_nowait(b"\x00\x01")
+        await ours.close()
+        ours.send_nowait("after the close")  # dropped, no error
+    assert received == ["text", b"\x00\x01"]
