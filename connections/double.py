@@ -71,6 +71,7 @@ from google.genai import types
 from websockets.frames import Close as _CloseFrame
 
 from connections.gemini_mapping import is_gemini3
+from connections.gemini_wire import fits_template
 
 __all__ = [
     "Close",
@@ -264,9 +265,10 @@ class ScriptedSession:
         return self
 
     def send_audio_nowait(self, audio: types.Blob) -> bool:
-        """One audio chunk taken at once, as a socket takes a frame while its
-        buffer has room; False (nothing taken) while sends are held or after a close."""
-        if not self.can_send_now():
+        """One audio chunk taken at once, as the lean wire's socket takes a frame
+        while its buffer has room; False (nothing taken) while sends are held,
+        after a close, or for a frame the lean wire would leave to the SDK."""
+        if not self.can_send_now() or not fits_template(audio.data, audio.mime_type):
             return False
         self._take_audio(audio)
         return True

@@ -58,7 +58,9 @@ from websockets.protocol import State
 from connections.live_socket import dialing
 from live.unchecked import unchecked
 
-__all__ = ["LeanSession", "WireCodec", "calibrate", "lean_session", "send_readiness", "socket_takes_sends"]
+__all__ = [
+    "LeanSession", "WireCodec", "calibrate", "fits_template", "lean_session", "send_readiness", "socket_takes_sends",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +118,8 @@ class WireCodec:
 
     def encode_audio(self, data: bytes | None, mime_type: str | None) -> str | None:
         """The SDK's text for an audio frame, or None when it cannot be written from the template
-        (no bytes, or a mime type that is missing or needs escaping)."""
-        if type(data) is not bytes or mime_type is None or not _plain_mime(mime_type):
+        (see `fits_template`)."""
+        if not fits_template(data, mime_type):
             return None
         encoded = pybase64.b64encode(data, altchars=b"-_" if self.urlsafe else None)
         return f"{self.head}{encoded.decode('ascii')}{self.middle}{mime_type}{self.tail}"
@@ -127,6 +129,12 @@ class WireCodec:
         if not self.decode_frames:
             return None
         return decode_lean(raw)
+
+
+def fits_template(data: Any, mime_type: str | None) -> bool:
+    """Whether an audio frame can be written from the SDK's template: bytes, and a
+    mime type that needs no JSON escaping (else the SDK writes it)."""
+    return type(data) is bytes and mime_type is not None and _plain_mime(mime_type)
 
 
 @functools.lru_cache(maxsize=64)

@@ -13,6 +13,7 @@ client) and `/client/*` (its ES modules).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import gc
@@ -892,9 +893,11 @@ class ClientSession:
         assert core is not None
         max_frame = self.config.max_frame_bytes
         waiting = _frames_waiting(ws)
-        fast_lane = hasattr(ws, "take_binary")
-        if fast_lane:
-            ws.take_binary = self._take_audio
+        # The socket's callback runs outside any task: it runs the lane in a copy
+        # of this task's context, so what it logs names the session.
+        lane = functools.partial(contextvars.copy_context().run, self._take_audio) if hasattr(ws, "take_binary") else None
+        if lane is not None:
+            ws.take_binary = lane
         try:
             async for frame in ws:
                 self.frames_read += 1
@@ -915,18 +918,30 @@ class ClientSession:
         except ConnectionClosed:
             pass
         finally:
-            if fast_lane and ws.take_binary == self._take_audio:
+            if lane is not None and ws.take_binary is lane:
                 ws.take_binary = None
         if self.end_reason is None:
             self._socket_lost(ws)
 
     def _take_audio(self, frame: bytes) -> bool:
         """A binary frame from the socket's callback while the reader waits (so
-        nothing the client sent earlier is still in hand); False leaves it to the reader."""
+        nothing the client sent earlier is still in hand); False leaves it to the reader.
+
+        It runs in picows' callback: a failure here must end the session as the
+        reader's would, not escape into the socket (which would close with 1011).
+        """
         if len(frame) > self.config.max_frame_bytes or self.end_reason is not None:
             return False
         self.frames_read += 1
-        self._client_audio(frame, behind=False)
+        try:
+            self._client_audio(frame, behind=False)
+        except Exception:
+            log.exception("session %s failed", self.id)
+            self.finish(
+                "internal error",
+                CLOSE_INTERNAL,
+                ErrorEvent("internal_error", "the server failed; see its log", True),
+            )
         return True
 
     def _client_audio(self, frame: bytes, *, behind: bool) -> None:
@@ -1349,7 +1364,7 @@ class LiveServer:
         self, request: Request, status: http.HTTPStatus, why: str, body: str
     ) -> Response:
         # (The client's address is not known yet at this point of the handshake.)
-        log.warning("refused HTTP request for %s: %s (%d)", request.path[:100], why, status.value)
+        log.warning("refused HTTP request for %r: %s (%d)", request.path[:100], why, status.value)
         return _response(status, body.encode())
 
     def _process_request(self, connection: WebSocket, request: Request) -> Response | None:

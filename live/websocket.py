@@ -97,7 +97,7 @@ class WebSocket(WSListener):  # type: ignore[misc]
         self,
         *,
         max_size: int | None = MAX_SIZE,
-        max_queue: int | None = MAX_QUEUE,
+        max_queue: int | tuple[int | None, int | None] | None = MAX_QUEUE,
         close_timeout: float | None = CLOSE_TIMEOUT,
         request: Request | None = None,
     ) -> None:
@@ -109,13 +109,18 @@ class WebSocket(WSListener):  # type: ignore[misc]
         self._fragments_text = False
         self._fragments_size = 0
         self._max_size = max_size or 0
-        self._max_queue = max_queue or 0
+        # websockets' max_queue: a high-water mark, or (high, low); low defaults to a quarter.
+        high, low = max_queue if isinstance(max_queue, tuple) else (max_queue, None)
+        self._max_queue = high or 0
+        self._max_queue_low = low if low is not None else self._max_queue // 4
         self._reading_paused = False
         self._close_timeout = close_timeout
+        self._close_timer: asyncio.TimerHandle | None = None
         self._recv_waiter: asyncio.Future[None] | None = None
         self._drained: asyncio.Future[None] | None = None  # while the write buffer is over its mark
         self._closed: websockets.ConnectionClosed | None = None
         self._disconnected = self._loop.create_future()
+        self._abandoned = False
         self.request = request
         self.remote_address: Any = None
         self.on_open: Callable[[], None] | None = None  # called once the connection is up
@@ -127,6 +132,9 @@ class WebSocket(WSListener):  # type: ignore[misc]
 
     def on_ws_connected(self, transport: Any) -> None:
         self._transport = transport
+        if self._abandoned:
+            transport.disconnect(False)
+            return
         underlying = transport.underlying_transport
         self._buffered = underlying.get_write_buffer_size
         self.remote_address = underlying.get_extra_info("peername")
@@ -142,9 +150,11 @@ class WebSocket(WSListener):  # type: ignore[misc]
                 if self._max_size and frame.payload_size > self._max_size:
                     raise picows.WSProtocolError(WSCloseCode.MESSAGE_TOO_BIG, "message too big")
                 payload = frame.get_payload_as_bytes()
+                waiter = self._recv_waiter
                 if (
                     kind is WSMsgType.BINARY
-                    and self._recv_waiter is not None
+                    and waiter is not None
+                    and not waiter.done()
                     and self.take_binary is not None
                     and frame.last_in_buffer  # more read at once: the reader is behind; it takes them all
                     and self.take_binary(payload)
@@ -159,7 +169,9 @@ class WebSocket(WSListener):  # type: ignore[misc]
                 raise picows.WSProtocolError(WSCloseCode.PROTOCOL_ERROR, "unexpected continuation frame")
             self._fragment(frame)
         elif kind is WSMsgType.CLOSE:
-            transport.send_close(frame.get_close_code(), frame.get_close_message())
+            # A close frame without a code reads as 0 here: the answer says 1000 (0 is not a code to send).
+            code = frame.get_close_code()
+            transport.send_close(code or WSCloseCode.OK, frame.get_close_message())
             transport.disconnect()
 
     def _fragment(self, frame: Any) -> None:
@@ -181,12 +193,15 @@ class WebSocket(WSListener):  # type: ignore[misc]
             self._recv_waiter = None
             if not waiter.done():
                 waiter.set_result(None)
-        if self._max_queue and len(self._messages) >= self._max_queue and not self._reading_paused:
+        if self._max_queue and not self._reading_paused and len(self._messages) >= self._max_queue:
             self._reading_paused = True
             self._transport.underlying_transport.pause_reading()
 
     def on_ws_disconnected(self, transport: Any) -> None:
         self._closed = _closed(transport.close_handshake)
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+            self._close_timer = None
         for future in (self._recv_waiter, self._drained):
             if future is not None and not future.done():
                 future.set_result(None)
@@ -195,7 +210,7 @@ class WebSocket(WSListener):  # type: ignore[misc]
             self._disconnected.set_result(None)
 
     def pause_writing(self) -> None:
-        if self._drained is None:
+        if self._drained is None or self._drained.done():
             self._drained = self._loop.create_future()
 
     def resume_writing(self) -> None:
@@ -214,10 +229,14 @@ class WebSocket(WSListener):  # type: ignore[misc]
                 raise self._closed
             if self._recv_waiter is not None:
                 raise RuntimeError("recv() is already waiting for the next message")
-            self._recv_waiter = self._loop.create_future()
-            await self._recv_waiter
+            waiter = self._recv_waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                if self._recv_waiter is waiter:  # cancelled: no one waits any more
+                    self._recv_waiter = None
         payload, text = messages.popleft()
-        if self._reading_paused and len(messages) <= self._max_queue // 4:
+        if self._reading_paused and len(messages) <= self._max_queue_low:
             self._reading_paused = False
             self._transport.underlying_transport.resume_reading()
         if text if decode is None else decode:
@@ -249,8 +268,10 @@ class WebSocket(WSListener):  # type: ignore[misc]
             transport.send(WSMsgType.TEXT, message.encode())
         else:
             transport.send(WSMsgType.BINARY, message)
-        if self._drained is not None:
-            await self._drained
+        drained = self._drained
+        if drained is not None:
+            # Shared by every sender waiting: one cancelled waiter must not cancel it for the others.
+            await asyncio.shield(drained)
             if self._closed is not None:
                 raise self._closed
 
@@ -263,21 +284,24 @@ class WebSocket(WSListener):  # type: ignore[misc]
             self._transport.send(WSMsgType.BINARY, message)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
-        """The closing handshake, bounded by the close timeout; then the connection is down."""
+        """The closing handshake; the connection is down when the peer answers, or
+        after the close timeout at the latest (also when this wait is cancelled)."""
         transport = self._transport
         if not transport.is_close_frame_sent and not transport.is_disconnected:
             transport.send_close(WSCloseCode(code), reason.encode())
+            if self._close_timeout is not None:
+                self._close_timer = self._loop.call_later(self._close_timeout, transport.disconnect, False)
         await self.wait_closed()
 
     async def wait_closed(self) -> None:
-        """Until the connection is down (the peer's close answered, or the close timeout passed)."""
-        if self._disconnected.done():
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._disconnected), self._close_timeout)
-            return
-        self._transport.disconnect(False)
+        """Until the connection is down."""
         await asyncio.shield(self._disconnected)
+
+    def _abandon(self) -> None:
+        """No one will use this connection: down at once, now or as soon as it is up."""
+        self._abandoned = True
+        if self._transport is not None:
+            self._transport.disconnect(False)
 
     async def _closing(self) -> None:
         await asyncio.shield(self._disconnected)
@@ -339,10 +363,14 @@ def _closed(handshake: Any) -> websockets.ConnectionClosed:
 
 
 def _ping_options(ping_interval: float | None, ping_timeout: float | None) -> dict[str, Any]:
+    """picows' keepalive for websockets' options: a ping after `ping_interval` s with
+    nothing received, the connection dropped without a pong within `ping_timeout`
+    (at most the interval: picows' rule). None for either: no pings."""
+    interval = ping_interval or PING_INTERVAL
     return {
-        "enable_auto_ping": ping_interval is not None,
-        "auto_ping_idle_timeout": ping_interval or PING_INTERVAL,
-        "auto_ping_reply_timeout": ping_timeout or PING_INTERVAL,
+        "enable_auto_ping": ping_interval is not None and ping_timeout is not None,
+        "auto_ping_idle_timeout": interval,
+        "auto_ping_reply_timeout": min(ping_timeout or interval, interval),
         "auto_ping_strategy": picows.WSAutoPingStrategy.PING_WHEN_IDLE,
     }
 
@@ -375,9 +403,15 @@ async def connect(
     if proxy is True:
         proxy = get_proxy(target)
     headers = list(additional_headers.items()) if hasattr(additional_headers, "items") else additional_headers
+    made: list[WebSocket] = []
+
+    def listener() -> WebSocket:
+        made.append(WebSocket(max_size=max_size, max_queue=max_queue, close_timeout=close_timeout))
+        return made[-1]
+
     try:
         _, socket = await picows.ws_connect(
-            lambda: WebSocket(max_size=max_size, max_queue=max_queue, close_timeout=close_timeout),
+            listener,
             uri,
             ssl_context=ssl if isinstance(ssl, ssl_module.SSLContext) else None,
             websocket_handshake_timeout=open_timeout,
@@ -397,6 +431,14 @@ async def connect(
         raise websockets.InvalidURI(uri, str(exc)) from exc
     except picows.WSHandshakeError as exc:
         raise websockets.InvalidHandshake(str(exc)) from exc
+    except BaseException:
+        # Cancelled (or failed) mid-handshake: a connection made meanwhile, or
+        # one that completes later, has no one to use it.
+        for ws in made:
+            ws._abandon()
+        raise
+    if socket is None:  # the peer dropped the connection before answering the upgrade
+        raise websockets.InvalidHandshake("the connection closed during the opening handshake")
     return socket
 
 
@@ -461,8 +503,9 @@ async def serve(
     """Listen on `host`:`port`; every connection runs `handler(ws)` in this block's task group.
 
     `process_request(ws, request)` sees each HTTP request first (websockets'
-    `Request`; `ws` is the connection to be, with `remote_address`): a
-    `Response` is sent instead of the upgrade, None goes on to it. When the
+    `Request`; `ws` is the connection to be, not connected yet: no
+    `remote_address`): a `Response` is sent instead of the upgrade, None goes
+    on to it. When the
     handler returns the connection closes with 1000; when it fails, with 1011.
     Leaving the block stops listening and closes what is still open.
     """

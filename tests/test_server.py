@@ -100,6 +100,29 @@ async def test_frames_that_wait_for_a_slow_model_go_out_together_in_order():
     assert max(len(c) for c in chunks) <= 5 * 640  # at most 100 ms in one chunk
 
 
+async def test_a_failure_while_taking_client_audio_ends_the_session_with_a_clear_error(caplog):
+    """Audio is taken from the socket's own callback; a bug there must end the session
+    as a failure anywhere else does (internal_error, then session.closed), and the
+    server goes on."""
+
+    class Broken(double.ScriptedSession):
+        def send_audio_nowait(self, audio):
+            raise RuntimeError("a bug in the model connection")
+
+    llm, _ = gemini(Broken(), double.ScriptedSession())
+    async with running(AGENT, llm) as (_, url):
+        async with LiveClient.connect(url) as client:
+            await client.send_audio(MIC)
+            events = await collect(client, lambda e: e.type == "session.closed")
+        errors = [e for e in events if e.type == "error"]
+        assert [(e.code, e.fatal) for e in errors] == [("internal_error", True)]
+        assert "a bug in the model connection" not in errors[0].message  # internals stay in the log
+        assert "a bug in the model connection" in caplog.text
+        async with LiveClient.connect(url) as client:  # the server still serves
+            await client.send_audio(MIC)
+            assert client.session.model == "gemini-2.5-flash"
+
+
 async def test_frames_that_piled_up_while_the_server_was_busy_go_to_the_model_together():
     """A reader that fell behind (the process was busy) finds frames waiting: they
     go to the model joined, one message for the run, not one each."""

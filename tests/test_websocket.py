@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
@@ -521,3 +522,126 @@ async def test_send_nowait_writes_at_once():
         await ours.close()
         ours.send_nowait("after the close")  # dropped, no error
     assert received == ["text", b"\x00\x01"]
+
+
+# ---------------------------------------------------------------------------- cancellation and odd peers
+
+
+async def _full_socket(resume: anyio.Event) -> tuple[Any, int]:
+    """A websockets server that reads one message, stops reading until `resume`, then
+    reads everything (small buffers, so that a few frames fill them)."""
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await resume.wait()
+        async for _ in ws:
+            pass
+
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    server = serve(handler, sock=listener, max_queue=1, max_size=None, compression=None, close_timeout=0.5)
+    return server, listener.getsockname()[1]
+
+
+async def test_a_sender_cancelled_while_the_socket_is_full_leaves_the_others_waiting():
+    """Senders waiting for room share one wait: cancelling one must not cancel it
+    for the others, which go on once the peer reads again."""
+    resume = anyio.Event()
+    server, port = await _full_socket(resume)
+    async with server:
+        ours = await open_socket(f"ws://127.0.0.1:{port}/", max_size=None, close_timeout=0.5)
+        try:
+            await ours.send(b"x")
+            transport = ours.transport
+            with anyio.fail_after(10):  # past the write buffer's high-water mark: sends wait
+                while transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[1]:
+                    ours.send_nowait(b"z" * (1 << 16))
+                    await anyio.sleep(0.01)
+            scopes: dict[str, anyio.CancelScope] = {}
+            done: list[str] = []
+
+            async def sender(name: str) -> None:
+                with anyio.CancelScope() as scope:
+                    scopes[name] = scope
+                    await ours.send(name.encode())
+                    done.append(name)
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(sender, "first")
+                    tg.start_soon(sender, "second")
+                    await anyio.sleep(0.1)
+                    assert done == []  # both wait for room
+                    scopes["first"].cancel()
+                    await anyio.sleep(0.1)
+                    resume.set()
+            assert done == ["second"]
+        finally:
+            resume.set()
+            await ours.close()
+
+
+async def test_a_cancelled_recv_leaves_the_socket_readable():
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()  # the client's cue
+        await ws.send("late")
+        await ws.wait_closed()
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        async with _opened(f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/") as ours:
+            with anyio.move_on_after(0.1):
+                await ours.recv()  # nothing yet: cancelled
+            await ours.send("go")
+            with anyio.fail_after(5):
+                assert await ours.recv() == "late"
+
+
+async def test_a_close_frame_without_a_code_is_answered_with_1000():
+    """Browsers' `ws.close()` sends an empty close frame; the answer must carry a valid code."""
+    async def handler(ws: WebSocket) -> None:
+        await ws.wait_closed()
+
+    async with websocket.serve(handler, "127.0.0.1", 0) as server:
+        async with websockets.connect(f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/") as client:
+            mask = b"\x01\x02\x03\x04"
+            client.transport.write(bytes([0x88, 0x80]) + mask)  # CLOSE, masked, no payload
+            with pytest.raises(websockets.ConnectionClosed) as caught:
+                with anyio.fail_after(5):
+                    await client.recv()
+    assert caught.value.rcvd is not None and caught.value.rcvd.code == 1000
+
+
+async def test_a_peer_that_hangs_up_before_the_upgrade_is_a_handshake_error():
+    async def hang_up(stream: Any) -> None:
+        await stream.receive()  # the upgrade request
+        await stream.aclose()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, hang_up)
+        with pytest.raises(websockets.InvalidHandshake):
+            with anyio.fail_after(5):
+                await open_socket(f"ws://127.0.0.1:{port}/")
+        tg.cancel_scope.cancel()
+
+
+async def test_a_close_whose_wait_is_cancelled_still_ends_the_connection():
+    """The close timeout holds even when the caller stops waiting sooner: the
+    connection is down (no close frame came back) soon after."""
+    answer = anyio.Event()
+
+    async def handler(ws: ServerConnection) -> None:
+        ws.transport.pause_reading()  # does not answer the close
+        await answer.wait()
+
+    async with serve(handler, "127.0.0.1", 0, compression=None, close_timeout=0.1) as server:
+        ours = await open_socket(f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/", close_timeout=0.3)
+        with anyio.move_on_after(0.05):
+            await ours.close()
+        assert ours.close_code is None  # not down yet
+        with anyio.fail_after(5):
+            await ours.wait_closed()
+        assert ours.close_code == 1006
+        answer.set()
