@@ -26,8 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pybase64
-from websockets.frames import Frame, Opcode
-from websockets.protocol import Protocol, Side
 
 from live.llm import LlmResponse
 from live.reattach import ReplayBuffer
@@ -35,12 +33,12 @@ from live.session import SessionCore
 
 __all__ = ["CORE_SHARE", "Capacity", "REFERENCE_COST", "REFERENCE_PROBE_US", "estimate", "probe_us"]
 
-REFERENCE_COST = 0.793
+REFERENCE_COST = 0.339
 """CPU s per session-minute of `live serve` on the real Gemini path at 50
-sessions, on the benchmark's machine (2-core VM, Python 3.11, uvloop;
-2026-12-01; see the README's Performance section)."""
+sessions, on the benchmark's machine (2-core VM, Python 3.11, uvloop, picows;
+2026-12-02, median of two runs; see the README's Performance section)."""
 
-REFERENCE_PROBE_US = 52.1
+REFERENCE_PROBE_US = 14.9
 """What `probe_us()` took on that machine in the same sitting."""
 
 CORE_SHARE = 0.75
@@ -71,28 +69,19 @@ _FRAME = bytes(range(256)) * 2 + bytes(128)  # 20 ms of 16 kHz PCM16
 _CHUNK_DATA = pybase64.b64encode(bytes(1920)).decode()  # 40 ms of 24 kHz PCM16
 
 
-# As a client sends it (masked: the mask's random bytes are drawn once, here).
-_MASKED = Frame(Opcode.BINARY, _FRAME).serialize(mask=True)
-
-
-def _round(
-    core: SessionCore, protocol: Protocol, replay: ReplayBuffer, chunk: bytes, decode_lean: Callable[[bytes], Any]
-) -> None:
-    """One microphone frame in and out, and half a reply chunk: the relay's per-frame work, minus the sockets
-    (and minus system calls, whose cost varies from one moment to the next)."""
-    protocol.receive_data(_MASKED)
-    (frame,) = protocol.events_received()
-    blob = core.client_audio(frame.data)
+def _round(core: SessionCore, replay: ReplayBuffer, chunk: bytes, decode_lean: Callable[[bytes], Any]) -> None:
+    """One microphone frame in and out, and half a reply chunk: the relay's own per-frame work in
+    Python, minus the sockets (WebSocket framing and TLS run in compiled code, and system calls
+    cost what the moment makes them cost)."""
+    blob = core.client_audio(_FRAME)
     text = '{"realtime_input":{"audio":{"data":"%s","mime_type":"%s"}}}' % (
         pybase64.b64encode(blob.data, altchars=b"-_").decode("ascii"),
         blob.mime_type,
     )
-    Frame(Opcode.TEXT, text.encode()).serialize(mask=False)
+    text.encode()
     content = decode_lean(chunk)
     response = LlmResponse(content=content, partial=True)  # type: ignore[arg-type]
-    protocol.send_binary(response.content.parts[0].inline_data.data)  # type: ignore[union-attr,index]
-    for out in protocol.data_to_send():
-        replay.add(out)
+    replay.add(response.content.parts[0].inline_data.data)  # type: ignore[union-attr,index]
 
 
 def probe_us(rounds: int = 40, tries: int = 25) -> float:
@@ -103,7 +92,6 @@ def probe_us(rounds: int = 40, tries: int = 25) -> float:
     the time, and what the benchmark's long runs measured.
     """
     core = SessionCore(input_rate=16000)
-    protocol = Protocol(Side.SERVER)  # an open connection's framing, no handshake
     replay = ReplayBuffer()
     chunk = (
         '{"serverContent":{"modelTurn":{"parts":[{"inlineData":'
@@ -113,7 +101,7 @@ def probe_us(rounds: int = 40, tries: int = 25) -> float:
     # only where it uses one).
     from connections.gemini_wire import decode_lean
 
-    _round(core, protocol, replay, chunk, decode_lean)  # first-call caches
+    _round(core, replay, chunk, decode_lean)  # first-call caches
     times = []
     collecting = gc.isenabled()
     gc.disable()  # a collection of the whole heap would be timed with whichever try it fell in
@@ -121,7 +109,7 @@ def probe_us(rounds: int = 40, tries: int = 25) -> float:
         for _ in range(tries):
             started = time.perf_counter()
             for _ in range(rounds):
-                _round(core, protocol, replay, chunk, decode_lean)
+                _round(core, replay, chunk, decode_lean)
             times.append(time.perf_counter() - started)
     finally:
         if collecting:

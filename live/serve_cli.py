@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--model", help=f"model name, e.g. gemini-2.5-flash-native-audio-preview-09-2025 or {DEFAULT_MODEL} (the default)")
     who.add_argument("--agent", metavar="MODULE:ATTR", help="an agent, e.g. samples.weather:agent (--model then overrides its model)")
     limits = parser.add_argument_group("limits and checks")
-    limits.add_argument("--max-sessions", type=_sessions, default="auto", help="concurrent sessions in this process (default auto: what one process holds in real time on this machine's core on the Gemini path, with headroom, from a probe of about 0.05 s at start; see Capacity in the README)")
+    limits.add_argument("--max-sessions", type=_sessions, default="auto", help="concurrent sessions in this process (default auto: what one process holds in real time on this machine's core on the Gemini path, with headroom, from a probe of about 0.02 s at start; see Capacity in the README)")
     limits.add_argument("--near-capacity", type=_fraction, default=0.9, metavar="SHARE", help="share of --max-sessions from which /healthz answers 503 near_capacity, so a load balancer sends new sessions elsewhere (default 0.9; /livez stays 200)")
     limits.add_argument("--max-frame-bytes", type=_positive(int), default=64 << 10, help="largest client frame: a session.start with its history, a typed turn, a tool result, an audio frame (default 64 KiB)")
     limits.add_argument("--max-image-bytes", type=_positive(int), help="largest camera or screen image; larger ones are dropped with an image_too_large error (default: as large as fits in --max-frame-bytes as base64, about 48 KB at 64 KiB)")

@@ -145,8 +145,8 @@ def test_installed_adk_joins_the_real_path_benchmark_as_a_peer() -> None:
 
     peers, skipped = real.reference_peers()
     assert skipped == {}
-    assert [p.name for p in peers] == ["floor", "adk"]
-    peer = peers[1]
+    assert [p.name for p in peers] == ["floor", "floor-websockets", "adk"]
+    peer = peers[2]
     assert Path(peer.command[0]).exists() and "{port}" in peer.command
     assert client_protocols.resolve(peer.client_protocol) is adk_peer.connect
 
