@@ -38,6 +38,7 @@ import collections
 import contextlib
 import http
 import logging
+import socket
 import ssl as ssl_module
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
@@ -88,6 +89,9 @@ MAX_QUEUE: Final = 16
 PING_INTERVAL: Final = 20.0
 OPEN_TIMEOUT: Final = 10.0
 CLOSE_TIMEOUT: Final = 10.0
+RECEIVE_BUFFER: Final = 64 << 10
+"""A client socket's kernel receive buffer: room for 2 s of 16 kHz audio, a
+camera frame, or a round trip of 1 s at 64 KB/s (see `serve`)."""
 
 
 class WebSocket(WSListener):  # type: ignore[misc]
@@ -127,6 +131,7 @@ class WebSocket(WSListener):  # type: ignore[misc]
         # The fast lane: while a reader waits in `recv()` with nothing queued, a
         # binary message goes to this callback first; True means it was taken.
         self.take_binary: Callable[[bytes], bool] | None = None
+        self.receive_buffer: int | None = None  # SO_RCVBUF once connected (see `serve`)
 
     # ------------------------------------------------------------------ picows' side
 
@@ -138,6 +143,10 @@ class WebSocket(WSListener):  # type: ignore[misc]
         underlying = transport.underlying_transport
         self._buffered = underlying.get_write_buffer_size
         self.remote_address = underlying.get_extra_info("peername")
+        if self.receive_buffer:
+            sock = underlying.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
         if self.on_open is not None:
             self.on_open()
 
@@ -499,6 +508,7 @@ async def serve(
     ping_timeout: float | None = PING_INTERVAL,
     close_timeout: float | None = CLOSE_TIMEOUT,
     open_timeout: float | None = OPEN_TIMEOUT,
+    receive_buffer: int | None = RECEIVE_BUFFER,
 ) -> AsyncIterator[Server]:
     """Listen on `host`:`port`; every connection runs `handler(ws)` in this block's task group.
 
@@ -508,12 +518,20 @@ async def serve(
     on to it. When the
     handler returns the connection closes with 1000; when it fails, with 1011.
     Leaving the block stops listening and closes what is still open.
+
+    `receive_buffer` caps each client socket's kernel receive buffer
+    (SO_RCVBUF). picows doubles a connection's read buffer whenever a read
+    fills it and never shrinks it, so a client that floods would otherwise
+    grow it to what the kernel's autotuned buffer hands over in one read
+    (megabytes); capped, a read is at most about this much, and the buffer
+    stays a few times the largest frame. None leaves the kernel's default.
     """
     extra = {"Server": server_header} if server_header else None
 
     def accept(upgrade: Any) -> Any:
         request = Request(upgrade.path.decode("ascii", "surrogateescape"), Headers(list(upgrade.headers.items())))
         ws = WebSocket(max_size=max_size, max_queue=max_queue, close_timeout=close_timeout, request=request)
+        ws.receive_buffer = receive_buffer
         if process_request is not None:
             try:
                 response = process_request(ws, request)

@@ -645,3 +645,18 @@ async def test_a_close_whose_wait_is_cancelled_still_ends_the_connection():
             await ours.wait_closed()
         assert ours.close_code == 1006
         answer.set()
+
+
+async def test_a_client_sockets_kernel_receive_buffer_is_capped():
+    """What one read can hand over bounds how far the socket's read buffer grows
+    under a flood: the server caps the kernel's buffer for each client socket."""
+    buffers: list[int] = []
+
+    async def handler(ws: WebSocket) -> None:
+        buffers.append(ws.transport.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+
+    async with websocket.serve(handler, "127.0.0.1", 0, receive_buffer=32 << 10) as server:
+        async with websockets.connect(f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/") as client:
+            with pytest.raises(websockets.ConnectionClosedOK):
+                await client.recv()
+    assert buffers and buffers[0] <= 2 * (32 << 10)  # Linux doubles what it is given, for its bookkeeping
