@@ -53,14 +53,11 @@ import pydantic
 import websockets
 from google.genai import live as genai_live
 from google.genai import types
-from websockets.protocol import State
 
 from connections.live_socket import dialing
 from live.unchecked import unchecked
 
-__all__ = [
-    "LeanSession", "WireCodec", "calibrate", "fits_template", "lean_session", "send_readiness", "socket_takes_sends",
-]
+__all__ = ["LeanSession", "WireCodec", "calibrate", "fits_template", "lean_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -141,33 +138,6 @@ def fits_template(data: Any, mime_type: str | None) -> bool:
 def _plain_mime(mime_type: str) -> bool:
     """Whether `mime_type` goes into the template as it is (a session sends one or two)."""
     return _PLAIN_MIME.match(mime_type) is not None
-
-
-def socket_takes_sends(ws: Any) -> bool:
-    """Whether an audio frame sent on the SDK's socket now goes out without waiting.
-
-    websockets' asyncio connection writes a message to its transport at once
-    and waits only while the transport is paused (its buffer past the
-    high-water mark) or closing. With nothing buffered, a message far below
-    the mark (an audio frame is about 1 KB; the mark is 32 KiB) cannot pause
-    it. Anything else (another socket class, no socket) is "unknown": False.
-    """
-    try:
-        transport = ws.transport
-        return (
-            ws.paused is False
-            and ws.state is State.OPEN
-            and not transport.is_closing()
-            and transport.get_write_buffer_size() == 0
-        )
-    except AttributeError:
-        return False
-
-
-def send_readiness(ws: Any) -> Callable[[], bool]:
-    """What says whether a frame sent on `ws` now goes out without waiting: the
-    socket's own `can_send_now` (`live.websocket`), else `socket_takes_sends`."""
-    return getattr(ws, "can_send_now", None) or functools.partial(socket_takes_sends, ws)
 
 
 def _b64decode(text: Any) -> bytes | None:
@@ -445,8 +415,9 @@ class LeanSession:
         self._session = session
         self._codec = codec
         self._ws = session._ws  # noqa: SLF001 - the socket the fast path writes to and reads from
-        self._can_send_now = send_readiness(self._ws)
+        # A socket that can write synchronously (`live.websocket`) and say when it would not wait.
         self._send_now: Callable[[str], None] | None = getattr(self._ws, "send_nowait", None)
+        self._can_send_now: Callable[[], bool] | None = getattr(self._ws, "can_send_now", None)
         self._frames = _FrameSocket()
         self._decoder = genai_live.AsyncSession(api_client=session._api_client, websocket=self._frames)  # type: ignore[arg-type]  # noqa: SLF001
 
@@ -468,15 +439,11 @@ class LeanSession:
         else:
             await self._ws.send(text)
 
-    def can_send_now(self) -> bool:
-        """True when a send would go out without waiting (see `send_readiness`)."""
-        return self._can_send_now()
-
     def send_audio_nowait(self, audio: types.Blob) -> bool:
         """`send_audio(audio)` done at once, when the socket takes it without
         waiting and can write synchronously (`live.websocket`); whether it was sent."""
-        send_now = self._send_now
-        if send_now is None or not self._can_send_now():
+        send_now, can_send_now = self._send_now, self._can_send_now
+        if send_now is None or can_send_now is None or not can_send_now():
             return False
         text = self._codec.encode_audio(audio.data, audio.mime_type)
         if text is None:
