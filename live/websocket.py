@@ -515,9 +515,9 @@ async def serve(
     `process_request(ws, request)` sees each HTTP request first (websockets'
     `Request`; `ws` is the connection to be, not connected yet: no
     `remote_address`): a `Response` is sent instead of the upgrade, None goes
-    on to it. When the
-    handler returns the connection closes with 1000; when it fails, with 1011.
-    Leaving the block stops listening and closes what is still open.
+    on to it. When the handler returns the connection closes with 1000; when
+    it fails, with 1011. Leaving the block stops listening and closes what is
+    still open.
 
     `receive_buffer` caps each client socket's kernel receive buffer
     (SO_RCVBUF). picows doubles a connection's read buffer whenever a read
