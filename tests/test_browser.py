@@ -367,7 +367,7 @@ async def test_the_page_reattaches_after_its_socket_drops_and_misses_no_event(tm
         await wait_until(
             lambda: page.evaluate(f"window.live._lastSeq === {4}"), 10, "the page to receive every frame",
         )
-        assert live.replay.last_seq == 4
+        assert live.client.replay.last_seq == 4
         assert await page.evaluate("window.reattach") == ["reattaching", "reattached:1"]
         assert await page.evaluate("window.live.state.connection") == "open"
         assert "reattach" in await page.text_content("#log")

@@ -1,0 +1,400 @@
+"""The client's side of one session: its socket, the opening, the two pumps, reattach.
+
+A session has at most one client socket at a time. Before the session starts,
+`await_opening` reads the door's opening (with the client's credential, checked
+here). While it runs, `read_client` feeds what the client sends to the session
+and `write_client` sends the session's stream, numbered and kept for a replay.
+When the socket drops without `session.close` and the door can reattach, the
+session goes on without a socket for the reattach grace; a new socket that
+brings the session's resume token takes it over (`attach`) and first gets what
+it missed.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import hmac
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+from websockets.exceptions import ConnectionClosed
+
+from live.auth import Grant, TokenRefused, verify_token
+from live.config import CLOSE_NORMAL, CLOSE_POLICY
+from live.doors.base import FrontDoor
+from live.protocol import (
+    ErrorEvent,
+    ProtocolError,
+    ServerEvent,
+    SessionClose,
+    SessionReattached,
+    SessionResume,
+    SessionStart,
+    encode,
+    is_image_message,
+)
+from live.queues import BYTES_PER_SECOND_OUT
+from live.reattach import ReplayBuffer, with_seq
+from live.websocket import WebSocket
+
+if TYPE_CHECKING:
+    from live.runner import SessionRunner
+
+__all__ = ["ClientAttachment", "peer_address"]
+
+log = logging.getLogger("live.server")
+
+
+class ClientAttachment:
+    """The socket a session's client is on (None while it is away), and its pumps."""
+
+    def __init__(self, runner: SessionRunner, ws: WebSocket, door: FrontDoor) -> None:
+        self._runner = runner
+        self.ws: WebSocket | None = ws
+        self.door = door
+        self.peer = peer_address(ws)
+        self.grant: Grant | None = None
+        config = runner.config
+        reattach = door.capabilities.reattach and config.reattach_grace > 0
+        self.replay = ReplayBuffer(
+            max_audio_bytes=int(config.reattach_audio_seconds * BYTES_PER_SECOND_OUT) if reattach else 0,
+            max_events=config.reattach_events if reattach else 0,
+        )
+        self.resume_digest: str | None = None
+        # Taken once per frame to the client and almost never contended: no
+        # extra trip through the event loop when it is free.
+        self.send_lock = anyio.Lock(fast_acquire=True)
+        self._socket_done = anyio.Event()  # the current socket was let go (or the session ended)
+        self._away: anyio.CancelScope | None = None
+        self.reattaches = 0
+        # Frames read in the session, counted per frame; the idle watch and the
+        # metrics take them from here (a clock read per frame would cost more).
+        self.frames_read = 0
+        self._frames_watched = 0
+        self.last_client_frame = runner.clock()
+
+    # ------------------------------------------------------------------ sending
+
+    async def send_now(self, event: ServerEvent) -> None:
+        """Send outside the stream (before the pumps run, or after they stopped)."""
+        runner = self._runner
+        runner.obs.event(event)
+        frame = self.door.event(event)
+        ws = self.ws
+        if ws is None or frame is None:
+            return
+        try:
+            await ws.send(frame)
+        except ConnectionClosed:
+            return
+        runner.obs.frame_out(frame, runner.clock())
+        if runner.record is not None:
+            runner.record.server_frame(frame)
+
+    async def write_client(self) -> None:
+        """The session's stream to the client, numbered and kept for a replay.
+
+        Without a socket (the client is away) frames are only kept. Reply audio
+        leaves the stream as PCM; a door that does not take it as is writes it
+        in its own frames here, after the pacing.
+        """
+        runner = self._runner
+        outbox = runner.outbox
+        replay = self.replay
+        sent = runner.obs.frame_out
+        clock = runner.clock
+        heard = runner.heard
+        lock = self.send_lock
+        door = self.door
+        numbered = door.capabilities.reattach
+        raw_audio = door.capabilities.raw_audio
+        while True:
+            frame = await outbox.get()
+            if type(frame) is str:
+                if numbered:
+                    frame = with_seq(frame, replay.last_seq + 1)
+            elif not raw_audio:
+                await self._write_audio(frame)
+                continue
+            replay.add(frame)
+            async with lock:
+                ws = self.ws
+                if ws is None:
+                    continue
+                try:
+                    await ws.send(frame)
+                except ConnectionClosed:
+                    self.socket_lost(ws)
+                    continue
+            sent(frame, clock())
+            if type(frame) is bytes:
+                heard.audio_sent(len(frame))
+            if runner.record is not None:
+                runner.record.server_frame(frame)
+
+    async def _write_audio(self, pcm: bytes) -> None:
+        """Reply audio in the door's own frames (a door without `raw_audio`)."""
+        runner = self._runner
+        async with self.send_lock:
+            ws = self.ws
+            if ws is None:
+                return
+            try:
+                for frame in self.door.audio(pcm):
+                    await ws.send(frame)
+                    runner.obs.frame_out(frame, runner.clock())
+            except ConnectionClosed:
+                self.socket_lost(ws)
+                return
+        runner.heard.audio_sent(len(pcm))
+        if runner.record is not None:
+            runner.record.server_frame(pcm)
+
+    # ------------------------------------------------------------------ the opening
+
+    async def await_opening(self) -> SessionStart | SessionResume | None:
+        """Read frames until the door's opening (a start or a resume); answer
+        everything else, and check the start's credential."""
+        runner = self._runner
+        config = runner.config
+        ws = self.ws
+        assert ws is not None
+        with anyio.move_on_after(config.start_timeout):
+            while True:
+                try:
+                    frame = await ws.recv()
+                except ConnectionClosed:
+                    runner.finish("client disconnected before session.start")
+                    return None
+                self.last_client_frame = runner.clock()
+                runner.obs.frames_in(1)
+                if len(frame) > config.max_frame_bytes:
+                    runner.frame_too_large(len(frame))
+                    return None
+                try:
+                    opening = self.door.opening(frame)
+                except ProtocolError as exc:
+                    await self.send_now(ErrorEvent(exc.code, exc.message))
+                    continue
+                if opening is None:
+                    continue
+                if isinstance(opening, ErrorEvent):
+                    await self.send_now(opening)
+                    continue
+                if isinstance(opening, SessionClose):
+                    runner.finish("client closed the session")
+                    return None
+                if isinstance(opening, SessionResume):
+                    return opening
+                refusal = self.authorize(opening.token)
+                if refusal is not None:
+                    log.warning("session %s refused from %s: unauthorized: %s", runner.id, self.peer, refusal)
+                    runner.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
+                    return None
+                grant = self.grant
+                if grant is not None:
+                    log.info(
+                        "session %s token accepted from %s subject=%s agent=%s max_duration=%s",
+                        runner.id, self.peer, grant.subject, grant.agent, grant.max_duration,
+                    )
+                return opening
+        if runner.end_reason is None:
+            text = f"no session.start within {config.start_timeout:g} s"
+            log.warning("session %s closed from %s: %s", runner.id, self.peer, text)
+            runner.finish(text, CLOSE_POLICY, ErrorEvent("idle_timeout", text, True))
+        return None
+
+    def authorize(self, token: str | None) -> str | None:
+        """None if a session may start (the token's grant kept); otherwise why not.
+
+        Never says or logs the token itself.
+        """
+        runner = self._runner
+        config = runner.config
+        if config.token is None and config.token_secret is None:
+            return None
+        if token is None and self.ws is not None:
+            token = bearer_token(self.ws)
+        if not token:
+            return (
+                "session.start needs a token (its 'token' field, or Authorization: Bearer "
+                "on the handshake)"
+            )
+        if config.token is not None and hmac.compare_digest(token.encode(), config.token.encode()):
+            return None
+        if config.token_secret is None:
+            return "session.start needs the server's token (this one is wrong)"
+        try:
+            self.grant = verify_token(token, config.token_secret, agent=runner.server.agent.name)
+        except TokenRefused as exc:
+            return str(exc)
+        return None
+
+    # ------------------------------------------------------------------ reading
+
+    async def read_client(self, ws: WebSocket) -> None:
+        """Everything the client sends, in order.
+
+        While this task waits for the next frame, an audio frame is taken by
+        the socket's callback itself (`_take_audio`, where the socket offers
+        `take_binary` and the door takes audio as is): the same steps, without
+        waking this task.
+        """
+        runner = self._runner
+        max_frame = runner.config.max_frame_bytes
+        waiting = _frames_waiting(ws)
+        raw_audio = self.door.capabilities.raw_audio
+        client_audio = runner.client_audio
+        # The socket's callback runs outside any task: it runs the lane in a copy
+        # of this task's context, so what it logs names the session.
+        lane = (
+            functools.partial(contextvars.copy_context().run, self._take_audio)
+            if raw_audio and hasattr(ws, "take_binary")
+            else None
+        )
+        if lane is not None:
+            ws.take_binary = lane
+        try:
+            async for frame in ws:
+                self.frames_read += 1
+                if len(frame) > max_frame:
+                    if isinstance(frame, str) and is_image_message(frame):
+                        # An image too large is a dropped frame, not a broken client.
+                        runner.event(runner.image_too_large(len(frame)))
+                        continue
+                    runner.frame_too_large(len(frame))
+                    return
+                if raw_audio and type(frame) is bytes:
+                    client_audio(frame, behind=waiting() > 0)
+                else:
+                    await runner.client_frame(frame, behind=waiting() > 0)
+        except ConnectionClosed:
+            pass
+        finally:
+            if lane is not None and ws.take_binary is lane:
+                ws.take_binary = None
+        if runner.end_reason is None:
+            self.socket_lost(ws)
+
+    def _take_audio(self, frame: bytes) -> bool:
+        """A binary frame from the socket's callback while the reader waits (so
+        nothing the client sent earlier is still in hand); False leaves it to the reader.
+
+        It runs in picows' callback: a failure here must end the session as the
+        reader's would, not escape into the socket (which would close with 1011).
+        """
+        runner = self._runner
+        if len(frame) > runner.config.max_frame_bytes or runner.end_reason is not None:
+            return False
+        self.frames_read += 1
+        try:
+            runner.client_audio(frame, behind=False)
+        except Exception:
+            log.exception("session %s failed", runner.id)
+            runner.internal_error()
+        return True
+
+    def frames_seen(self) -> None:
+        """The frames read since the last look count, and the client was there then."""
+        read = self.frames_read
+        if read != self._frames_watched:
+            runner = self._runner
+            runner.obs.frames_in(read - self._frames_watched)
+            self._frames_watched = read
+            self.last_client_frame = runner.clock()
+
+    # ------------------------------------------------------------------ away and back
+
+    def socket_lost(self, ws: WebSocket) -> None:
+        """The client's socket closed without `session.close`.
+
+        With reattach on, the session goes on without a socket (its model
+        connection open, its stream kept) for `reattach_grace` seconds;
+        otherwise, or when the server is stopping, it ends.
+        """
+        runner = self._runner
+        if self.ws is not ws or runner.end_reason is not None:
+            return  # an older socket, or the session is ending anyway
+        grace = runner.config.reattach_grace
+        if grace <= 0 or runner.server.stopping or self.resume_digest is None:
+            runner.finish("client disconnected")
+            return
+        self.ws = None
+        self._socket_done.set()
+        log.info("session %s lost its client; waiting %g s for it to come back", runner.id, grace)
+        self._away = anyio.CancelScope()
+        runner.tg.start_soon(self._await_return, self._away, grace)
+
+    async def _await_return(self, scope: anyio.CancelScope, grace: float) -> None:
+        with scope:
+            await anyio.sleep(grace)
+            self._runner.finish(f"the client did not come back within {grace:g} s")
+
+    async def attach(self, ws: WebSocket, last_seq: int) -> None:
+        """A new socket takes the session over: the frames it missed, then the
+        live stream. A socket still attached (its drop not yet noticed) is let go."""
+        runner = self._runner
+        async with self.send_lock:
+            old = self.ws
+            if self._away is not None:
+                self._away.cancel()
+                self._away = None
+            frames, missed = self.replay.after(last_seq)
+            self.ws = ws
+            self._socket_done.set()
+            self._socket_done = anyio.Event()
+            self.last_client_frame = runner.clock()
+            self.reattaches += 1
+            try:
+                await ws.send(encode(SessionReattached(runner.id, len(frames), missed)))
+                for frame in frames:
+                    await ws.send(frame)
+            except ConnectionClosed:
+                pass
+        if old is not None:
+            runner.tg.start_soon(old.close, CLOSE_NORMAL, "replaced by a newer connection")
+        log.info(
+            "session %s reattached from %s: %d frame(s) replayed, %d missed",
+            runner.id, peer_address(ws), len(frames), missed,
+        )
+        runner.tg.start_soon(self.read_client, ws)
+
+    async def serve_socket(self, ws: WebSocket) -> None:
+        """Wait while `ws` is this session's socket (its handler must stay alive)."""
+        runner = self._runner
+        while self.ws is ws and runner.end_reason is None:
+            await self._socket_done.wait()
+
+    def let_go(self) -> None:
+        """The session ended: a handler waiting in `serve_socket` returns."""
+        self._socket_done.set()
+
+
+def _frames_waiting(ws: WebSocket) -> Callable[[], int]:
+    """How many frames were read from the client's socket and not yet taken, as
+    a function; always 0 where the socket does not say (e.g. a test's fake)."""
+    return getattr(ws, "frames_waiting", None) or (lambda: 0)
+
+
+def peer_address(connection: WebSocket) -> str:
+    """The client's address as the socket knows it ("?" when it does not)."""
+    try:
+        address = connection.remote_address
+    except Exception:
+        return "?"
+    return str(address[0]) if address else "?"
+
+
+def bearer_token(ws: WebSocket) -> str | None:
+    """The token of the handshake's `Authorization: Bearer` header (non-browser clients)."""
+    request = ws.request
+    if request is None:
+        return None
+    values = request.headers.get_all("Authorization")
+    if len(values) != 1:
+        return None
+    scheme, _, token = values[0].strip().partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None

@@ -1,0 +1,106 @@
+"""The front-door seam: one client's wire protocol, between its socket and the session.
+
+A conversation is the same whichever way a client reaches it: audio and text in,
+audio, transcripts and tool calls out, interruptions, resumption across model
+connections. What differs is the wire: our JSON + binary PCM protocol for the
+browser and `live mic`, a carrier's media stream for a phone call, the Live API
+itself for an app written against Gemini. A `FrontDoor` is that difference and
+nothing more:
+
+- `opening(frame)`: what a frame before the session means (the start, with its
+  credential; a resume; a close; an error to answer; nothing);
+- `inputs(frame)`: what a frame during the session means, as session inputs:
+  audio (`bytes`, PCM16 at the session's input rate) and typed messages
+  (`live.protocol` client messages: text, tool results, images, activity,
+  playback reports, close);
+- `event(event)`: how a session event is written for this client (a frame, or
+  None when this client has no use for it);
+- `audio(pcm)`: how reply audio (PCM16 mono at 24 kHz, already paced to real
+  time by the session) is written: format, rate, frame size;
+- `capabilities`: what the client can do (reattach after a drop, run tools,
+  send images), which the session honours.
+
+A door holds per-connection state (a carrier's stream id, a resampler), so the
+server makes one per socket, from the door's route. It does no I/O: a test
+drives it with frames and reads what it returns.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import ClassVar, TypeAlias
+
+from websockets.http11 import Request
+
+from live.protocol import (
+    ClientMessage,
+    ErrorEvent,
+    ServerEvent,
+    SessionClose,
+    SessionResume,
+    SessionStart,
+)
+
+__all__ = ["Capabilities", "FrontDoor", "Input", "Opening"]
+
+# What opens a session (or ends the socket before one).
+Opening: TypeAlias = SessionStart | SessionResume | SessionClose
+# One session input: client audio (PCM16 at the session's input rate) or a message.
+Input: TypeAlias = bytes | ClientMessage
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a client behind a door can do.
+
+    - `reattach`: after a dropped socket the client may come back with
+      `session.resume`; the session keeps its stream (numbered) for a replay.
+    - `client_tools`: the agent's client-side tools are offered to it.
+    - `images`: it may send camera or screen frames.
+    - `raw_audio`: binary frames in are PCM16 at the session's rate as they are,
+      and reply audio goes out as binary PCM16 frames as it is: the session then
+      takes the fast lane (no call into the door per audio frame).
+    """
+
+    reattach: bool = False
+    client_tools: bool = False
+    images: bool = False
+    raw_audio: bool = False
+
+
+class FrontDoor(abc.ABC):
+    """One client's wire protocol (see the module's docstring)."""
+
+    # The label this door's sessions carry in metrics and logs.
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, request: Request | None = None) -> None:
+        # The socket's handshake: its headers and query may carry what the
+        # door needs (a credential, a stream's parameters).
+        self.request = request
+
+    @abc.abstractmethod
+    def opening(self, frame: str | bytes) -> Opening | ErrorEvent | None:
+        """A frame before the session started: the `SessionStart` (its `token`
+        the client's credential, checked by the server), a `SessionResume`, a
+        `SessionClose`, an error to answer (the socket stays open), or None
+        (nothing to do yet). Raising `live.protocol.ProtocolError` answers its
+        code and message."""
+
+    @abc.abstractmethod
+    def inputs(self, frame: str | bytes) -> Iterable[Input]:
+        """What a frame of the started session means for it, in order. Raise
+        `live.protocol.ProtocolError` for a frame the client got wrong: it is
+        answered with an error event and the session goes on (or ends, if the
+        error is fatal)."""
+
+    @abc.abstractmethod
+    def event(self, event: ServerEvent) -> str | bytes | None:
+        """The frame that tells this client of `event`, or None to leave it out."""
+
+    @abc.abstractmethod
+    def audio(self, pcm: bytes) -> Sequence[str | bytes]:
+        """The frames that carry reply audio (PCM16 mono, 24 kHz) to this client."""

@@ -1,0 +1,337 @@
+"""The model side of one session: its sequence of model connections.
+
+A client's conversation outlives model connections: the service ends each after
+about ten minutes (with a go-away first), drops some, and a model can stall.
+`ModelLink` opens the first connection, then performs what `live.supervisor`
+decides about the one in use: wait, hand over to a new connection at a safe
+point before a go-away's deadline, resume on a new one after a drop or a stall
+(retrying with backoff), or give up. Each connection has two pumps, one sending
+the session's queued client input, one feeding the model's responses to the
+session core. Input the client sends meanwhile waits in the session's upstream
+queue and goes out on the new connection; history is never sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn, cast
+
+import anyio
+from anyio.abc import TaskStatus
+from google.genai import types
+
+from live.errors import ConnectionClosedError, LiveError, RecoverableConnectionError
+from live.llm import BaseLlmConnection, LlmRequest
+from live.protocol import ErrorEvent, SessionReconnecting, SessionResumed
+from live.session import ReconnectPolicy
+from live.supervisor import (
+    CLOSED,
+    GiveUp,
+    HandOver,
+    Outcome,
+    Resume,
+    Stall,
+    Supervisor,
+    Wait,
+    wait_seconds,
+)
+
+if TYPE_CHECKING:
+    from live.runner import SessionRunner
+
+__all__ = ["Connection", "ModelLink"]
+
+log = logging.getLogger("live.server")
+
+CONTROL_SEND_TIMEOUT = 10.0  # seconds a typed turn or tool result may take to reach the model
+
+
+class Connection:
+    """One model connection of a session: its pumps, and how it ended."""
+
+    def __init__(
+        self, conn: BaseLlmConnection, scope: anyio.CancelScope, poke: Callable[[], None]
+    ) -> None:
+        self.conn = conn
+        self.sending = anyio.CancelScope()
+        self.sender_done = anyio.Event()
+        self.go_away_at: float | None = None
+        self.outcome: Outcome | None = None
+        # Retired from the conversation: what it still receives is discarded.
+        self.muted = False
+        # Set once the client was told of this connection (session.started or
+        # session.resumed): its responses wait until then.
+        self.ready = anyio.Event()
+        self._scope = scope
+        self._poke = poke
+
+    def end(self, outcome: Outcome) -> None:
+        """The connection ended (a `LiveError`, or CLOSED for a normal close).
+
+        The first outcome is kept; it is the same whichever pump saw the end.
+        """
+        if self.outcome is None:
+            self.outcome = outcome
+        self._scope.cancel()
+        self._poke()
+
+    async def stop_sending(self) -> None:
+        self.sending.cancel()
+        await self.sender_done.wait()
+
+    def stop(self) -> None:
+        """Close the connection: its task leaves `connect()`, which closes upstream."""
+        self._scope.cancel()
+
+
+class ModelLink:
+    """Opens, resumes, hands over and retires the model connections of one session."""
+
+    def __init__(self, runner: SessionRunner) -> None:
+        self._runner = runner
+        self.reconnects = 0
+        self._news = anyio.Event()
+
+    # ------------------------------------------------------------------ opening
+
+    async def open_first(self, history: Sequence[types.Content]) -> Connection:
+        """The session's first connection, seeded with the client's history."""
+        link = await self._runner.tg.start(self._connection, self._request(history))
+        if history:
+            await link.conn.send_history(list(history))
+        return link
+
+    async def take_over(self) -> Connection:
+        """A session taken over from a server that is gone: resume its model
+        session from the stored handle, and tell the new connection what the old
+        one owed."""
+        runner = self._runner
+        await runner.apply(runner.core.connection_lost())
+        return await self._open_resumed(announce=False)
+
+    def _request(
+        self, history: Sequence[types.Content] = (), resume_handle: str | None = None
+    ) -> LlmRequest:
+        runner = self._runner
+        return runner.server.agent.request(
+            history, resume_handle=resume_handle, manual_activity=runner.manual_activity
+        )
+
+    # ------------------------------------------------------------------ supervising
+
+    async def supervise(self, link: Connection) -> NoReturn:
+        """Perform the supervisor's steps for the connection in use, for as long
+        as the session lasts; raises the error that ends it."""
+        runner = self._runner
+        core = runner.core
+        config = runner.config
+        supervisor = Supervisor(
+            handover_margin=config.handover_margin,
+            stall_timeout=config.stall_timeout,
+            policy=ReconnectPolicy(
+                max_failures=config.reconnect_attempts, stable_after=config.stable_after
+            ),
+        )
+        supervisor.connected(runner.clock())
+        while True:
+            now = runner.clock()
+            step = supervisor.next_step(
+                now,
+                outcome=link.outcome,
+                go_away_at=link.go_away_at,
+                safe_point=core.at_safe_point,
+                awaiting_reply_since=core.awaiting_reply_since,
+                has_handle=core.resumption_handle is not None,
+            )
+            if isinstance(step, Wait):
+                await self._wait_for_news(wait_seconds(step, now))
+            elif isinstance(step, HandOver):
+                link = await self._hand_over(link, supervisor)
+            elif isinstance(step, Stall):
+                runner.event(ErrorEvent("model_stalled", step.message))
+                runner.obs.reconnecting("stalled")
+                link.end(RecoverableConnectionError("the model stalled"))
+            elif isinstance(step, Resume):
+                link = await self._resume(link, step, supervisor)
+            else:
+                raise step.error
+
+    async def _wait_for_news(self, timeout: float) -> None:
+        """Sleep until something the supervisor acts on may have changed.
+
+        Woken by the connection ending, by a go-away, and (during a go-away or
+        while a reply is owed) by each change of turn or tool state; otherwise by
+        the timer of the nearest deadline.
+        """
+        self._news = anyio.Event()
+        with anyio.move_on_after(timeout):
+            await self._news.wait()
+
+    def poke(self) -> None:
+        """Something the supervisor acts on may have changed."""
+        self._news.set()
+
+    async def _retire(self, link: Connection) -> None:
+        """Take a connection out of the conversation: nothing more goes to it or
+        comes from it, and its sender has stopped (the upstream queue has one
+        sender at a time). It closes upstream in its own time."""
+        link.muted = True
+        link.stop()
+        await link.sender_done.wait()
+
+    async def _resume(self, link: Connection, step: Resume, supervisor: Supervisor) -> Connection:
+        """The connection ended: resume on a new one, retrying as the supervisor says."""
+        runner = self._runner
+        core = runner.core
+        if link.outcome == CLOSED:
+            runner.obs.reconnecting("go_away" if link.go_away_at is not None else "closed")
+        await self._retire(link)
+        await runner.apply(core.connection_lost())
+        while True:
+            runner.event(SessionReconnecting(step.reason))
+            log.info("session %s reconnecting: %s", runner.id, step.reason)
+            await anyio.sleep(step.delay)
+            try:
+                new = await self._open_resumed()
+            except LiveError as exc:
+                next_step = supervisor.reconnect_failed(
+                    runner.clock(), exc, has_handle=core.resumption_handle is not None
+                )
+                if isinstance(next_step, GiveUp):
+                    raise next_step.error from exc
+                assert isinstance(next_step, Resume)
+                step = next_step
+                continue
+            supervisor.connected(runner.clock())
+            return new
+
+    async def _hand_over(self, link: Connection, supervisor: Supervisor) -> Connection:
+        """Go-away: move to a new connection before the old one is closed.
+
+        The old connection takes nothing more once the hand-over starts, and
+        what it still sends is discarded: a reply cut at the deadline ends for
+        the client with `turn.complete` (`connection_lost`), and nothing of it
+        follows; a call it makes now is one the resumed state never made.
+        """
+        runner = self._runner
+        runner.event(SessionReconnecting("the model connection is about to close (go-away)"))
+        link.muted = True
+        runner.obs.reconnecting("go_away")
+        await link.stop_sending()
+        await runner.apply(runner.core.connection_lost())
+        try:
+            new = await self._open_resumed()
+        except LiveError as exc:
+            link.end(exc)  # the supervisor decides: retry with backoff, or give up
+            return link
+        link.stop()
+        supervisor.connected(runner.clock())
+        return new
+
+    async def _open_resumed(self, *, announce: bool = True) -> Connection:
+        runner = self._runner
+        core = runner.core
+        link = await runner.tg.start(self._connection, self._request(resume_handle=core.resumption_handle))
+        self.reconnects += 1
+        runner.obs.resumed()
+        if announce:
+            runner.event(SessionResumed())
+        link.ready.set()
+        await runner.apply(core.connection_resumed(runner.clock()))
+        log.info("session %s resumed (connection %d)", runner.id, self.reconnects + 1)
+        return link
+
+    # ------------------------------------------------------------------ one connection
+
+    async def _connection(
+        self, request: LlmRequest, *, task_status: TaskStatus[Connection] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """One model connection and its two pumps, for as long as it lasts."""
+        async with self._runner.server.measured_llm.connect(request) as conn:
+            link: Connection | None = None
+            try:
+                async with anyio.create_task_group() as tg:
+                    link = Connection(conn, tg.cancel_scope, self.poke)
+                    tg.start_soon(self._send_upstream, link)
+                    tg.start_soon(self._receive_upstream, link)
+                    task_status.started(link)
+            finally:
+                if link is not None:
+                    link.sender_done.set()
+
+    async def _send_upstream(self, link: Connection) -> None:
+        """Client input to the model, in order; an item is removed once it was sent."""
+        runner = self._runner
+        queue = runner.upstream
+        conn = link.conn
+        core = runner.core
+        send_realtime = conn.send_realtime
+        coalesce = runner.config.audio_coalesce_frames
+        try:
+            with link.sending:
+                while True:
+                    is_audio, items = await queue.peek_run(coalesce, waiting_as=link)
+                    try:
+                        if is_audio:
+                            blobs = cast(list[types.Blob], items)
+                            await send_realtime(
+                                blobs[0] if len(blobs) == 1 else core.joined_audio(blobs)
+                            )
+                        elif isinstance(items[0], types.Content):
+                            # Tool results and turns go whole or not at all.
+                            content = core.for_connection(items[0])
+                            # Whole or not at all, but not forever: a model that never
+                            # takes it is a dead connection (and must not hold a
+                            # session's end or a server's stop).
+                            with anyio.CancelScope(
+                                shield=True, deadline=anyio.current_time() + CONTROL_SEND_TIMEOUT
+                            ) as sending:
+                                await conn.send_content(content)
+                            if sending.cancelled_caught:
+                                raise RecoverableConnectionError(
+                                    f"the model did not take a message within {CONTROL_SEND_TIMEOUT:g} s"
+                                )
+                            core.content_sent(content)
+                        else:
+                            await send_realtime(items[0])
+                    except BaseException:
+                        queue.release()
+                        raise
+                    queue.commit()
+        except ConnectionClosedError as exc:
+            # The close as the receiver would classify it, whoever saw it first.
+            link.end(exc.cause if exc.cause is not None else CLOSED)
+        except LiveError as exc:
+            link.end(exc)
+        finally:
+            link.sender_done.set()
+
+    async def _receive_upstream(self, link: Connection) -> None:
+        runner = self._runner
+        core = runner.core
+        obs = runner.obs
+        clock = runner.clock
+        apply = runner.apply
+        try:
+            await link.ready.wait()  # the client hears of the connection before anything from it
+            async for response in link.conn.receive():
+                if link.muted:
+                    continue  # retired: nothing of it reaches the conversation
+                now = clock()
+                if response.go_away_time_left is not None:
+                    link.go_away_at = now + response.go_away_time_left
+                owed = core.awaiting_reply_since
+                if response.voice_activity is not None:
+                    obs.model_response(response, now)
+                await apply(core.model_response(response, now))
+                # Wake the supervisor only for what it acts on: a go-away, or the
+                # owed reply arriving (not every audio chunk after it).
+                if link.go_away_at is not None or (
+                    owed is not None and core.awaiting_reply_since is None
+                ):
+                    self.poke()
+        except LiveError as exc:
+            link.end(exc)
+            return
+        link.end(CLOSED)

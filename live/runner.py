@@ -1,0 +1,639 @@
+"""One conversation, from its opening to its end: the session runner.
+
+The rules of a conversation live in `live.session.SessionCore`, a state machine
+that answers what happens with actions. The runner feeds it (client input from
+the `ClientAttachment`, model responses from the `ModelLink`, tool outcomes from
+`ToolTasks`) and carries its actions out: audio and events into the outbox,
+input into the upstream queue, tool tasks started or cancelled, the end of the
+session. It owns every task the session starts, in one anyio task group:
+cancelling the session's scope ends them all, and nothing outlives it.
+
+The runner never knows which front door its client came through: the door
+(`live.doors`) turns frames into session inputs and events into frames.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+from google.genai import types
+
+from live.attachment import ClientAttachment
+from live.config import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL,
+    CLOSE_NORMAL,
+    CLOSE_POLICY,
+    CLOSE_SERVICE_RESTART,
+    CLOSE_TOO_BIG,
+    CLOSE_TRY_LATER,
+)
+from live.doors.base import FrontDoor
+from live.errors import (
+    ConfigurationError,
+    InvalidArgumentError,
+    LiveError,
+    QuotaExhaustedError,
+    RecoverableConnectionError,
+)
+from live.heard import HeardTracker, InterruptedReply
+from live.llm import RealtimeInput
+from live.logs import current_session
+from live.model_link import Connection, ModelLink
+from live.observe import SessionObserver
+from live.protocol import (
+    DEFAULT_INPUT_RATE,
+    ErrorEvent,
+    ProtocolError,
+    ServerEvent,
+    SessionClosed,
+    SessionGoAway,
+    SessionReattached,
+    SessionResume,
+    SessionStart,
+    SessionStarted,
+    TranscriptOutput,
+    TurnComplete,
+    TurnInterrupted,
+    encode,
+)
+from live.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
+from live.reattach import new_resume_token, token_digest
+from live.record import SessionRecord, current_record
+from live.session import (
+    AwaitClientTool,
+    CancelTool,
+    CloseSession,
+    FlushAudio,
+    ImageUpstream,
+    PlaybackReported,
+    RunTool,
+    SendAudio,
+    SendEvent,
+    SessionCore,
+    ToUpstream,
+)
+from live.tool_tasks import ToolTasks
+from live.websocket import WebSocket
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from live.server import LiveServer
+
+__all__ = ["SessionRunner"]
+
+log = logging.getLogger("live.server")
+
+# How long a client that reports its playback has, after `turn.interrupted`, to say
+# how much of the reply it played before the server's estimate is used instead.
+PLAYBACK_REPORT_WAIT = 0.5
+
+
+class SessionRunner:
+    """One client's conversation and the sequence of model connections it drives."""
+
+    def __init__(self, server: LiveServer, ws: WebSocket, door: FrontDoor) -> None:
+        self.server = server
+        self.config = config = server.config
+        self.id = uuid.uuid4().hex[:12]
+        self.model = server.agent.model
+        self.clock = server.clock
+        self.door = door
+        self.outbox = ClientOutbox(
+            max_audio_seconds=config.outbound_audio_seconds,
+            lead=config.audio_lead,
+            clock=server.clock,
+        )
+        self.upstream: UpstreamQueue[types.Content | RealtimeInput] = UpstreamQueue(
+            max_audio=config.audio_queue_frames,
+            max_audio_bytes=config.audio_queue_bytes,
+            max_control_bytes=config.control_queue_bytes,
+        )
+        self.core: SessionCore = cast(SessionCore, None)  # set once the session starts
+        self.manual_activity = False
+        self.handed_off = False  # this socket's handler gave it to another session
+        self.adopted: dict[str, Any] | None = None  # facts of a session taken over from the fleet
+        self.to_fleet = False  # handed to another server of the fleet: its state stays stored
+        self.end_reason: str | None = None
+        self.close_code = CLOSE_NORMAL
+        self.audio_frames_in = 0
+        self.tg: TaskGroup = cast("TaskGroup", None)  # the session's task group, once it runs
+        self._scope: anyio.CancelScope | None = None
+        self._final_error: ErrorEvent | None = None
+        self._reported_drops = 0
+        self._log_started = False
+        self.record: SessionRecord | None = None
+        self.heard = HeardTracker()
+        self._heard_event: TranscriptOutput | None = None
+        self.reports_playback = False  # set from session.start
+        self._awaiting_playback = anyio.CancelScope()
+        self._awaited_reply: InterruptedReply | None = None
+        agent = server.agent
+        self.obs = SessionObserver(
+            server.metrics,
+            model=self.model,
+            agent=agent.name,
+            tools=[*agent.tools_by_name, *(d.name or "" for d in agent.client_tools)],
+        )
+        self.client = ClientAttachment(self, ws, door)
+        self.link = ModelLink(self)
+        self.tools = ToolTasks(self)
+
+    # The client's socket, address and resume digest, as the server asks for them.
+
+    @property
+    def ws(self) -> WebSocket | None:
+        return self.client.ws
+
+    @property
+    def peer(self) -> str:
+        return self.client.peer
+
+    @property
+    def resume_digest(self) -> str | None:
+        return self.client.resume_digest
+
+    # ------------------------------------------------------------------ ending
+
+    def finish(
+        self, reason: str, close_code: int = CLOSE_NORMAL, error: ErrorEvent | None = None
+    ) -> None:
+        """End the session (the first reason wins) by cancelling what runs now.
+
+        `error`, when given, is the last event before `session.closed`.
+        """
+        if self.end_reason is None:
+            self.end_reason = reason
+            self.close_code = close_code
+            self._final_error = error
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def shutdown(self) -> None:
+        self.finish(
+            "server shutting down",
+            CLOSE_GOING_AWAY,
+            ErrorEvent("server_shutdown", "the server is shutting down", True),
+        )
+
+    def internal_error(self) -> None:
+        self.finish(
+            "internal error",
+            CLOSE_INTERNAL,
+            ErrorEvent("internal_error", "the server failed; see its log", True),
+        )
+
+    def frame_too_large(self, size: int) -> None:
+        message = f"frame of {size} bytes exceeds the {self.config.max_frame_bytes}-byte limit"
+        self.finish(message, CLOSE_TOO_BIG, ErrorEvent("frame_too_large", message, True))
+
+    def _model_failed(self, exc: LiveError) -> None:
+        self.finish(f"model: {exc}", CLOSE_INTERNAL, ErrorEvent(_error_code(exc), str(exc), True))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        started = self.clock()
+        start: SessionStart | SessionResume | None = None
+        client = self.client
+        current_session.set(self.id)  # this task's context: every line it logs names the session
+        self.obs.opened()
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                if self.end_reason is not None:
+                    scope.cancel()
+                try:
+                    start = await client.await_opening()
+                finally:
+                    self.server.pending.discard(self)
+            if self.end_reason is not None or start is None:
+                return
+            if isinstance(start, SessionResume):
+                adopted = await self.server.reattach(self, start)
+                if adopted is None:
+                    return
+                start = self._adopt(start, adopted)
+            self.manual_activity = start.turn_taking == "manual" or self.server.agent_manual_activity
+            self._start_record(start)
+            self.reports_playback = start.reports_playback
+            agent = self.server.agent
+            self.core = SessionCore(
+                input_rate=start.input_rate,
+                server_tools=frozenset(agent.tools_by_name),
+                client_tool_timeout=agent.client_tool_timeout,
+                manual_activity=self.manual_activity,
+                max_image_bytes=self.config.image_limit,
+                max_image_rate=self.config.max_image_rate,
+                video_capped=not agent.context_compression,
+            )
+            if self.adopted is not None:
+                self.core.restore(self.adopted.get("core") or {})
+            with anyio.CancelScope() as scope:
+                # Cancelling this scope ends every task of the session; each model
+                # connection's own exit (shielded by the implementation) still
+                # closes it upstream.
+                self._scope = scope
+                if self.end_reason is not None:
+                    scope.cancel()
+                async with anyio.create_task_group() as tg:
+                    self.tg = tg
+                    grant = client.grant
+                    if grant is not None and grant.max_duration is not None:
+                        tg.start_soon(self._limit_duration, grant.max_duration)
+                    await self._converse(start)
+        except* LiveError as group:
+            self._model_failed(group.exceptions[0])  # type: ignore[arg-type]
+        except* Exception:
+            log.exception("session %s failed", self.id)
+            self.internal_error()
+        finally:
+            if self.handed_off:
+                self.obs.abandon()
+                return  # this socket served another session, which closes it
+            await self._close(started)
+
+    async def _close(self, started: float) -> None:
+        """Tell the client how the session ended, close its socket, and account."""
+        self.server.live_sessions.pop(self.id, None)
+        client = self.client
+        reason = self.end_reason or "client disconnected"
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.shutdown_grace):
+            ws = client.ws
+            if self.to_fleet:
+                # Another server carries it on: the client reattaches there.
+                if ws is not None:
+                    await ws.close(CLOSE_SERVICE_RESTART, "server restarting: reattach")
+            else:
+                if self._final_error is not None:
+                    await client.send_now(self._final_error)
+                await client.send_now(SessionClosed(reason))
+                if ws is not None:
+                    await ws.close(self.close_code, reason[:120])
+            fleet = self.server.fleet
+            if fleet is not None and self.core is not None:
+                await fleet.ended(self.id, keep_state=self.to_fleet)
+        client.let_go()
+        if self.record is not None:
+            self.record.close(reason)
+        client.frames_seen()
+        core = self.core
+        self.obs.ended(
+            reason,
+            self._final_error,
+            late_dropped=core.late_audio_dropped if core else 0,
+            flushed=self.outbox.flushed_frames,
+        )
+        if self._log_started:
+            summary = {
+                "model": self.model,
+                "duration": round(self.clock() - started, 1),
+                "reason": reason,
+                "audio_in": self.audio_frames_in,
+                "audio_dropped": self.upstream.dropped_audio,
+                "late_audio_dropped": core.late_audio_dropped if core else 0,
+                "reconnects": self.link.reconnects,
+            }
+            log.info(
+                "session %s ended model=%s duration=%.1fs reason=%s audio_in=%d "
+                "audio_dropped=%d late_audio_dropped=%d reconnects=%d",
+                self.id,
+                *summary.values(),
+                extra={"fields": {"event": "session.ended", **summary}},
+            )
+
+    async def _converse(self, start: SessionStart) -> None:
+        """Open the first model connection, start the client's pumps, then
+        supervise the model side until the session ends."""
+        client = self.client
+        fleet = self.server.fleet
+        if self.adopted is None:
+            if fleet is not None and not await fleet.admit(self.id):
+                limit = fleet.max_sessions_global
+                message = f"the service is at its limit of {limit} sessions; try again later"
+                self.finish(message, CLOSE_TRY_LATER, ErrorEvent("capacity", message, True))
+                return
+            link = await self.link.open_first(start.history)
+            resume_token = None
+            if self.config.reattach_grace > 0 and self.door.capabilities.reattach:
+                resume_token = new_resume_token()
+                client.resume_digest = token_digest(resume_token)
+                self.server.live_sessions[self.id] = self
+            await client.send_now(
+                SessionStarted(
+                    self.id,
+                    self.model,
+                    start.input_rate,
+                    resume_token=resume_token,
+                    max_image_bytes=self.config.image_limit,
+                    max_image_rate=self.config.max_image_rate,
+                )
+            )
+            link.ready.set()
+        else:
+            link = await self.link.take_over()
+            self.server.live_sessions[self.id] = self
+            stored_seq = int(self.adopted.get("last_seq") or 0)
+            replay = client.replay
+            await client.send_now(SessionReattached(self.id, 0, max(0, stored_seq - replay.last_seq)))
+            replay.last_seq = max(stored_seq, replay.last_seq)
+            log.info("session %s taken over from the fleet (handle from the store)", self.id)
+        if fleet is not None:
+            await fleet.started(self.id, self.durable_state())
+        self.obs.started(self.clock())
+        log.info("session %s started model=%s input_rate=%d", self.id, self.model, start.input_rate)
+        self._log_started = True
+        tg = self.tg
+        tg.start_soon(client.read_client, client.ws)
+        tg.start_soon(client.write_client)
+        tg.start_soon(self._watch_idle)
+        await self.link.supervise(link)
+
+    def poke(self) -> None:
+        """Something the model link's supervisor acts on may have changed."""
+        self.link.poke()
+
+    # ------------------------------------------------------------------ the fleet
+
+    def durable_state(self) -> dict[str, Any]:
+        """What another server of the fleet needs to carry this session on."""
+        core = self.core
+        return {
+            "agent": self.server.agent.name,
+            "model": self.model,
+            "input_rate": int(core.input_mime.rsplit("=", 1)[1]) if core else 16000,
+            "turn_taking": "manual" if self.manual_activity else "auto",
+            "resume_digest": self.client.resume_digest,
+            "last_seq": self.client.replay.last_seq,
+            "core": core.snapshot() if core is not None else {},
+        }
+
+    def _adopt(self, message: SessionResume, state: dict[str, Any]) -> SessionStart:
+        """Become the session `state` describes, on this server, for this socket."""
+        self.id = message.session_id
+        current_session.set(self.id)
+        self.adopted = state
+        self.client.resume_digest = state.get("resume_digest")
+        self.client.replay.last_seq = message.last_seq
+        return SessionStart(
+            input_rate=int(state.get("input_rate") or DEFAULT_INPUT_RATE),
+            turn_taking=str(state.get("turn_taking") or "auto"),
+        )
+
+    async def hand_to_fleet(self, time_left: float) -> None:
+        """Draining: at the next safe point (or after `time_left`), leave the
+        session to another server of the fleet, with its newest facts stored."""
+        core = self.core
+        fleet = self.server.fleet
+        if core is None or fleet is None:
+            self.shutdown()
+            return
+        async with self.client.send_lock:  # in order with the stream, and sent before the end
+            await self.client.send_now(SessionGoAway(time_left))
+        with anyio.move_on_after(time_left):
+            while not core.at_safe_point:
+                await anyio.sleep(0.05)
+        await fleet.save(self.id, self.durable_state())
+        self.to_fleet = True
+        self.finish("handed to another server of the fleet (this one is stopping)")
+
+    # ------------------------------------------------------------------ limits
+
+    def _start_record(self, start: SessionStart) -> None:
+        """With `--record`: open this session's record; the model side finds it too."""
+        recorder = self.server.recorder
+        if recorder is None:
+            return
+        self.record = recorder.start(self.id, self.server.record_header(start), input_rate=start.input_rate)
+        if self.record is not None:
+            current_record.set(self.record)  # read by Recorded(llm) in this session's tasks
+            self.record.client_event(start.to_json())
+
+    async def _limit_duration(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+        message = f"the session reached the {seconds:g} s its token allows (max_duration)"
+        self.finish(message, CLOSE_NORMAL, ErrorEvent("session_expired", message, True))
+
+    async def _watch_idle(self) -> None:
+        """Ends the session after `idle_timeout` without client input (noticed to
+        within a second: it looks at most once a second)."""
+        idle = self.config.idle_timeout
+        client = self.client
+        while True:
+            client.frames_seen()
+            if client.ws is None:  # the client is away: the reattach grace applies
+                client.last_client_frame = self.clock()
+                await anyio.sleep(1.0)
+                continue
+            remaining = client.last_client_frame + idle - self.clock()
+            if remaining <= 0:
+                error = ErrorEvent("idle_timeout", f"no input from the client for {idle:g} s", True)
+                self.finish("idle timeout", error=error)
+                return
+            self.obs.catch_up(self.core.late_audio_dropped if self.core else 0, self.outbox.flushed_frames)
+            await anyio.sleep(min(remaining, 1.0))
+
+    # ------------------------------------------------------------------ client input
+
+    def client_audio(self, frame: bytes, *, behind: bool) -> None:
+        """One audio frame from the client: to the model at once when its
+        connection takes it without waiting, else into the upstream queue.
+
+        At once only when the sender waits on an empty queue (nothing is ahead
+        of this frame) and the reader is not `behind` (frames piled up behind
+        this one are queued, so the sender joins them into one message).
+        """
+        if self.record is not None:
+            self.record.client_audio(frame)
+        if not frame:
+            return
+        try:
+            blob = self.core.client_audio(frame)
+        except ProtocolError as exc:
+            self.event(ErrorEvent(exc.code, exc.message))
+            return
+        self.audio_frames_in += 1
+        upstream = self.upstream
+        link = cast("Connection | None", upstream.waiting_consumer)
+        if link is not None and not behind and not link.muted and link.conn.send_realtime_nowait(blob):
+            return
+        if upstream.put_audio(blob, len(frame)):
+            self.obs.audio_overflow()
+            self._report_drops()
+
+    async def client_frame(self, frame: str | bytes, *, behind: bool) -> None:
+        """A frame the door reads (every text frame; binary ones too for a door
+        that does not take audio as is)."""
+        native = self.door.capabilities.raw_audio
+        if native and self.record is not None and isinstance(frame, str):
+            self.record.client_text(frame)
+        try:
+            inputs = self.door.inputs(frame)
+        except ProtocolError as exc:
+            await self.apply([SendEvent(ErrorEvent(exc.code, exc.message, exc.fatal))])
+            return
+        for item in inputs:
+            if type(item) is bytes:
+                self.client_audio(item, behind=behind)
+                continue
+            if not native and self.record is not None:
+                self.record.client_text(encode(item))
+            await self.apply(self.core.client_message(item, self.clock()))
+        self.poke()
+
+    def _report_drops(self) -> None:
+        dropped = self.upstream.dropped_audio
+        # The first drop, then every 50th: the client learns without being flooded.
+        if dropped == 1 or dropped - self._reported_drops >= 50:
+            self._reported_drops = dropped
+            self.event(
+                ErrorEvent(
+                    "audio_overflow",
+                    f"the model is not keeping up: {dropped} audio frame(s) dropped so far "
+                    "(the oldest waiting audio is dropped first)",
+                )
+            )
+
+    def image_too_large(self, message_size: int) -> ErrorEvent:
+        config = self.config
+        return ErrorEvent(
+            "image_too_large",
+            f"an image message of {message_size} bytes exceeds the {config.max_frame_bytes}-byte "
+            f"frame limit (images up to {config.image_limit} bytes fit); the frame was "
+            "dropped (send a smaller or more compressed image, e.g. 768 px on the long side)",
+        )
+
+    def _report_image_drops(self) -> None:
+        dropped = self.upstream.dropped_images
+        if dropped == 1 or dropped % 10 == 0:
+            self.event(
+                ErrorEvent(
+                    "image_overflow",
+                    f"the model is not keeping up: {dropped} image(s) dropped so far "
+                    "(a newer image replaces an older one still waiting)",
+                )
+            )
+
+    # ------------------------------------------------------------------ actions
+
+    def event(self, event: ServerEvent) -> None:
+        """An event for the client, in order with the stream."""
+        self.obs.event(event)
+        frame = self.door.event(event)
+        if frame is None:
+            return
+        try:
+            self.outbox.put_event(frame)
+        except OutboxOverflow as exc:
+            self.finish(f"client too slow: {exc}", CLOSE_POLICY)
+
+    async def apply(self, actions: list[Any]) -> None:
+        """Carry out what the session core decided."""
+        if actions:
+            self.obs.actions(actions, self.clock())
+        for action in actions:
+            if isinstance(action, SendAudio):
+                self.heard.audio_queued(len(action.data))
+                await self.outbox.put_audio(action.data)
+            elif isinstance(action, SendEvent):
+                event = action.event
+                if isinstance(event, TurnInterrupted):
+                    frame = self.door.event(event)
+                    if frame is None:
+                        self.outbox.flush_audio()
+                    else:
+                        self.outbox.put_urgent(frame)
+                    if self._heard_event is not None:
+                        self.event(self._heard_event)  # what the user heard, right after
+                        self._heard_event = None
+                else:
+                    if type(event) is TranscriptOutput and not event.final:
+                        self.heard.fragment(event.text)
+                    elif type(event) is TurnComplete:
+                        self.heard.reply_ended()
+                    self.event(event)
+            elif isinstance(action, ToUpstream):
+                await self.upstream.put_control(action.item, _control_size(action.item))
+            elif isinstance(action, ImageUpstream):
+                if self.upstream.put_image(action.blob, len(action.blob.data or b"")):
+                    self._report_image_drops()
+            elif isinstance(action, FlushAudio):
+                self._interrupted(self.heard.interrupted(self.outbox.unplayed_seconds()))
+                self.outbox.flush_audio()  # the client is told by the urgent event that follows
+            elif isinstance(action, PlaybackReported):
+                self._heard_reported(action.played)
+            elif isinstance(action, RunTool):
+                self.tools.run_server_tool(action.call)
+            elif isinstance(action, AwaitClientTool):
+                self.tools.await_client_tool(action.call.id or "", action.timeout)
+            elif isinstance(action, CancelTool):
+                self.tools.cancel(action.call_id)
+            elif isinstance(action, CloseSession):
+                self.finish(action.reason)
+
+    # ------------------------------------------------------------------ what the user heard
+
+    def _interrupted(self, reply: InterruptedReply | None) -> None:
+        """A reply was cut: say what was heard of it, now or when the client reports."""
+        earlier = self._awaited_reply
+        if earlier is not None:  # a new barge-in before the last one was reported
+            self._awaited_reply = None
+            self._awaiting_playback.cancel()
+            self.event(_heard_event(earlier.heard()))
+        if reply is None:
+            return
+        if not self.reports_playback:
+            self._heard_event = _heard_event(reply.heard())
+            return
+        scope = self._awaiting_playback = anyio.CancelScope()
+        self.tg.start_soon(self._heard_by_deadline, reply, scope)
+
+    async def _heard_by_deadline(self, reply: InterruptedReply, scope: anyio.CancelScope) -> None:
+        self._awaited_reply = reply
+        with scope:
+            await anyio.sleep(PLAYBACK_REPORT_WAIT)
+            # No report in time: the server's own estimate.
+            self._awaited_reply = None
+            self.event(_heard_event(reply.heard()))
+
+    def _heard_reported(self, played: float) -> None:
+        reply = self._awaited_reply
+        if reply is None:
+            return  # none awaited (late, or for a reply already answered for)
+        self._awaited_reply = None
+        self._awaiting_playback.cancel()
+        self.event(_heard_event(reply.heard(played)))
+
+
+def _error_code(exc: LiveError) -> str:
+    if isinstance(exc, ConfigurationError):
+        return "model_config_error"
+    if isinstance(exc, QuotaExhaustedError):
+        return "quota_exhausted"
+    if isinstance(exc, InvalidArgumentError):
+        return "model_invalid_argument"
+    if isinstance(exc, RecoverableConnectionError):
+        return "model_connection_lost"
+    return "model_error"
+
+
+def _heard_event(heard: tuple[str, float]) -> TranscriptOutput:
+    return TranscriptOutput(heard[0], True, heard=True, played=round(heard[1], 3))
+
+
+def _control_size(item: types.Content | RealtimeInput) -> int:
+    """About what a control item holds in memory: its text and tool-result payloads."""
+    if not isinstance(item, types.Content):
+        return 0
+    size = 0
+    for part in item.parts or ():
+        if part.text:
+            size += len(part.text)
+        if part.function_response is not None and part.function_response.response:
+            size += len(json.dumps(part.function_response.response, default=str))
+    return size
