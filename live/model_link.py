@@ -24,7 +24,7 @@ from google.genai import types
 from live.errors import ConnectionClosedError, LiveError, RecoverableConnectionError
 from live.llm import BaseLlmConnection, LlmRequest
 from live.protocol import ErrorEvent, SessionReconnecting, SessionResumed
-from live.session import ReconnectPolicy
+from live.supervisor import ReconnectPolicy
 from live.supervisor import (
     CLOSED,
     GiveUp,

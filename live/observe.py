@@ -31,7 +31,7 @@ from live.protocol import (
     TurnInterrupted,
 )
 from live.record import SessionRecord, current_record
-from live.session import SendAudio, SendEvent, ToUpstream
+from live.actions import SendAudio, SendEvent, ToUpstream
 
 __all__ = ["Measured", "Recorded", "SessionObserver", "WrappedConnection"]
 

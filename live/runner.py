@@ -22,6 +22,18 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 from google.genai import types
 
+from live.actions import (
+    AwaitClientTool,
+    CancelTool,
+    CloseSession,
+    FlushAudio,
+    ImageUpstream,
+    PlaybackReported,
+    RunTool,
+    SendAudio,
+    SendEvent,
+    ToUpstream,
+)
 from live.attachment import ClientAttachment
 from live.config import (
     CLOSE_GOING_AWAY,
@@ -64,19 +76,7 @@ from live.protocol import (
 from live.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
 from live.reattach import new_resume_token, token_digest
 from live.record import SessionRecord, current_record
-from live.session import (
-    AwaitClientTool,
-    CancelTool,
-    CloseSession,
-    FlushAudio,
-    ImageUpstream,
-    PlaybackReported,
-    RunTool,
-    SendAudio,
-    SendEvent,
-    SessionCore,
-    ToUpstream,
-)
+from live.session import SessionCore
 from live.tool_tasks import ToolTasks
 from live.websocket import WebSocket
 

@@ -3,7 +3,7 @@
 `SessionCore` is fed what happens — a client frame, a model response, a tool that
 finished — and returns the actions that follow: events and audio for the client,
 input for the model, tool tasks to start or cancel, the end of the session. The
-I/O layer (`live.server`) carries the actions out. Every rule about turns, tools
+I/O layer (`live.runner`) carries the actions (`live.actions`) out. Every rule about turns, tools
 and interruptions lives here, where a test can drive it without sockets.
 
 Turn state: `LISTENING -> RESPONDING -> (INTERRUPTED | LISTENING)`. After the model
@@ -39,11 +39,24 @@ import enum
 import json
 import uuid
 import weakref
-from typing import Any, TypeAlias
+from typing import Any
 
 from google.genai import types
 
-from live.llm import AUDIO_STREAM_END, LlmResponse, RealtimeInput
+from live.actions import (
+    Action,
+    AwaitClientTool,
+    CancelTool,
+    CloseSession,
+    FlushAudio,
+    ImageUpstream,
+    PlaybackReported,
+    RunTool,
+    SendAudio,
+    SendEvent,
+    ToUpstream,
+)
+from live.llm import AUDIO_STREAM_END, LlmResponse
 from live.protocol import (
     Playback,
     CodeEvent,
@@ -58,7 +71,6 @@ from live.protocol import (
     GenerationComplete,
     Image,
     ProtocolError,
-    ServerEvent,
     SessionClose,
     SessionGoAway,
     SessionStart,
@@ -77,9 +89,11 @@ from live.protocol import (
 )
 from live.unchecked import unchecked
 
+# The actions are defined in live.actions; they are named here too, where the
+# rules that make them are.
 __all__ = [
+    "Action",
     "AwaitClientTool",
-    "ReconnectPolicy",
     "CancelTool",
     "CloseSession",
     "PlaybackReported",
@@ -106,96 +120,6 @@ class ToolState(enum.Enum):
     ANSWERED = "answered"
     CANCELLED = "cancelled"
     TIMED_OUT = "timed_out"
-
-
-# ------------------------------------------------------------------ actions
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SendEvent:
-    """Send a JSON event to the client, ahead of any queued audio."""
-
-    event: ServerEvent
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SendAudio:
-    """Queue model audio (PCM16 at 24 kHz) for the client, in order."""
-
-    data: bytes
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FlushAudio:
-    """Discard every audio chunk still queued for the client."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ToUpstream:
-    """Send to the model: a `Content` (user turn or function responses) or realtime input."""
-
-    item: types.Content | RealtimeInput
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ImageUpstream:
-    """Send an image frame to the model as realtime video, in order with the audio.
-
-    Unlike `ToUpstream`, it may be dropped on the way if the model falls behind
-    (`live.queues.UpstreamQueue`): a newer frame of the same view replaces it.
-    """
-
-    blob: types.Blob
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunTool:
-    """Start the server-side tool for this call, as a task keyed by the call id."""
-
-    call: types.FunctionCall
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class AwaitClientTool:
-    """Wait `timeout` seconds for the client's `tool.result`, then answer with an error."""
-
-    call: types.FunctionCall
-    timeout: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CancelTool:
-    """Cancel the task (server tool or client deadline) of this call."""
-
-    call_id: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PlaybackReported:
-    """The client says how many seconds of the interrupted reply it played."""
-
-    played: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CloseSession:
-    """End the session: `reason` goes into `session.closed` and the log."""
-
-    reason: str
-
-
-Action: TypeAlias = (
-    SendEvent
-    | SendAudio
-    | FlushAudio
-    | ToUpstream
-    | ImageUpstream
-    | RunTool
-    | AwaitClientTool
-    | CancelTool
-    | CloseSession
-    | PlaybackReported
-)
 
 
 @dataclasses.dataclass(slots=True)
@@ -941,33 +865,3 @@ def _joined_turn(contents: list[types.Content]) -> types.Content:
     """Several user texts as one turn, a paragraph each, so the model answers them once."""
     texts = ["".join(part.text or "" for part in content.parts or []) for content in contents]
     return types.Content(role="user", parts=[types.Part(text="\n\n".join(t for t in texts if t))])
-
-
-@dataclasses.dataclass
-class ReconnectPolicy:
-    """When to try the model connection again after it failed, and when to give up.
-
-    Delays grow from `base_delay` to `max_delay`; after `max_failures` failures in
-    a row the session ends. A connection that stayed up `stable_after` seconds
-    resets the count, so a long conversation is not failed by drops hours apart.
-    """
-
-    max_failures: int = 5
-    base_delay: float = 0.25
-    max_delay: float = 5.0
-    stable_after: float = 60.0
-    failures: int = 0
-    _connected_at: float | None = None
-
-    def connected(self, now: float) -> None:
-        self._connected_at = now
-
-    def failed(self, now: float) -> float | None:
-        """Record a failure; the delay before the next attempt, or None to give up."""
-        if self._connected_at is not None and now - self._connected_at >= self.stable_after:
-            self.failures = 0
-        self._connected_at = None
-        self.failures += 1
-        if self.failures > self.max_failures:
-            return None
-        return min(self.max_delay, self.base_delay * 2 ** (self.failures - 1))

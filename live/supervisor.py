@@ -36,13 +36,13 @@ import math
 from typing import TypeAlias
 
 from live.errors import LiveError, RecoverableConnectionError
-from live.session import ReconnectPolicy
 
 __all__ = [
     "CLOSED",
     "GiveUp",
     "HandOver",
     "Outcome",
+    "ReconnectPolicy",
     "Resume",
     "Stall",
     "Step",
@@ -91,6 +91,36 @@ class GiveUp:
 
 
 Step: TypeAlias = Wait | HandOver | Stall | Resume | GiveUp
+
+
+@dataclasses.dataclass
+class ReconnectPolicy:
+    """When to try the model connection again after it failed, and when to give up.
+
+    Delays grow from `base_delay` to `max_delay`; after `max_failures` failures in
+    a row the session ends. A connection that stayed up `stable_after` seconds
+    resets the count, so a long conversation is not failed by drops hours apart.
+    """
+
+    max_failures: int = 5
+    base_delay: float = 0.25
+    max_delay: float = 5.0
+    stable_after: float = 60.0
+    failures: int = 0
+    _connected_at: float | None = None
+
+    def connected(self, now: float) -> None:
+        self._connected_at = now
+
+    def failed(self, now: float) -> float | None:
+        """Record a failure; the delay before the next attempt, or None to give up."""
+        if self._connected_at is not None and now - self._connected_at >= self.stable_after:
+            self.failures = 0
+        self._connected_at = None
+        self.failures += 1
+        if self.failures > self.max_failures:
+            return None
+        return min(self.max_delay, self.base_delay * 2 ** (self.failures - 1))
 
 
 class Supervisor:

@@ -256,7 +256,7 @@ def test_safe_point_waits_for_owed_replies_running_tools_and_replies_in_progress
 
 
 def test_reconnect_policy_backs_off_gives_up_and_forgives_after_a_stable_period():
-    from live.session import ReconnectPolicy
+    from live.supervisor import ReconnectPolicy
 
     policy = ReconnectPolicy(max_failures=3, base_delay=0.5, max_delay=1.5, stable_after=60)
     assert [policy.failed(0), policy.failed(1), policy.failed(2)] == [0.5, 1.0, 1.5]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from live.errors import ConfigurationError, InvalidArgumentError, RecoverableConnectionError
-from live.session import ReconnectPolicy
+from live.supervisor import ReconnectPolicy
 from live.supervisor import CLOSED, GiveUp, HandOver, Resume, Stall, Supervisor, Wait
 
 

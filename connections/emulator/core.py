@@ -14,7 +14,6 @@ standard or URL-safe base64 accepted, closes with the real codes and reasons.
 from __future__ import annotations
 
 import base64
-import binascii
 import collections
 import copy
 import dataclasses
@@ -22,13 +21,47 @@ import hashlib
 import heapq
 import itertools
 import json
-import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
 
 from connections.emulator import synth
-from connections.emulator.script import Fault, ReplyContext, Script, ToolCall, VideoFrame
+from connections.emulator.script import (
+    Fault,
+    ReplyContext,
+    Script,
+    ToolCall,
+    VideoFrame,
+)
+from connections.emulator.wire import (
+    AUDIO_TOKENS_PER_S,
+    BAD_KEY,
+    BAD_TOKEN,
+    DEFAULT_REASONS,
+    INVALID,
+    MAX_AUDIO,
+    MAX_FRAMES,
+    TOP_LEVEL,
+    UNREGISTERED,
+    Action,
+    CloseConnection,
+    DropConnection,
+    Handshake,
+    Route,
+    SendMessage,
+    SessionRecord,
+    Settings,
+    Shared,
+    b64decode,
+    duration_text,
+    get_field,
+    is_3x,
+    not_found,
+    rate_of,
+    route,
+    text_of,
+    token_count,
+    without_video_data,
+)
 from live.images import InvalidImage, inspect_image
 
 __all__ = [
@@ -44,289 +77,6 @@ __all__ = [
     "Shared",
     "route",
 ]
-
-
-# --- actions ---------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SendMessage:
-    """Send `payload` as one JSON text frame."""
-
-    payload: dict[str, Any]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CloseConnection:
-    """Close the WebSocket with `code` and `reason`; the session is over."""
-
-    code: int
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DropConnection:
-    """Drop the TCP connection without a close frame (the client sees 1006)."""
-
-
-Action: TypeAlias = SendMessage | CloseConnection | DropConnection
-
-
-# --- routing and settings ----------------------------------------------------
-
-_PATH = re.compile(
-    r"^/+ws/google\.ai\.generativelanguage\.(?P<version>v1(?:alpha|beta)?)"
-    r"\.GenerativeService\.(?P<method>BidiGenerateContent(?:Constrained)?)$"
-)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Route:
-    """Which API version and method a request path asked for."""
-
-    api_version: str
-    method: str
-
-    @property
-    def constrained(self) -> bool:
-        return self.method == "BidiGenerateContentConstrained"
-
-
-def route(path: str) -> Route | None:
-    """The route of a request path (query ignored), or None for a 404."""
-    match = _PATH.match(urlsplit(path).path)
-    if match is None:
-        return None
-    return Route(match["version"], match["method"])
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Handshake:
-    """The parts of the HTTP upgrade request the service looks at."""
-
-    path: str
-    headers: Mapping[str, str]
-
-    def header(self, name: str) -> str | None:
-        lowered = name.lower()
-        for key, value in self.headers.items():
-            if key.lower() == lowered:
-                return value
-        return None
-
-    def query(self, name: str) -> str | None:
-        values = parse_qs(urlsplit(self.path).query).get(name)
-        return values[0] if values else None
-
-
-@dataclasses.dataclass(slots=True)
-class Settings:
-    """Server-wide policy.
-
-    `api_key`: the only key accepted (None: any non-empty key). `tokens`: the
-    ephemeral tokens accepted on the Constrained method (None: any
-    `auth_tokens/...`). `api_versions`: versions that serve Live.
-    `live_model`: decides which model names are Live models.
-    """
-
-    api_key: str | None = None
-    tokens: frozenset[str] | None = None
-    api_versions: frozenset[str] = frozenset({"v1alpha", "v1beta", "v1"})
-    live_model: Callable[[str], bool] = dataclasses.field(
-        default_factory=lambda: _is_live_model
-    )
-
-
-def _is_live_model(name: str) -> bool:
-    return "live" in name or "native-audio" in name
-
-
-def _is_3x(model: str) -> bool:
-    return re.search(r"gemini-3", model) is not None
-
-
-class HandleStore:
-    """Resumption handles -> conversation snapshots, shared by all sessions (bounded)."""
-
-    def __init__(self, limit: int = 1000) -> None:
-        self._limit = limit
-        self._snapshots: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
-
-    def put(self, handle: str, snapshot: dict[str, Any]) -> None:
-        self._snapshots[handle] = snapshot
-        self._snapshots.move_to_end(handle)
-        while len(self._snapshots) > self._limit:
-            self._snapshots.popitem(last=False)
-
-    def get(self, handle: str) -> dict[str, Any] | None:
-        snap = self._snapshots.get(handle)
-        return copy.deepcopy(snap) if snap is not None else None
-
-    def __contains__(self, handle: object) -> bool:
-        return handle in self._snapshots
-
-
-@dataclasses.dataclass(slots=True)
-class Shared:
-    """State every session of one emulator shares: handles, fault counters, load."""
-
-    store: HandleStore = dataclasses.field(default_factory=HandleStore)
-    fault_fired: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
-    active: int = 0
-
-
-# --- what a session saw ------------------------------------------------------
-
-_MAX_FRAMES = 5000
-_MAX_AUDIO = 16 * 1024 * 1024
-
-
-@dataclasses.dataclass(slots=True)
-class SessionRecord:
-    """What one connection received and how it went, for assertions.
-
-    `frames` are the client frames as parsed JSON (first `_MAX_FRAMES`; a video
-    frame's data replaced by its length), `audio` the decoded input PCM (first
-    16 MiB), `video` the image frames received as realtime video (first
-    `_MAX_FRAMES`; `video_frames` counts them all, `last_video` holds the newest
-    one's bytes), `user_turns`/`model_turns` the text of
-    each turn, `sent` every message sent, `close` the (code, reason) the server
-    closed with (1006 for a drop), or the client's close as `client_close`.
-    """
-
-    index: int
-    path: str
-    route: Route | None
-    headers: dict[str, str]
-    setup: dict[str, Any] | None = None
-    frames: list[Any] = dataclasses.field(default_factory=list)
-    audio: bytearray = dataclasses.field(default_factory=bytearray)
-    audio_chunks: int = 0
-    video: list[VideoFrame] = dataclasses.field(default_factory=list)
-    video_frames: int = 0
-    last_video: bytes = b""
-    user_turns: list[str] = dataclasses.field(default_factory=list)
-    model_turns: list[str] = dataclasses.field(default_factory=list)
-    tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    tool_responses: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    sent: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    handles: list[str] = dataclasses.field(default_factory=list)
-    resumed_from: str | None = None
-    ignored_realtime: int = 0  # realtime input sent before the initial history completed
-    close: tuple[int, str] | None = None
-    client_close: tuple[int, str] | None = None
-    stalled: bool = False
-
-    @property
-    def model(self) -> str | None:
-        return None if self.setup is None else _field(self.setup, "model")
-
-    def describe_video(self) -> str:
-        """What video input arrived, in words: how many frames, and the newest."""
-        if not self.video_frames:
-            return "no video frames"
-        newest = self.video[-1] if self.video else None
-        what = f"; the newest: {newest.describe()}" if newest is not None else ""
-        return f"{self.video_frames} video frame(s){what}"
-
-    def sent_of(self, key: str) -> list[dict[str, Any]]:
-        """The sent messages that carry top-level `key` (e.g. `toolCall`)."""
-        return [m for m in self.sent if key in m]
-
-
-# --- helpers -----------------------------------------------------------------
-
-_SNAKE = re.compile(r"([A-Z])")
-
-
-def _field(obj: Any, camel: str, default: Any = None) -> Any:
-    """`obj[camel]` or `obj[snake_case(camel)]`: the service accepts both."""
-    if not isinstance(obj, Mapping):
-        return default
-    if camel in obj:
-        return obj[camel]
-    snake = _SNAKE.sub(lambda m: "_" + m.group(1).lower(), camel)
-    return obj.get(snake, default)
-
-
-def _b64decode(text: str) -> bytes:
-    """Standard or URL-safe base64, padding optional (as the service accepts)."""
-    if not isinstance(text, str):
-        raise ValueError("not a string")
-    cleaned = text.strip().translate(str.maketrans("-_", "+/"))
-    cleaned += "=" * (-len(cleaned) % 4)
-    try:
-        return base64.b64decode(cleaned, validate=True)
-    except binascii.Error as exc:
-        raise ValueError(str(exc)) from None
-
-
-def _without_video_data(frame: Any) -> Any:
-    """A client frame to keep, with any video data replaced by its length (memory)."""
-    if not isinstance(frame, dict) or len(frame) != 1:
-        return frame
-    (key, body), = frame.items()
-    if _TOP_LEVEL.get(key) != "realtimeInput" or not isinstance(body, dict):
-        return frame
-    video = body.get("video")
-    if not isinstance(video, dict) or not isinstance(video.get("data"), str):
-        return frame
-    kept = {**video, "data": f"<{len(video['data'])} base64 characters>"}
-    return {key: {**body, "video": kept}}
-
-
-def _rate_of(mime: str) -> int:
-    match = re.search(r"rate\s*=\s*(\d+)", mime or "")
-    return int(match.group(1)) if match else 16_000
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:g}s"
-
-
-def _text_of(content: Any) -> str:
-    parts = _field(content, "parts") or []
-    return "".join(str(_field(p, "text") or "") for p in parts if isinstance(p, Mapping))
-
-
-def _tokens(text: str) -> int:
-    return max(1, len(text) // 4) if text else 0
-
-
-_AUDIO_TOKENS_PER_S = 25
-
-_INVALID = "Request contains an invalid argument."
-_UNREGISTERED = (
-    "Method doesn't allow unregistered callers (callers without established identity)."
-    " Please use API Key or other form of API consumer identity to call this API."
-)
-_BAD_KEY = "API key not valid. Please pass a valid API key."
-_BAD_TOKEN = "The ephemeral auth token is invalid or has expired."
-_TOP_LEVEL = {
-    "setup": "setup",
-    "clientContent": "clientContent",
-    "client_content": "clientContent",
-    "realtimeInput": "realtimeInput",
-    "realtime_input": "realtimeInput",
-    "toolResponse": "toolResponse",
-    "tool_response": "toolResponse",
-    "contextUpdate": "contextUpdate",
-    "context_update": "contextUpdate",
-}
-_DEFAULT_REASONS = {
-    1000: "",
-    1007: _INVALID,
-    1008: "Request violates a policy.",
-    1011: "Internal error encountered.",
-}
-
-
-def _not_found(model: str, version: str) -> str:
-    return (
-        f"{model} is not found for API version {version}, or is not supported for"
-        " bidiGenerateContent. Call ListModels to see the list of available models"
-        " and their supported methods."
-    )
 
 
 @dataclasses.dataclass(slots=True)
@@ -471,20 +221,20 @@ class EmulatorSession:
         if self._phase == "stalled":
             return []
         if not isinstance(message, dict) or len(message) != 1:
-            self._close(1007, _INVALID)
+            self._close(1007, INVALID)
             return self._take()
         (raw_key, body), = message.items()
-        key = _TOP_LEVEL.get(raw_key)
+        key = TOP_LEVEL.get(raw_key)
         if key is None:
             self._close(1007, f'Invalid JSON payload received. Unknown name "{raw_key}": Cannot find field.')
             return self._take()
         if self._phase == "setup":
             if key != "setup":
-                self._close(1007, _INVALID)
+                self._close(1007, INVALID)
             else:
                 self._on_setup(body)
         elif key == "setup":
-            self._close(1007, _INVALID)
+            self._close(1007, INVALID)
         elif key == "realtimeInput":
             self._on_realtime(body)
         elif key == "clientContent":
@@ -510,21 +260,21 @@ class EmulatorSession:
         return out
 
     def _keep_frame(self, frame: Any) -> None:
-        if self.keep_traffic and len(self.record.frames) < _MAX_FRAMES:
-            self.record.frames.append(_without_video_data(frame))
+        if self.keep_traffic and len(self.record.frames) < MAX_FRAMES:
+            self.record.frames.append(without_video_data(frame))
 
     def _send(self, payload: dict[str, Any]) -> None:
         if self._phase != "open":
             return
         self._out.append(SendMessage(payload))
-        if self.keep_traffic and len(self.record.sent) < _MAX_FRAMES:
+        if self.keep_traffic and len(self.record.sent) < MAX_FRAMES:
             self.record.sent.append(payload)
 
     def _close(self, code: int, reason: str | None = None) -> None:
         if self._phase == "closed":
             return
         if reason is None:
-            reason = _DEFAULT_REASONS.get(code, "")
+            reason = DEFAULT_REASONS.get(code, "")
         # A close frame carries at most 123 bytes of reason; the service truncates too.
         reason = reason.encode("utf-8")[:123].decode("utf-8", "ignore")
         self._out.append(DropConnection() if code == 1006 else CloseConnection(code, reason))
@@ -587,15 +337,15 @@ class EmulatorSession:
         assert self.route is not None
         if self.route.constrained:
             if not token:
-                return _UNREGISTERED
+                return UNREGISTERED
             tokens = self.settings.tokens
             if not token.startswith("auth_tokens/") or (tokens is not None and token not in tokens):
-                return _BAD_TOKEN
+                return BAD_TOKEN
             return None
         if not key:
-            return _UNREGISTERED
+            return UNREGISTERED
         if self.settings.api_key is not None and key.strip() != self.settings.api_key:
-            return _BAD_KEY
+            return BAD_KEY
         return None
 
     def _on_setup(self, setup: Any) -> None:
@@ -607,26 +357,26 @@ class EmulatorSession:
             self._close(1008, error)
             return
         if not isinstance(setup, dict):
-            self._close(1007, _INVALID)
+            self._close(1007, INVALID)
             return
         self.record.setup = setup
-        model = _field(setup, "model")
+        model = get_field(setup, "model")
         version = self.route.api_version
         if not isinstance(model, str) or not model.startswith("models/"):
-            self._close(1008, _not_found(str(model or "models/"), version))
+            self._close(1008, not_found(str(model or "models/"), version))
             return
         if version not in self.settings.api_versions or not self.settings.live_model(model):
-            self._close(1008, _not_found(model, version))
+            self._close(1008, not_found(model, version))
             return
         self.model = model
         self._configure(setup)
-        resumption = _field(setup, "sessionResumption")
+        resumption = get_field(setup, "sessionResumption")
         if isinstance(resumption, Mapping):
-            if _field(resumption, "transparent"):
+            if get_field(resumption, "transparent"):
                 self._close(1007, "transparent parameter is not supported in Gemini API.")
                 return
             self._resumption = True
-            handle = _field(resumption, "handle")
+            handle = get_field(resumption, "handle")
             if handle and self._history_in_client_content:
                 self._close(
                     1007, "initialHistoryInClientContent is not accepted when resuming a session."
@@ -654,32 +404,32 @@ class EmulatorSession:
         self._fault("after_setup")
 
     def _configure(self, setup: Mapping[str, Any]) -> None:
-        gen = _field(setup, "generationConfig") or {}
-        modalities = _field(gen, "responseModalities") or ["AUDIO"]
+        gen = get_field(setup, "generationConfig") or {}
+        modalities = get_field(gen, "responseModalities") or ["AUDIO"]
         self._modality = "TEXT" if "TEXT" in [str(m).upper() for m in modalities] else "AUDIO"
-        self._set_tools(_field(setup, "tools"))
-        self._input_transcription = _field(setup, "inputAudioTranscription") is not None
-        self._output_transcription = _field(setup, "outputAudioTranscription") is not None
-        ric = _field(setup, "realtimeInputConfig") or {}
-        aad = _field(ric, "automaticActivityDetection") or {}
-        self._vad_disabled = bool(_field(aad, "disabled", False))
-        self._interrupts = _field(ric, "activityHandling") != "NO_INTERRUPTION"
-        start = _field(aad, "startOfSpeechSensitivity")
+        self._set_tools(get_field(setup, "tools"))
+        self._input_transcription = get_field(setup, "inputAudioTranscription") is not None
+        self._output_transcription = get_field(setup, "outputAudioTranscription") is not None
+        ric = get_field(setup, "realtimeInputConfig") or {}
+        aad = get_field(ric, "automaticActivityDetection") or {}
+        self._vad_disabled = bool(get_field(aad, "disabled", False))
+        self._interrupts = get_field(ric, "activityHandling") != "NO_INTERRUPTION"
+        start = get_field(aad, "startOfSpeechSensitivity")
         self._threshold = {"START_SENSITIVITY_HIGH": 500.0, "START_SENSITIVITY_LOW": 2000.0}.get(
             str(start), 1000.0
         )
-        self._prefix_ms = float(_field(aad, "prefixPaddingMs") or 20)
-        self._silence_ms_needed = float(_field(aad, "silenceDurationMs") or 500)
-        history = _field(setup, "historyConfig") or {}
-        self._history_in_client_content = bool(_field(history, "initialHistoryInClientContent"))
+        self._prefix_ms = float(get_field(aad, "prefixPaddingMs") or 20)
+        self._silence_ms_needed = float(get_field(aad, "silenceDurationMs") or 500)
+        history = get_field(setup, "historyConfig") or {}
+        self._history_in_client_content = bool(get_field(history, "initialHistoryInClientContent"))
         self._awaiting_history = self._history_in_client_content
-        self._bundle = self.script.bundle if self.script.bundle is not None else _is_3x(self.model)
+        self._bundle = self.script.bundle if self.script.bundle is not None else is_3x(self.model)
 
     def _set_tools(self, tools: Any) -> None:
         names: list[str] = []
         for tool in tools or []:
-            for decl in _field(tool, "functionDeclarations") or []:
-                name = _field(decl, "name")
+            for decl in get_field(tool, "functionDeclarations") or []:
+                name = get_field(decl, "name")
                 if isinstance(name, str):
                     names.append(name)
         self._declared = names
@@ -716,14 +466,14 @@ class EmulatorSession:
 
     def _go_away(self) -> None:
         left = self.script.go_away_time_left
-        self._send({"goAway": {"timeLeft": _duration(left)}})
+        self._send({"goAway": {"timeLeft": duration_text(left)}})
         self._at(self._now + self.script.scaled(left), lambda: self._close(1000, ""))
 
     # -- input ------------------------------------------------------------------------
 
     def _on_realtime(self, body: Any) -> None:
         if not isinstance(body, Mapping):
-            self._close(1007, _INVALID)
+            self._close(1007, INVALID)
             return
         if self._awaiting_history:
             # historyConfig.initialHistoryInClientContent: only client_content is
@@ -768,10 +518,10 @@ class EmulatorSession:
 
     def _on_video(self, blob: Any, where: str) -> None:
         """An image frame: checked as strictly as the service could, then counted."""
-        data_text = _field(blob, "data")
-        mime = str(_field(blob, "mimeType") or "")
+        data_text = get_field(blob, "data")
+        mime = str(get_field(blob, "mimeType") or "")
         try:
-            data = _b64decode(data_text)
+            data = b64decode(data_text)
         except ValueError:
             self._close(1007, f"Invalid value at '{where}.data' (TYPE_BYTES), Base64 decoding failed.")
             return
@@ -790,15 +540,15 @@ class EmulatorSession:
         record = self.record
         record.video_frames += 1
         record.last_video = data
-        if len(record.video) < _MAX_FRAMES:
+        if len(record.video) < MAX_FRAMES:
             frame = VideoFrame(self._now, mime, len(data), width, height, hashlib.sha256(data).hexdigest())
             record.video.append(frame)
 
     def _on_blob(self, blob: Any, where: str) -> None:
-        data_text = _field(blob, "data")
-        mime = str(_field(blob, "mimeType") or "")
+        data_text = get_field(blob, "data")
+        mime = str(get_field(blob, "mimeType") or "")
         try:
-            data = _b64decode(data_text)
+            data = b64decode(data_text)
         except ValueError:
             self._close(
                 1007,
@@ -809,14 +559,14 @@ class EmulatorSession:
         if not mime.startswith("audio/"):
             return
         self.record.audio_chunks += 1
-        self.heard_audio(data, _rate_of(mime))
+        self.heard_audio(data, rate_of(mime))
         if self._phase == "open":
             self._fault("after_audio_chunks", self.record.audio_chunks)
 
     def heard_audio(self, data: bytes, rate: int) -> None:
         """One realtime audio chunk, checked: kept in `record`, and heard by the
         activity detector (or counted toward a manual activity)."""
-        room = _MAX_AUDIO - len(self.record.audio)
+        room = MAX_AUDIO - len(self.record.audio)
         if room > 0:
             self.record.audio.extend(data[:room])
         if self._vad_disabled:
@@ -857,57 +607,57 @@ class EmulatorSession:
                 self._send({"serverContent": {"inputTranscription": {"text": piece}}})
         seconds = self._turn_audio_ms / 1000
         self._ctx_tokens["AUDIO"] = self._ctx_tokens.get("AUDIO", 0) + max(
-            1, round(seconds * _AUDIO_TOKENS_PER_S)
+            1, round(seconds * AUDIO_TOKENS_PER_S)
         )
         self._user_turn(text, spoken=True)
 
     def _on_client_content(self, body: Any) -> None:
         if not isinstance(body, Mapping):
-            self._close(1007, _INVALID)
+            self._close(1007, INVALID)
             return
-        if _is_3x(self.model) and not self._awaiting_history:
-            self._close(1007, _INVALID)
+        if is_3x(self.model) and not self._awaiting_history:
+            self._close(1007, INVALID)
             return
         seeding = self._awaiting_history
-        turns = _field(body, "turns") or []
+        turns = get_field(body, "turns") or []
         if not isinstance(turns, list):
-            self._close(1007, _INVALID)
+            self._close(1007, INVALID)
             return
         for turn in turns:
             if not isinstance(turn, Mapping):
-                self._close(1007, _INVALID)
+                self._close(1007, INVALID)
                 return
-            role = _field(turn, "role") or "user"
-            self._history.append({"role": role, "parts": list(_field(turn, "parts") or [])})
-            self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + _tokens(_text_of(turn))
+            role = get_field(turn, "role") or "user"
+            self._history.append({"role": role, "parts": list(get_field(turn, "parts") or [])})
+            self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + token_count(text_of(turn))
         if seeding:
             # The initial history: it may end with the model's turn and triggers no reply.
-            if _field(body, "turnComplete"):
+            if get_field(body, "turnComplete"):
                 self._awaiting_history = False
                 self._started = True
                 self._resumption_update(resumable=True)
             return
-        if _field(body, "turnComplete"):
+        if get_field(body, "turnComplete"):
             self._barge_in()
             last_user = next(
-                (t for t in reversed(turns) if (_field(t, "role") or "user") == "user"), None
+                (t for t in reversed(turns) if (get_field(t, "role") or "user") == "user"), None
             )
-            self._user_turn(_text_of(last_user) if last_user else "", spoken=False, add_history=False)
+            self._user_turn(text_of(last_user) if last_user else "", spoken=False, add_history=False)
 
     def _on_tool_response(self, body: Any) -> None:
-        responses = _field(body, "functionResponses") or []
+        responses = get_field(body, "functionResponses") or []
         if not isinstance(responses, list):
-            self._close(1007, _INVALID)
+            self._close(1007, INVALID)
             return
         if not all(isinstance(r, Mapping) for r in responses):
-            self._close(1007, _INVALID)
+            self._close(1007, INVALID)
             return
         self.record.tool_responses.extend(dict(r) for r in responses)
         if self._fault("after_tool_response"):
             return
         pending = self._tools
         for response in responses:
-            call_id = _field(response, "id")
+            call_id = get_field(response, "id")
             if call_id in self._cancelled_ids:
                 continue  # it crossed the cancellation on the wire
             if pending is None or call_id not in pending.ids:
@@ -916,20 +666,20 @@ class EmulatorSession:
                 self._close(1007, f"Function response for unknown call id {call_id!r}.")
                 return
             pending.ids.remove(call_id)
-            name = _field(response, "name") or pending.names.get(call_id, "")
-            result = {"id": call_id, "name": name, "response": _field(response, "response")}
+            name = get_field(response, "name") or pending.names.get(call_id, "")
+            result = {"id": call_id, "name": name, "response": get_field(response, "response")}
             pending.results.append(result)
             self._history.append({"role": "user", "parts": [{"functionResponse": result}]})
-            self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + _tokens(json.dumps(result))
+            self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + token_count(json.dumps(result))
         if pending is not None and not pending.ids:
             self._tools = None
             self._cancel(pending.group)
             self._start_reply(user_text="", tool_results=tuple(pending.results))
 
     def _on_context_update(self, body: Any) -> None:
-        tools = _field(body, "tools")
+        tools = get_field(body, "tools")
         if isinstance(tools, Mapping):
-            self._set_tools(_field(tools, "tools"))
+            self._set_tools(get_field(tools, "tools"))
 
     # -- turns ------------------------------------------------------------------------
 
@@ -968,7 +718,7 @@ class EmulatorSession:
         if add_history:
             self._history.append({"role": "user", "parts": [{"text": text}]})
             if not spoken:
-                self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + _tokens(text)
+                self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + token_count(text)
         calls = list(self.script.tool_calls.get(self._turn, ()))
         if not calls and self.script.call_named_functions:
             lowered = text.lower()
@@ -1078,10 +828,10 @@ class EmulatorSession:
             return
         self._gen = None
         self._cancel(gen.group)
-        response_tokens = max(1, round(gen.audio_seconds * _AUDIO_TOKENS_PER_S))
+        response_tokens = max(1, round(gen.audio_seconds * AUDIO_TOKENS_PER_S))
         modality = "AUDIO" if self._modality == "AUDIO" else "TEXT"
         if modality == "TEXT":
-            response_tokens = _tokens(gen.text)
+            response_tokens = token_count(gen.text)
         prompt = sum(self._ctx_tokens.values())
         usage = {
             "promptTokenCount": prompt,
