@@ -58,7 +58,8 @@ async def test_speech_reaches_the_server_and_the_page_shows_and_plays_the_reply(
         assert await you.all_text_contents() == ["Hello there, can you hear me?"]
         assert await agent.all_text_contents() == ["Yes, I hear you."]
         await page.locator("#log li.turn-end").first.wait_for(timeout=3000)
-        assert await page.locator("#log li.turn-end").all_text_contents() == ["turn complete"]
+        [turn_end] = await page.locator("#log li.turn-end").all_text_contents()
+        assert turn_end.startswith("turn complete")
 
         # The reply is played out in full, then the page listens again.
         async def played_all():
@@ -86,6 +87,50 @@ async def test_speech_reaches_the_server_and_the_page_shows_and_plays_the_reply(
           f"({match.fraction:.0%}), whole-signal correlation {match.correlation:.2f}")
     assert match.speech_blocks > 50
     assert match.fraction >= 0.7  # measured 0.84-0.95 here; unrelated speech scores 0.1-0.4
+
+
+async def meter(page, side: str) -> float:
+    return await page.evaluate(f"document.getElementById('level-{side}').value")
+
+
+async def test_the_page_meters_both_voices_and_shows_how_long_the_reply_took(tmp_path):
+    wav, fed = speech_wav(tmp_path)
+    reply = speak("Yes, I hear you.", rate=24000)
+    llm, session = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        assert await meter(page, "agent") == 0
+        # While the microphone hears speech, the "You" meter moves.
+        async def you_loud():
+            return await meter(page, "you") > 0.5
+        await wait_until(you_loud, len(fed) / 32000 + 3, "the microphone meter to move", step=0.02)
+        record = llm.sessions[0]
+
+        async def heard_it_all():
+            return len(b"".join(d for _, d in record.audio_in)) >= len(fed)
+
+        await wait_until(heard_it_all, len(fed) / 32000 + 3, "the whole WAV to reach the server")
+        # The WAV ends with 0.8 s of silence; the model answers 0.5 s after all of it arrived.
+        await anyio.sleep(0.5)
+        assert await meter(page, "you") < 0.1  # silence reads as silence
+        step = 24000 * 2 // 25
+        session.push(
+            *[double.audio(reply[i : i + step]) for i in range(0, len(reply), step)],
+            double.generation_complete(),
+            double.turn_complete(),
+        )
+
+        async def agent_loud():
+            return await meter(page, "agent") > 0.5
+        await wait_until(agent_loud, 3, "the agent's meter to move while it speaks", step=0.02)
+        line = page.locator("#log li.turn-end").first
+        await line.wait_for(timeout=3000)
+        waited = int(await line.get_attribute("data-latency-ms")) / 1000
+        # From the end of the user's speech: the 0.8 s of silence, the 0.5 s wait,
+        # and the trip to the page (its 100 ms prebuffer is not included).
+        assert 1.2 <= waited <= 3.5, waited
+        assert f"answered {waited:.2f} s after you stopped" in await line.text_content()
+        assert page.errors == []
 
 
 async def test_an_interruption_empties_the_playback_queue_at_once(tmp_path):

@@ -12,7 +12,10 @@
 // sent as 20 ms PCM16 binary frames; the agent's 24 kHz replies play through a
 // second AudioWorklet with a 100 ms prebuffer, flushed at once on
 // `turn.interrupted`. Every server event is re-dispatched as a CustomEvent of
-// the same type with the message as `detail`; "state" reports the connection,
+// the same type with the message as `detail`; "reply.latency" gives, per reply,
+// the seconds from the end of the user's speech (or typed turn) to its first
+// audio, and `levels()` how loud the microphone and the agent are now (for
+// meters); "state" reports the connection,
 // the microphone, whether the agent is audible and whether the microphone is
 // gated. The Gemini key never reaches the page: the server holds it.
 //
@@ -31,6 +34,11 @@ const INPUT_RATE = 16000;
 const OUTPUT_RATE = 24000;
 const PENDING_PLAYBACK_LIMIT = 250; // chunks held while the playback worklet loads (~10 s)
 const EARLY_FRAMES_LIMIT = 500; // microphone frames held while the session starts (10 s of 20 ms)
+// A microphone frame at least this loud (RMS, full scale 1; about -34 dBFS) is
+// the user speaking: the turn's latency is timed from the last such frame.
+const SPEECH_LEVEL = 0.02;
+// A level not renewed for this long (ms) reads as silence (the source stopped).
+const LEVEL_STALE_MS = 250;
 
 const SERVER_EVENTS = [
   "session.started", "transcript.input", "transcript.output", "text", "tool.call",
@@ -138,6 +146,10 @@ export class LiveClient extends EventTarget {
     this._flushId = 0;
     this._playbackReport = null; // { id, received } while a flush's count is awaited
     this._lastAudibleAt = -Infinity; // when reply audio was last queued or playing
+    // Meters: the last level of each side (RMS, 0 to 1) and when it was measured.
+    this._levels = { microphone: 0, microphoneAt: -Infinity, agent: 0, agentAt: -Infinity };
+    this._lastSpeechAt = null; // the user's last loud frame sent (or typed turn), awaiting a reply
+    this._replyOpen = false; // reply audio arrived since the last turn boundary
     this._counters = {
       framesSent: 0, bytesSent: 0, framesGated: 0, samplesReceived: 0, flushes: 0,
       samplesPlayed: 0, queuedSamples: 0, samplesFlushed: 0, underruns: 0, playbackDropped: 0,
@@ -365,6 +377,7 @@ export class LiveClient extends EventTarget {
   /** A typed user turn. */
   sendText(text) {
     this._send({ type: "text", text });
+    this._lastSpeechAt = performance.now(); // the reply's latency is timed from here
   }
 
   /** Manual turn-taking, for push-to-talk pages. */
@@ -404,6 +417,18 @@ export class LiveClient extends EventTarget {
       ws.close();
     }
     if (this._ws === ws) this._teardown();
+  }
+
+  /**
+   * How loud each side is now, for a meter: `microphone` (what the microphone
+   * hears, whether or not it is sent) and `agent` (what is playing), each 0
+   * (silence, -60 dBFS or quieter) to 1 (full scale), on a decibel scale.
+   */
+  levels() {
+    const now = performance.now();
+    const l = this._levels;
+    const scale = (rms, at) => (now - at > LEVEL_STALE_MS || rms <= 0 ? 0 : Math.max(0, Math.min(1, 1 + (20 * Math.log10(rms)) / 60)));
+    return { microphone: scale(l.microphone, l.microphoneAt), agent: scale(l.agent, l.agentAt) };
   }
 
   /**
@@ -557,13 +582,26 @@ export class LiveClient extends EventTarget {
     return open;
   }
 
+  /** The level of one microphone frame; a loud one marks the user speaking. */
+  _measureFrame(buffer) {
+    const pcm = new Int16Array(buffer);
+    let energy = 0;
+    for (let i = 0; i < pcm.length; i++) energy += pcm[i] * pcm[i];
+    const rms = pcm.length ? Math.sqrt(energy / pcm.length) / 32768 : 0;
+    this._levels.microphone = rms;
+    this._levels.microphoneAt = performance.now();
+    return rms >= SPEECH_LEVEL;
+  }
+
   _sendFrame(buffer) {
     const ws = this._ws;
+    const speech = this._measureFrame(buffer);
     if (this.state.connection === "idle" || this.state.connection === "connecting") {
       // Said between allowing the microphone and the session starting: held
       // (up to EARLY_FRAMES_LIMIT, oldest dropped) and sent once it starts.
       if (this._early.length >= EARLY_FRAMES_LIMIT) this._early.shift();
       this._early.push(buffer);
+      if (speech) this._lastSpeechAt = performance.now();
       return;
     }
     if (!ws || ws.readyState !== WebSocket.OPEN) return;
@@ -576,6 +614,7 @@ export class LiveClient extends EventTarget {
     ws.send(buffer);
     this._counters.framesSent++;
     this._counters.bytesSent += buffer.byteLength;
+    if (speech) this._lastSpeechAt = performance.now();
   }
 
   /** The speaker: made once per session, from a click; resumed when it already exists. */
@@ -652,6 +691,8 @@ export class LiveClient extends EventTarget {
     c.samplesFlushed = msg.flushed;
     c.underruns = msg.underruns;
     if (msg.playing || msg.queued > 0) this._lastAudibleAt = performance.now();
+    this._levels.agent = msg.level || 0;
+    this._levels.agentAt = performance.now();
     this._setState({ agentSpeaking: msg.playing });
   }
 
@@ -660,6 +701,7 @@ export class LiveClient extends EventTarget {
       this._lastSeq++; // each audio frame of the stream counts one
       this._counters.samplesReceived += data.byteLength / 2;
       this._replySamples += data.byteLength / 2;
+      if (!this._replyOpen) this._replyStarted();
       if (!this._playback || this._playback.failed) {
         this._counters.playbackDropped++; // nothing can play it; it must not mute the microphone
         return;
@@ -680,6 +722,7 @@ export class LiveClient extends EventTarget {
         // Played = what this reply brought, less what the flush dropped (from the worklet).
         const received = this._replySamples;
         this._replySamples = 0;
+        this._replyOpen = false;
         const id = this.flushPlayback();
         if (id === null) this._send({ type: "playback", played: 0 });
         else this._playbackReport = { id, received };
@@ -687,7 +730,10 @@ export class LiveClient extends EventTarget {
       }
       case "generation.complete":
       case "turn.complete":
-        if (msg.type === "turn.complete") this._replySamples = 0;
+        if (msg.type === "turn.complete") {
+          this._replySamples = 0;
+          this._replyOpen = false;
+        }
         // A turn can end without generation.complete (the model's connection
         // was lost): its tail must still play rather than wait for the next reply.
         if (this._playback) this._playback.node.port.postMessage({ type: "end" });
@@ -709,6 +755,18 @@ export class LiveClient extends EventTarget {
         break;
     }
     if (SERVER_EVENTS.includes(msg.type)) this._emit(msg.type, msg);
+  }
+
+  /**
+   * The first audio of a reply: dispatch "reply.latency" with the seconds since
+   * the end of the user's speech (their last loud frame sent) or typed turn.
+   */
+  _replyStarted() {
+    this._replyOpen = true;
+    if (this._lastSpeechAt === null) return;
+    const seconds = (performance.now() - this._lastSpeechAt) / 1000;
+    this._lastSpeechAt = null;
+    this._emit("reply.latency", { type: "reply.latency", seconds });
   }
 
   async _runTool(call) {
@@ -831,6 +889,8 @@ export class LiveClient extends EventTarget {
     this._ws = null;
     this._pendingTools.clear();
     this._lastAudibleAt = -Infinity;
+    this._lastSpeechAt = null;
+    this._replyOpen = false;
     this._setState({ connection: "closed", microphone: false, agentSpeaking: false, microphoneGated: false });
   }
 }

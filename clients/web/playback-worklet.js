@@ -7,7 +7,7 @@
 // each chunk is resampled as it arrives by a windowed-sinc filter, so no
 // mirror images of the voice land above 12 kHz. Counters, always in 24 kHz
 // samples, go back to the main thread about every 50 ms, and at once after
-// every flush or start/stop.
+// every flush or start/stop, with the level (RMS) of what played meanwhile.
 
 import { SincResampler } from "./sinc-resampler.js";
 
@@ -29,6 +29,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     this.flushed = 0;
     this.underruns = 0;
     this.sinceReport = 0;
+    this.energy = 0; // sum of squares of what played since the last report
     this.port.onmessage = (event) => this.onMessage(event.data);
   }
 
@@ -80,7 +81,10 @@ class PlaybackProcessor extends AudioWorkletProcessor {
   }
 
   report(extra = {}) {
+    // The level of what played since the last report (RMS, 0 to 1): the page's meter.
+    const level = this.sinceReport > 0 ? Math.sqrt(this.energy / this.sinceReport) : 0;
     this.sinceReport = 0;
+    this.energy = 0;
     const source = (n) => Math.round(n * this.step);
     this.port.postMessage({
       ...extra,
@@ -90,6 +94,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       flushed: source(this.flushed),
       underruns: this.underruns,
       playing: this.playing,
+      level,
     });
   }
 
@@ -119,6 +124,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
         this.setPlaying(false);
       }
     }
+    for (let k = 0; k < i; k++) this.energy += out[k] * out[k];
     for (; i < out.length; i++) out[i] = 0;
     for (let c = 1; c < outputs[0].length; c++) outputs[0][c].set(out);
     this.sinceReport += out.length;
