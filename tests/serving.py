@@ -16,11 +16,11 @@ from live.server import LiveServer, ServerConfig
 
 @contextlib.asynccontextmanager
 async def running(
-    agent: Agent, llm: BaseLlm, *, recorder: Recorder | None = None, **config
+    agent: Agent, llm: BaseLlm, *, recorder: Recorder | None = None, doors=None, **config
 ) -> AsyncIterator[tuple[LiveServer, str]]:
     """A server on a free port; yields it and its `/live` URL; stops it on exit."""
     config.setdefault("audio_lead", None)
-    server = LiveServer(agent, llm, ServerConfig(port=0, **config), recorder=recorder)
+    server = LiveServer(agent, llm, ServerConfig(port=0, **config), recorder=recorder, doors=doors)
     async with anyio.create_task_group() as tg:
         port = await tg.start(server.serve)
         try:

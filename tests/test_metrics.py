@@ -9,11 +9,13 @@ With `live serve --workers 2` the figures of both processes add up.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import anyio
 import pytest
@@ -71,7 +73,9 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-async def test_a_conversation_moves_every_figure_by_what_happened():
+async def whole_conversation() -> tuple[dict, list, int]:
+    """The conversation of the module's docstring; `/metrics` after it, its
+    events, and how many frames the client received."""
     first = double.ScriptedSession()
     # Speech: after five frames the model hears the end of it and answers.
     first.on(
@@ -122,7 +126,11 @@ async def test_a_conversation_moves_every_figure_by_what_happened():
             while server.sessions:
                 await anyio.sleep(0.01)
         m = await ascrape(server.port)
+    return m, events, received
 
+
+async def test_a_conversation_moves_every_figure_by_what_happened():
+    m, events, received = await whole_conversation()
     assert sum(isinstance(e, AudioFrame) for e in events) == 3
     assert value(m, "live_sessions_active") == 0
     assert value(m, "live_sessions_total", model="gemini-2.5-flash", agent="weather", end_reason="client_closed") == 1
@@ -145,6 +153,24 @@ async def test_a_conversation_moves_every_figure_by_what_happened():
     # Frames: session.start, five audio, two texts, the bad frame, session.close.
     assert value(m, "live_client_frames_total", direction="in") == 10
     assert value(m, "live_client_frames_total", direction="out") == received
+
+
+async def test_every_series_the_grafana_dashboard_plots_is_served_with_the_labels_it_groups_by():
+    dashboard = json.loads((Path(__file__).parent.parent / "docs/grafana/live-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(exprs) >= 15
+    m, _, _ = await whole_conversation()
+    served: dict[str, set[str]] = {}
+    for name, labels in m:
+        served.setdefault(name, set()).update(label for label, _ in labels)
+    for expr in exprs:
+        names = re.findall(r"\blive_[a-z_]+", expr)
+        assert names, expr
+        for name in names:
+            assert name in served, f"{name} (in {expr!r}) is not a series /metrics serves"
+            for group in re.findall(r"by \(([^)]*)\)", expr):
+                for label in (g.strip() for g in group.split(",")):
+                    assert label in served[name], f"{name} has no label {label!r} (in {expr!r})"
 
 
 async def test_a_long_session_shows_its_frames_and_model_messages_while_it_goes_on():
