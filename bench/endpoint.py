@@ -47,7 +47,7 @@ from live.protocol import (
     TurnInterrupted,
     encode,
 )
-from live import server as live_server
+from live import runner as live_runner
 from live.observe import SessionObserver
 from live.record import Recorder
 from live.server import LiveServer, ServerConfig, tune_gc_for_serving
@@ -187,7 +187,7 @@ async def main(mode: str, port: int = 0, workers: int = 1) -> None:
             agent = Agent(name="bench", model=MODEL)
             record_dir = tempfile.mkdtemp(prefix="bench-records-") if mode == "relay-record" else None
             if mode == "relay-bare":
-                live_server.SessionObserver = _Unobserved  # type: ignore[misc]
+                live_runner.SessionObserver = _Unobserved  # type: ignore[misc]
             server = LiveServer(
                 agent,
                 Gemini(MODEL, transport=transport),
