@@ -38,9 +38,9 @@ from live.protocol import (
 )
 from live.queues import BYTES_PER_SECOND_OUT
 from live.reattach import ReplayBuffer, with_seq
-from live.websocket import WebSocket
 
 if TYPE_CHECKING:
+    from live.websocket import WebSocket
     from live.runner import SessionRunner
 
 __all__ = ["ClientAttachment", "peer_address"]

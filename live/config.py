@@ -95,6 +95,8 @@ class ServerConfig:
       Linux): the kernel spreads new connections across them.
     - `metrics_port`: serve `/metrics` on this port (0: a free one) instead of
       the serving port, so it can stay private.
+    - `sockets`: the WebSocket layer: `picows` (compiled framing), `websockets`,
+      or `auto` (picows where it can be imported; `live.sockets`).
     """
 
     host: str = "127.0.0.1"
@@ -131,6 +133,7 @@ class ServerConfig:
     certfile: str | None = None
     keyfile: str | None = None
     metrics_port: int | None = None
+    sockets: str = "auto"
 
     def __post_init__(self) -> None:
         if not 0 < self.near_capacity <= 1:  # also refuses NaN

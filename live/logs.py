@@ -63,6 +63,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
+# Loggers that write frames' contents at DEBUG.
+FRAME_TRACERS = ("websockets", "picows", "live.websocket.picows")
+
+
 def configure(level: str = "INFO", format: str = "text", worker: int | None = None) -> None:
     """Set up the root logger for `live serve` (text or json)."""
     handler = logging.StreamHandler()
@@ -77,3 +81,7 @@ def configure(level: str = "INFO", format: str = "text", worker: int | None = No
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level))
+    # The socket layers trace every frame at DEBUG, payloads included (tokens
+    # in session.start, keys in handshakes, audio): never shown, whatever the level.
+    for name in FRAME_TRACERS:
+        logging.getLogger(name).setLevel(max(logging.INFO, root.level))

@@ -78,9 +78,9 @@ from live.reattach import new_resume_token, token_digest
 from live.record import SessionRecord, current_record
 from live.session import SessionCore
 from live.tool_tasks import ToolTasks
-from live.websocket import WebSocket
 
 if TYPE_CHECKING:
+    from live.websocket import WebSocket
     from anyio.abc import TaskGroup
 
     from live.server import LiveServer

@@ -27,6 +27,7 @@ from live.agent import Agent
 from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.extras import MissingExtra
+from live.sockets import LAYERS
 from live.fleet import Fleet
 from live.loop import CHOICES as LOOPS, LoopUnavailable, backend_options
 from live.protocol import image_bytes_fitting
@@ -154,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="event loop: uvloop costs less CPU per session than asyncio's own; auto: uvloop where "
         "installed (default: $LIVE_LOOP, else auto)",
     )
+    parser.add_argument(
+        "--sockets", choices=LAYERS, default=os.environ.get("LIVE_SOCKETS", "auto"),
+        help="WebSocket layer: picows frames in compiled code (about 0.6x the CPU); websockets "
+        "where picows has no wheels; auto: picows where it can be imported (default: $LIVE_SOCKETS, else auto)",
+    )
     seeing = parser.add_argument_group("seeing what it does")
     seeing.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port instead of the serving port (0 picks a free one)")
     seeing.add_argument("--record", metavar="DIR", help="write a record of every session to DIR (events as JSONL, audio as WAV); read one with `live record show`")
@@ -247,6 +253,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         drain_timeout=args.drain_timeout,
         reuse_port=args.workers > 1,
         metrics_port=args.metrics_port,
+        sockets=args.sockets,
         certfile=args.certfile,
         keyfile=args.keyfile,
     )

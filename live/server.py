@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import anyio
@@ -56,7 +56,10 @@ from live.protocol import ErrorEvent, SessionResume, SessionStart, encode
 from live.reattach import token_matches
 from live.record import Recorder
 from live.runner import SessionRunner
-from live.websocket import Server, WebSocket, serve
+from live.sockets import serve_with
+
+if TYPE_CHECKING:
+    from live.websocket import Server, WebSocket
 
 __all__ = ["LiveServer", "ServerConfig", "tls_context", "tune_gc_for_serving"]
 
@@ -115,6 +118,7 @@ class LiveServer:
         self.pending: set[SessionRunner] = set()
         self.per_address: Counter[str] = Counter()
         self.port: int | None = None
+        self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
         self.metrics_port: int | None = None
         self._stop = anyio.Event()
 
@@ -398,8 +402,12 @@ class LiveServer:
                 del self.per_address[session.peer]
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until `stop()`; then tell and close every session, and return."""
+        """Serve until `stop()`; then tell and close every session, and return.
+
+        Runs under `anyio.run` or `asyncio.run` alike (asyncio's loop, or uvloop).
+        """
         config = self.config
+        self.socket_layer, serve = serve_with(config.sockets)
         async with serve(
             self._handle,
             config.host,

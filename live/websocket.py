@@ -40,6 +40,7 @@ import http
 import logging
 import socket
 import ssl as ssl_module
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
@@ -52,7 +53,8 @@ from picows import WSCloseCode, WSListener, WSMsgType
 from websockets.datastructures import Headers
 from websockets.frames import OK_CLOSE_CODES, Close, CloseCode
 from websockets.http11 import Request, Response
-from websockets.proxy import get_proxy
+from websockets.headers import build_authorization_basic
+from websockets.proxy import get_proxy, parse_proxy
 from websockets.uri import parse_uri
 
 __all__ = ["Server", "WebSocket", "connect", "serve"]
@@ -89,6 +91,8 @@ MAX_QUEUE: Final = 16
 PING_INTERVAL: Final = 20.0
 OPEN_TIMEOUT: Final = 10.0
 CLOSE_TIMEOUT: Final = 10.0
+MAX_CLOSE_REASON: Final = 123  # bytes: a close frame's payload is at most 125, two of them the code
+ACCEPT_BACKLOG: Final = 1024  # connections open and not yet handed to their handler task
 RECEIVE_BUFFER: Final = 64 << 10
 """A client socket's kernel receive buffer: room for 2 s of 16 kHz audio, a
 camera frame, or a round trip of 1 s at 64 KB/s (see `serve`)."""
@@ -104,6 +108,8 @@ class WebSocket(WSListener):  # type: ignore[misc]
         max_queue: int | tuple[int | None, int | None] | None = MAX_QUEUE,
         close_timeout: float | None = CLOSE_TIMEOUT,
         request: Request | None = None,
+        ping_interval: float | None = PING_INTERVAL,
+        ping_timeout: float | None = PING_INTERVAL,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._transport: Any = None
@@ -132,6 +138,13 @@ class WebSocket(WSListener):  # type: ignore[misc]
         # binary message goes to this callback first; True means it was taken.
         self.take_binary: Callable[[bytes], bool] | None = None
         self.receive_buffer: int | None = None  # SO_RCVBUF once connected (see `serve`)
+        # Keepalive: frames received (of any kind), and the ping awaiting an answer.
+        self._ping_interval = ping_interval
+        self._ping_timeout = ping_timeout
+        self._frames_in = 0
+        self._frames_at_tick = 0
+        self._ping_sent_at: float | None = None
+        self._keepalive_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ picows' side
 
@@ -147,10 +160,38 @@ class WebSocket(WSListener):  # type: ignore[misc]
             sock = underlying.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+        if self._ping_interval:
+            self._keepalive_timer = self._loop.call_later(self._ping_interval, self._keepalive)
         if self.on_open is not None:
             self.on_open()
 
+    def _keepalive(self) -> None:
+        """Every `ping_interval`: a ping when nothing arrived since the last look;
+        the connection dropped when nothing at all (no pong, no message) arrived
+        within `ping_timeout` of a ping. Anything the peer sends proves it alive,
+        so a late pong on a connection still delivering never drops it."""
+        self._keepalive_timer = None
+        transport = self._transport
+        if self._closed is not None or transport.is_disconnected:
+            return
+        now = self._loop.time()
+        if self._frames_in != self._frames_at_tick:
+            self._frames_at_tick = self._frames_in
+            self._ping_sent_at = None
+        elif self._ping_sent_at is None:
+            transport.send_ping()
+            self._ping_sent_at = now
+        elif self._ping_timeout is not None and now - self._ping_sent_at >= self._ping_timeout:
+            transport.send_close(WSCloseCode.INTERNAL_ERROR, b"keepalive ping timeout")
+            transport.disconnect(False)
+            return
+        delay = self._ping_interval or PING_INTERVAL
+        if self._ping_sent_at is not None and self._ping_timeout is not None:
+            delay = max(0.0, min(delay, self._ping_sent_at + self._ping_timeout - now))
+        self._keepalive_timer = self._loop.call_later(delay, self._keepalive)
+
     def on_ws_frame(self, transport: Any, frame: Any) -> None:
+        self._frames_in += 1
         kind = frame.msg_type
         if kind is WSMsgType.TEXT or kind is WSMsgType.BINARY:
             if self._fragments:
@@ -208,9 +249,10 @@ class WebSocket(WSListener):  # type: ignore[misc]
 
     def on_ws_disconnected(self, transport: Any) -> None:
         self._closed = _closed(transport.close_handshake)
-        if self._close_timer is not None:
-            self._close_timer.cancel()
-            self._close_timer = None
+        for timer in (self._close_timer, self._keepalive_timer):
+            if timer is not None:
+                timer.cancel()
+        self._close_timer = self._keepalive_timer = None
         for future in (self._recv_waiter, self._drained):
             if future is not None and not future.done():
                 future.set_result(None)
@@ -297,7 +339,7 @@ class WebSocket(WSListener):  # type: ignore[misc]
         after the close timeout at the latest (also when this wait is cancelled)."""
         transport = self._transport
         if not transport.is_close_frame_sent and not transport.is_disconnected:
-            transport.send_close(WSCloseCode(code), reason.encode())
+            transport.send_close(WSCloseCode(code), close_reason_bytes(reason))
             if self._close_timeout is not None:
                 self._close_timer = self._loop.call_later(self._close_timeout, transport.disconnect, False)
         await self.wait_closed()
@@ -371,17 +413,14 @@ def _closed(handshake: Any) -> websockets.ConnectionClosed:
     return kind(rcvd, sent, bool(handshake.recv_then_sent) if rcvd and sent else None)
 
 
-def _ping_options(ping_interval: float | None, ping_timeout: float | None) -> dict[str, Any]:
-    """picows' keepalive for websockets' options: a ping after `ping_interval` s with
-    nothing received, the connection dropped without a pong within `ping_timeout`
-    (at most the interval: picows' rule). None for either: no pings."""
-    interval = ping_interval or PING_INTERVAL
-    return {
-        "enable_auto_ping": ping_interval is not None and ping_timeout is not None,
-        "auto_ping_idle_timeout": interval,
-        "auto_ping_reply_timeout": min(ping_timeout or interval, interval),
-        "auto_ping_strategy": picows.WSAutoPingStrategy.PING_WHEN_IDLE,
-    }
+def close_reason_bytes(reason: str) -> bytes:
+    """A close reason as a close frame carries it: UTF-8, at most 123 bytes, cut
+    between characters (a frame with more, or with half a character, is a
+    protocol error that loses the code and the reason at the peer)."""
+    data = reason.encode()
+    if len(data) <= MAX_CLOSE_REASON:
+        return data
+    return data[:MAX_CLOSE_REASON].decode("utf-8", "ignore").encode()
 
 
 # ---------------------------------------------------------------------------- dialing
@@ -403,52 +442,115 @@ async def connect(
 ) -> WebSocket:
     """A `WebSocket` connected to `uri`; the options mean what they mean to websockets' `connect`.
 
-    The proxy is chosen as websockets chooses it (HTTPS_PROXY, NO_PROXY).
-    Handshake failures raise websockets' exceptions; `compression` must be None.
+    The proxy is chosen as websockets chooses it (HTTPS_PROXY, SOCKS_PROXY,
+    NO_PROXY): HTTP(S) and SOCKS 4/4a/5/5h. `user:pass@` in `uri` is sent as
+    Basic authentication. `open_timeout` covers everything up to the open
+    connection: TCP, the proxy, TLS and the upgrade (`TimeoutError`).
+    Redirects are not followed: the Live API never redirects, and a redirect
+    must not carry the credentials in the headers to another host (a 3xx is
+    `websockets.InvalidStatus`). Handshake failures raise websockets'
+    exceptions; `compression` must be None.
+
+    Cancelled at any point (or timed out), it leaves no connection behind: a
+    connection picows completes after that is closed as soon as it is up.
     """
     if compression is not None:
         raise ValueError("live.websocket does not compress: pass compression=None")
     target = parse_uri(uri)  # websockets.InvalidURI for what websockets refuses
     if proxy is True:
         proxy = get_proxy(target)
-    headers = list(additional_headers.items()) if hasattr(additional_headers, "items") else additional_headers
+    headers = list(additional_headers.items()) if hasattr(additional_headers, "items") else list(additional_headers or ())
+    if target.user_info:
+        if not any(name.lower() == "authorization" for name, _ in headers):
+            headers.append(("Authorization", build_authorization_basic(*target.user_info)))
+        parts = urllib.parse.urlsplit(uri)
+        uri = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    socket_factory = None
+    if proxy and proxy.split(":", 1)[0].lower() in _SOCKS:
+        socket_factory = _socks_dialer(parse_proxy(proxy))
+        proxy = None
     made: list[WebSocket] = []
+    gone = False  # cancelled, failed or timed out: nobody will use a connection made now
 
     def listener() -> WebSocket:
-        made.append(WebSocket(max_size=max_size, max_queue=max_queue, close_timeout=close_timeout))
-        return made[-1]
+        ws = WebSocket(
+            max_size=max_size, max_queue=max_queue, close_timeout=close_timeout,
+            ping_interval=ping_interval, ping_timeout=ping_timeout,
+        )
+        made.append(ws)
+        if gone:
+            ws._abandon()
+        return ws
 
     try:
-        _, socket = await picows.ws_connect(
-            listener,
-            uri,
-            ssl_context=ssl if isinstance(ssl, ssl_module.SSLContext) else None,
-            websocket_handshake_timeout=open_timeout,
-            max_frame_size=max_size or (1 << 62),
-            extra_headers=headers or None,
-            proxy=proxy or None,
-            logger_name=_picows_log,
-            **_ping_options(ping_interval, ping_timeout),
-        )
-    except picows.WSInvalidStatusError as exc:
+        async with asyncio.timeout(open_timeout):
+            _, connected = await picows.ws_connect(
+                listener,
+                uri,
+                ssl_context=ssl if isinstance(ssl, ssl_module.SSLContext) else None,
+                websocket_handshake_timeout=open_timeout,
+                max_frame_size=max_size or (1 << 62),
+                extra_headers=headers or None,
+                max_redirects=0,
+                proxy=proxy or None,
+                socket_factory=socket_factory,
+                logger_name=_picows_log,
+                enable_auto_ping=False,  # the connection's own keepalive (WebSocket._keepalive)
+            )
+    except BaseException as exc:
+        # Cancelled (or failed) mid-handshake: a connection made meanwhile, or
+        # one that completes later (picows finishes an upgrade it has begun),
+        # has no one to use it.
+        gone = True
+        for ws in made:
+            ws._abandon()
+        error = _handshake_error(exc, uri)
+        if error is exc:
+            raise
+        raise error from exc
+    if connected is None:  # the peer dropped the connection before answering the upgrade
+        raise websockets.InvalidHandshake("the connection closed during the opening handshake")
+    return connected
+
+
+# What websockets makes of a SOCKS proxy URL: the protocol, and whether the
+# proxy resolves the host name (the `h` and `a` variants).
+_SOCKS: Final = {"socks5h": ("SOCKS5", True), "socks5": ("SOCKS5", False), "socks4a": ("SOCKS4", True), "socks4": ("SOCKS4", False)}
+
+
+def _socks_dialer(proxy: Any) -> Callable[[Any], Awaitable[socket.socket]]:
+    """picows' socket factory for a SOCKS proxy, as websockets connects through one
+    (picows' own SOCKS path knows neither `socks5h` nor `socks4a`)."""
+    from python_socks import ProxyType
+    from python_socks.async_.asyncio import Proxy as SocksProxy
+
+    kind, rdns = _SOCKS[proxy.scheme]
+    socks = SocksProxy(ProxyType[kind], proxy.host, proxy.port, proxy.username, proxy.password, rdns)
+
+    async def dial(target: Any) -> socket.socket:
+        try:
+            return await socks.connect(target.host, target.port)
+        except OSError:
+            raise
+        except Exception as exc:  # python-socks' own errors: the proxy refused or broke
+            raise websockets.exceptions.ProxyError(f"the SOCKS proxy {proxy.host}:{proxy.port} failed: {exc}") from exc
+
+    return dial
+
+
+def _handshake_error(exc: BaseException, uri: str) -> BaseException:
+    """picows' failure to connect as websockets' exception for it (others as they are)."""
+    if isinstance(exc, picows.WSInvalidStatusError):
         got = exc.response
         assert got is not None
         body = got.body or exc.raw_body or b""
         response = Response(int(got.status), got.status.phrase, Headers(list(got.headers.items())), bytes(body))
-        raise websockets.InvalidStatus(response) from exc
-    except picows.WSInvalidURL as exc:
-        raise websockets.InvalidURI(uri, str(exc)) from exc
-    except picows.WSHandshakeError as exc:
-        raise websockets.InvalidHandshake(str(exc)) from exc
-    except BaseException:
-        # Cancelled (or failed) mid-handshake: a connection made meanwhile, or
-        # one that completes later, has no one to use it.
-        for ws in made:
-            ws._abandon()
-        raise
-    if socket is None:  # the peer dropped the connection before answering the upgrade
-        raise websockets.InvalidHandshake("the connection closed during the opening handshake")
-    return socket
+        return websockets.InvalidStatus(response)
+    if isinstance(exc, picows.WSInvalidURL):
+        return websockets.InvalidURI(uri, str(exc))
+    if isinstance(exc, picows.WSHandshakeError):
+        return websockets.InvalidHandshake(str(exc))
+    return exc
 
 
 # ---------------------------------------------------------------------------- serving
@@ -527,10 +629,17 @@ async def serve(
     stays a few times the largest frame. None leaves the kernel's default.
     """
     extra = {"Server": server_header} if server_header else None
+    # Connections picows opened, waiting for their handler task: its callbacks
+    # run outside any task, so a task (the acceptor, in this block's task group)
+    # starts each handler. Bounded: past it a new connection is closed with 1013.
+    opened, accepted = anyio.create_memory_object_stream[WebSocket](ACCEPT_BACKLOG)
 
     def accept(upgrade: Any) -> Any:
         request = Request(upgrade.path.decode("ascii", "surrogateescape"), Headers(list(upgrade.headers.items())))
-        ws = WebSocket(max_size=max_size, max_queue=max_queue, close_timeout=close_timeout, request=request)
+        ws = WebSocket(
+            max_size=max_size, max_queue=max_queue, close_timeout=close_timeout, request=request,
+            ping_interval=ping_interval, ping_timeout=ping_timeout,
+        )
         ws.receive_buffer = receive_buffer
         if process_request is not None:
             try:
@@ -542,12 +651,21 @@ async def serve(
                 response = Response(failed.value, failed.phrase, Headers(), b"internal server error\n")
             if response is not None:
                 return _upgrade_response(response, server_header)
-        ws.on_open = lambda: opened(ws)
+        ws.on_open = lambda: opened_now(ws)
         return picows.WSUpgradeResponseWithListener(picows.WSUpgradeResponse.create_101_response(extra), ws)
 
-    def opened(ws: WebSocket) -> None:
-        server.connections.add(ws)
-        tg.start_soon(run, ws)
+    def opened_now(ws: WebSocket) -> None:
+        try:
+            opened.send_nowait(ws)
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            ws._transport.send_close(WSCloseCode.TRY_AGAIN_LATER, b"too many connections opening at once")
+            ws._transport.disconnect()
+
+    async def acceptor() -> None:
+        async with accepted:
+            async for ws in accepted:
+                server.connections.add(ws)
+                tg.start_soon(run, ws)
 
     async def run(ws: WebSocket) -> None:
         try:
@@ -560,21 +678,51 @@ async def serve(
         finally:
             server.connections.discard(ws)
 
-    async with anyio.create_task_group() as tg:
-        raw = await picows.ws_create_server(
-            accept,
-            host,
-            port,
-            websocket_handshake_timeout=open_timeout,
-            max_frame_size=max_size or (1 << 62),
-            logger_name=_picows_log,
-            ssl=ssl,
-            reuse_port=reuse_port,
-            **_ping_options(ping_interval, ping_timeout),
-        )
-        server = Server(raw, tg)
-        try:
-            yield server
-        finally:
-            server.close()
-            await server.wait_closed()
+    loop = asyncio.get_running_loop()
+    previous_handler = loop.get_exception_handler()
+    if ssl is not None:
+        loop.set_exception_handler(_quiet_tls_failures(previous_handler))
+    try:
+        async with opened, anyio.create_task_group() as tg:
+            raw = await picows.ws_create_server(
+                accept,
+                host,
+                port,
+                websocket_handshake_timeout=open_timeout,
+                max_frame_size=max_size or (1 << 62),
+                logger_name=_picows_log,
+                ssl=ssl,
+                reuse_port=reuse_port,
+                enable_auto_ping=False,  # each connection's own keepalive (WebSocket._keepalive)
+            )
+            server = Server(raw, tg)
+            tg.start_soon(acceptor)
+            try:
+                yield server
+            finally:
+                server.close()
+                await server.wait_closed()
+                opened.close()
+    finally:
+        if ssl is not None:
+            loop.set_exception_handler(previous_handler)
+
+
+def _quiet_tls_failures(previous: Any) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """The loop's exception handler, with a client's failed TLS handshake as one
+    DEBUG line (as asyncio's own TLS reports it), not an ERROR with a traceback:
+    scanners and clients that distrust the certificate are everyday events."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        # aiofastnet may report the exception's class rather than an instance.
+        kind = exc if isinstance(exc, type) else type(exc)
+        if context.get("message", "").startswith("SSL handshake failed") and (exc is None or issubclass(kind, OSError)):
+            logger.debug("TLS handshake with a client failed: %s", exc)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    return handle

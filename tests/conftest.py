@@ -16,3 +16,11 @@ pytest_plugins = ["connections.emulator.pytest_plugin"]
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(params=["picows", "websockets"])
+def both_socket_layers(request, monkeypatch) -> str:
+    """Run the test once on each WebSocket layer the server can listen with
+    (`tests.serving.running` reads LIVE_SOCKETS)."""
+    monkeypatch.setenv("LIVE_SOCKETS", request.param)
+    return request.param

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 
 import anyio
@@ -20,6 +21,7 @@ async def running(
 ) -> AsyncIterator[tuple[LiveServer, str]]:
     """A server on a free port; yields it and its `/live` URL; stops it on exit."""
     config.setdefault("audio_lead", None)
+    config.setdefault("sockets", os.environ.get("LIVE_SOCKETS", "auto"))
     server = LiveServer(agent, llm, ServerConfig(port=0, **config), recorder=recorder, doors=doors)
     async with anyio.create_task_group() as tg:
         port = await tg.start(server.serve)

@@ -14,6 +14,8 @@ import time
 import anyio
 import jwt
 import pytest
+
+from live.logs import FRAME_TRACERS
 from websockets.asyncio.client import connect as ws_connect
 
 from clients.client import LiveClient, SessionRefused
@@ -24,7 +26,8 @@ from live.cli import main as live_cli
 from live.registry import default_registry
 from serving import collect, running
 
-pytestmark = pytest.mark.anyio
+# Every test on both WebSocket layers the server can listen with.
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("both_socket_layers")]
 
 AGENT = Agent(name="test", model="local/echo")
 
@@ -209,7 +212,8 @@ async def test_forged_expired_early_and_wrong_agent_tokens_are_refused_a_minted_
             seen = await collect(client, lambda e: isinstance(e, p.TurnComplete))
             events += [repr(e) for e in seen]
             assert any(isinstance(e, p.TextEvent) and "hello" in e.text for e in seen)
-    logged = [r.getMessage() for r in caplog.records if not r.name.startswith("websockets.client")]
+    # The socket layers' frame tracing is never shown by `live serve` (live.logs.FRAME_TRACERS).
+    logged = [r.getMessage() for r in caplog.records if not r.name.startswith(FRAME_TRACERS)]
     assert any("subject=user-42" in line for line in logged)
     assert sum("unauthorized" in line for line in logged) == len(cases)
     # Neither the secret nor any token is ever said: not in a log line, not in an event.
@@ -321,3 +325,22 @@ async def test_pending_sockets_and_sockets_per_address_are_limited(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert any("pending_limit" in line for line in lines)
     assert any("address_limit" in line for line in lines)
+
+
+def test_live_serve_never_shows_the_frame_tracing_of_its_sockets_even_at_debug():
+    """websockets and picows write every frame at DEBUG, tokens and keys included."""
+    from live.logs import configure
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    tracers = {name: logging.getLogger(name).level for name in FRAME_TRACERS}
+    configure("DEBUG")
+    try:
+        for name in FRAME_TRACERS:
+            assert not logging.getLogger(name).isEnabledFor(logging.DEBUG), name
+        assert logging.getLogger("live.server").isEnabledFor(logging.DEBUG)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, was in tracers.items():
+            logging.getLogger(name).setLevel(was)

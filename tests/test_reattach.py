@@ -16,7 +16,8 @@ from live.agent import Agent
 from live.reattach import ReplayBuffer, token_digest, token_matches, with_seq
 from serving import collect, running
 
-pytestmark = pytest.mark.anyio
+# Every test on both WebSocket layers the server can listen with.
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("both_socket_layers")]
 
 AGENT = Agent(name="a", model="gemini-2.5-flash")
 

@@ -13,7 +13,8 @@ from live import protocol as p
 from live.agent import Agent
 from serving import audio_bytes, collect, kinds, running
 
-pytestmark = pytest.mark.anyio
+# Every test on both WebSocket layers the server can listen with.
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("both_socket_layers")]
 
 FRAME = 640  # 20 ms at 16 kHz
 

@@ -29,7 +29,8 @@ from live.auth import mint_token
 from serving import running
 from browsers import chromium_page, press_talk, scripted, speech_wav, wait_until
 
-pytestmark = pytest.mark.anyio
+# Every test on both WebSocket layers the server can listen with.
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("both_socket_layers")]
 
 AGENT = Agent(name="test", model="gemini-2.5-flash")
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"

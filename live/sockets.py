@@ -1,0 +1,77 @@
+"""The WebSocket layer the server listens with: picows where it can be imported,
+websockets' own server where it cannot.
+
+picows (`live.websocket`) frames in Cython and costs about 0.6x the CPU of
+websockets' Python framing per relayed frame; it has no wheels for some
+platforms (free-threaded CPython, PyPy). There, the server runs on websockets,
+which it was built on before: the same routes, checks, limits and protocol,
+only the fast lane for client audio (a frame taken inside the socket's
+callback) is not there. `live serve --sockets websockets` chooses it outright.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import websockets.asyncio.server
+
+__all__ = ["LAYERS", "serve_with"]
+
+log = logging.getLogger("live.server")
+
+LAYERS = ("auto", "picows", "websockets")
+
+
+def serve_with(layer: str) -> tuple[str, Callable[..., contextlib.AbstractAsyncContextManager[Any]]]:
+    """The layer to listen with (`auto`: picows when it imports) and its `serve`."""
+    if layer not in LAYERS:
+        raise ValueError(f"unknown socket layer {layer!r}: choose one of {', '.join(LAYERS)}")
+    if layer != "websockets":
+        try:
+            from live.websocket import serve
+        except ImportError as exc:
+            if layer == "picows":
+                raise
+            log.warning("sockets: websockets (picows cannot be imported here: %s); clients are served as before, "
+                        "at about 1.6x the CPU per frame", exc)
+        else:
+            return "picows", serve
+    return "websockets", _serve_websockets
+
+
+@contextlib.asynccontextmanager
+async def _serve_websockets(
+    handler: Callable[[Any], Awaitable[None]],
+    host: str | None,
+    port: int | None,
+    *,
+    process_request: Callable[[Any, Any], Any] | None = None,
+    ssl: Any = None,
+    max_size: int | None = None,
+    max_queue: int | None = None,
+    server_header: str | None = None,
+    reuse_port: bool | None = None,
+    ping_interval: float | None = 20.0,
+    ping_timeout: float | None = 20.0,
+    **_: Any,
+) -> AsyncIterator[Any]:
+    """`live.websocket.serve`'s interface on websockets' server."""
+    kwargs: dict[str, Any] = {"reuse_port": True} if reuse_port else {}
+    async with websockets.asyncio.server.serve(
+        handler,
+        host,
+        port,
+        process_request=process_request,
+        ssl=ssl,
+        max_size=max_size,
+        max_queue=max_queue,
+        server_header=server_header,
+        compression=None,  # PCM does not compress: it would only spend CPU per frame
+        ping_interval=ping_interval,
+        ping_timeout=ping_timeout,
+        **kwargs,
+    ) as server:
+        yield server
