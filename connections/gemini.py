@@ -43,6 +43,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from connections.gemini_wire import LeanSession, lean_session
+from connections.live_socket import dialing
 from connections.gemini_mapping import (
     ServerMessageMapper,
     function_responses_of,
@@ -236,6 +237,15 @@ def error_for_close(
     if code is not None and 400 <= code < 500:
         return InvalidArgumentError(f"the model rejected the request: {text}", close_code=code)
     return LiveError(f"the connection to the model ended: {text}", close_code=code)
+
+
+@contextlib.asynccontextmanager
+async def _sdk_session(connect: AbstractAsyncContextManager[LiveSession]) -> AsyncIterator[LiveSession]:
+    """The SDK's own session and socket, dialed following no redirect (`live_socket`)."""
+    async with contextlib.AsyncExitStack() as stack:
+        with dialing(picows=False):
+            session = await stack.enter_async_context(connect)
+        yield session
 
 
 def _api_error_parts(exc: genai_errors.APIError) -> tuple[int | None, str]:
@@ -650,7 +660,7 @@ class Gemini(BaseLlm):
             return self._transport(model, config)
         assert self._client is not None  # guaranteed by __init__
         connect = self._client.aio.live.connect(model=model, config=config)
-        return lean_session(connect) if self._wire == "lean" else connect
+        return lean_session(connect) if self._wire == "lean" else _sdk_session(connect)
 
     @property
     def wire(self) -> str:
@@ -708,6 +718,14 @@ class Gemini(BaseLlm):
             raise _redacted(error, self._secret) from exc
         except websockets.InvalidStatus as exc:
             status = exc.response.status_code
+            if 300 <= status < 400:
+                where = exc.response.headers.get("Location", "nowhere")
+                raise ConfigurationError(
+                    f"the Live endpoint answered with a redirect (HTTP {status} to {where[:200]}); "
+                    "it was not followed, so no credential went there",
+                    close_code=status,
+                    hint="the Live API never redirects: check GOOGLE_GEMINI_BASE_URL (or base_url=)",
+                ) from exc
             error = error_for_close(status, f"HTTP {status} during the handshake", model=model)
             assert error is not None
             raise _redacted(error, self._secret) from exc

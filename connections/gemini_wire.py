@@ -54,7 +54,7 @@ import websockets
 from google.genai import live as genai_live
 from google.genai import types
 
-from connections.live_socket import dialing
+from connections.live_socket import dialed_here, dialing
 from live.unchecked import unchecked
 
 __all__ = ["LeanSession", "WireCodec", "calibrate", "fits_template", "lean_session"]
@@ -278,6 +278,7 @@ def _model_turn(turn: Any) -> types.Content | None:
 
 _calibrated: dict[bool, tuple[WireCodec | None, str]] = {}
 _warned_no_socket = False
+_warned_not_dialed = False  # said once a process: the lean wire is not on the picows socket
 
 
 def _probe_frames() -> list[bytes]:
@@ -521,8 +522,14 @@ async def lean_session(
 ) -> AsyncIterator[genai_live.AsyncSession | LeanSession]:
     """The SDK's session from `connect`, on the lean path when `calibrate()` allows it."""
     async with contextlib.AsyncExitStack() as stack:
-        with dialing():
+        with dialing() as on_picows:
             session = await stack.enter_async_context(connect)
+        if on_picows and not dialed_here(getattr(session, "_ws", None)):
+            global _warned_not_dialed
+            if not _warned_not_dialed:
+                _warned_not_dialed = True
+                logger.warning("Gemini socket: google-genai %s did not dial through live.websocket: the lean "
+                               "wire runs on the SDK's own socket, at about 1.6x the CPU per frame", _sdk_version())
         api_client = getattr(session, "_api_client", None)
         if getattr(session, "_ws", None) is None or api_client is None:
             global _warned_no_socket

@@ -13,6 +13,12 @@ Where picows cannot be imported, or the SDK asks for a socket option
 `live.websocket` does not take (e.g. permessage-deflate, which a client built
 by `Gemini` never asks for), the SDK's own socket is used and one log line
 says why.
+
+Either way, a dial made inside `dialing()` follows no redirect. The Live API
+never redirects; websockets strips only `Authorization` and cookies on a
+cross-origin redirect, so google-genai's `x-goog-api-key` header would go to
+whatever host a redirect names (seen here with google-genai 3.6). A redirect
+is refused instead (`websockets.InvalidStatus` with the 3xx response).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Final
 
+import websockets.asyncio.client
 from google.genai import live as genai_live
 
 try:
@@ -32,7 +39,7 @@ except ImportError as exc:  # picows has no wheel for this platform
 else:
     _UNAVAILABLE = None
 
-__all__ = ["dialing"]
+__all__ = ["dialed_here", "dialing"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +51,15 @@ _OPTIONS: Final = frozenset({
     "ping_timeout", "close_timeout", "max_size", "max_queue",
 })
 
-_dial_here: contextvars.ContextVar[bool] = contextvars.ContextVar("live_socket_dial_here", default=False)
+# How long the Gemini socket waits, after a ping on a quiet connection, for
+# anything from the service before it calls the connection dead. Gemini has
+# been seen answering pings after 8-30 s on healthy connections (FIELD-NOTES
+# §9); anything it sends meanwhile counts as an answer (`live.websocket`).
+PING_TIMEOUT: Final = 60.0
+
+# Inside `dialing()`: which socket the SDK's connects get ("picows" or
+# "websockets"); None outside, where the SDK dials as it always does.
+_dial_here: contextvars.ContextVar[str | None] = contextvars.ContextVar("live_socket_dial_here", default=None)
 _sdk_connect: Any = None
 _said: set[str] = set()
 
@@ -56,15 +71,19 @@ def _say_once(why: str) -> None:
 
 
 class _Dial:
-    """`async with` a `live.websocket.WebSocket`, as the SDK uses websockets' `connect(...)`."""
+    """A `live.websocket.WebSocket` as the SDK may take websockets' `connect(...)`:
+    `async with connect(...) as ws`, or `ws = await connect(...)`."""
 
     def __init__(self, uri: str, options: dict[str, Any]) -> None:
         self._uri = uri
-        self._options = options
+        self._options = {"ping_timeout": PING_TIMEOUT, **options}
         self._socket: Any = None
 
+    def __await__(self) -> Any:
+        return websocket.connect(self._uri, **self._options).__await__()
+
     async def __aenter__(self) -> Any:
-        self._socket = await websocket.connect(self._uri, **self._options)
+        self._socket = await self
         return self._socket
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -72,9 +91,19 @@ class _Dial:
             await self._socket.close()
 
 
+class _RefusingRedirects(websockets.asyncio.client.connect):
+    """websockets' `connect`, following no redirect (see the module's docstring)."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
+
+
 def _dial(uri: str, **options: Any) -> Any:
     """What `google.genai.live.ws_connect(...)` is once `dialing()` was first used."""
-    if _dial_here.get():
+    mode = _dial_here.get()
+    if mode is None:
+        return _sdk_connect(uri, **options)
+    if mode == "picows":
         unknown = set(options) - _OPTIONS
         if not unknown and options.get("compression", "deflate") is None:
             return _Dial(uri, options)
@@ -82,21 +111,23 @@ def _dial(uri: str, **options: Any) -> Any:
             "the SDK asks for socket options live.websocket does not take "
             f"({', '.join(sorted(unknown or {'compression'}))})"
         )
-    return _sdk_connect(uri, **options)
+    return _RefusingRedirects(uri, **options)
+
+
+def dialed_here(ws: Any) -> bool:
+    """Whether `ws` (a session's socket) is a `live.websocket.WebSocket`."""
+    return _UNAVAILABLE is None and isinstance(ws, websocket.WebSocket)
 
 
 @contextlib.contextmanager
-def dialing() -> Iterator[bool]:
-    """google-genai's live connects inside this block dial a `live.websocket.WebSocket`.
+def dialing(*, picows: bool = True) -> Iterator[bool]:
+    """google-genai's live connects inside this block are this project's: on a
+    `live.websocket.WebSocket` (with `picows`, where it can be used here), else
+    on websockets' socket; either way following no redirect.
 
-    Yields False (and the SDK dials as it always does) where that cannot be
-    used here.
+    Yields whether the picows socket is used.
     """
     global _sdk_connect
-    if _UNAVAILABLE is not None:
-        _say_once(_UNAVAILABLE)
-        yield False
-        return
     if _sdk_connect is None:
         current = getattr(genai_live, "ws_connect", None)
         if current is None:
@@ -105,8 +136,11 @@ def dialing() -> Iterator[bool]:
             return
         _sdk_connect = current
         genai_live.ws_connect = _dial
-    token = _dial_here.set(True)
+    on_picows = picows and _UNAVAILABLE is None
+    if picows and not on_picows:
+        _say_once(_UNAVAILABLE or "")
+    token = _dial_here.set("picows" if on_picows else "websockets")
     try:
-        yield True
+        yield on_picows
     finally:
         _dial_here.reset(token)

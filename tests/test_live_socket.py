@@ -75,3 +75,98 @@ async def test_audio_goes_out_without_waiting_only_on_the_lean_wire(live_emulato
                 await anyio.sleep(0.01)
     assert not connection.send_realtime_nowait(frame)
     assert live_emulator.sessions[-1].audio == frame.data * (2 if sent else 1)
+
+
+async def test_a_dial_the_sdk_awaits_instead_of_entering_is_a_live_socket_too(live_emulator: Emulator):
+    """A google-genai that writes `ws = await ws_connect(...)` dials the same socket."""
+    from google.genai import live as genai_live
+
+    from connections.emulator.client import emulator_http_options
+
+    options = emulator_http_options(live_emulator)
+    base = options.base_url.replace("https://", "wss://")
+    uri = f"{base}/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+    with live_socket.dialing():
+        ws = await genai_live.ws_connect(uri, ssl=options.async_client_args["ssl"], compression=None)
+    assert type(ws) is WebSocket
+    await ws.close()
+
+
+async def test_a_lean_session_not_on_the_live_socket_says_so_once(live_emulator: Emulator, monkeypatch, caplog):
+    """A google-genai update that stops dialing through `ws_connect` leaves the
+    lean wire on the SDK's socket: visible in the log, not silently slower."""
+    from google.genai import live as genai_live
+    from websockets.asyncio.client import connect as websockets_connect
+
+    from connections import gemini_wire
+
+    with live_socket.dialing():
+        pass  # installed
+    monkeypatch.setattr(genai_live, "ws_connect", websockets_connect)
+    monkeypatch.setattr(gemini_wire, "_warned_not_dialed", False)
+    for _ in range(2):
+        async with gemini_for(live_emulator, wire="lean").connect(_request()) as connection:
+            assert type(connection._session._ws) is websockets.ClientConnection
+            await connection.send_realtime(types.Blob(data=b"\0\0" * 320, mime_type="audio/pcm;rate=16000"))
+    said = [r for r in caplog.records if "did not dial through live.websocket" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
+
+
+@pytest.mark.parametrize("wire", ["lean", "sdk"])
+async def test_a_redirecting_endpoint_is_a_configuration_error_and_is_not_followed(wire: str):
+    """The Live API never redirects; a base URL that does gets a clear error, and
+    the key is not sent to where the redirect points (websockets, under the SDK's
+    own socket, strips Authorization on a cross-origin redirect but not
+    google-genai's x-goog-api-key)."""
+    import ssl
+
+    import anyio.abc
+    import trustme
+    from anyio.streams.tls import TLSListener
+    from google.genai import Client
+    from google.genai import types as genai_types
+
+    from connections.gemini import Gemini
+
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    requests: dict[str, list[bytes]] = {"redirecting": [], "elsewhere": []}
+
+    def answering(name: str, answer: bytes):
+        async def handle(stream: anyio.abc.ByteStream) -> None:
+            async with stream:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += await stream.receive()
+                requests[name].append(data)
+                await stream.send(answer)
+        return handle
+
+    elsewhere = TLSListener(await anyio.create_tcp_listener(local_host="127.0.0.1"), server_context)
+    elsewhere_port = elsewhere.listener.extra(anyio.abc.SocketAttribute.local_port)
+    redirecting = TLSListener(await anyio.create_tcp_listener(local_host="127.0.0.1"), server_context)
+    port = redirecting.listener.extra(anyio.abc.SocketAttribute.local_port)
+    location = f"wss://127.0.0.1:{elsewhere_port}/ws/stolen"
+    client = Client(
+        vertexai=False,
+        api_key="the-key",
+        http_options=genai_types.HttpOptions(
+            base_url=f"https://127.0.0.1:{port}", api_version="v1beta", async_client_args={"ssl": client_context}
+        ),
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(elsewhere.serve, answering("elsewhere", b"HTTP/1.1 500 No\r\nContent-Length: 0\r\n\r\n"))
+        tg.start_soon(redirecting.serve, answering(
+            "redirecting", f"HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n".encode()
+        ))
+        with pytest.raises(ConfigurationError) as caught:
+            async with Gemini("gemini-live-2.5-flash-preview", client=client, wire=wire).connect(_request()):
+                pass
+        await anyio.sleep(0.2)
+        tg.cancel_scope.cancel()
+    assert "redirect (HTTP 302" in str(caught.value) and "GOOGLE_GEMINI_BASE_URL" in (caught.value.hint or "")
+    assert len(requests["redirecting"]) == 1 and b"the-key" in requests["redirecting"][0]
+    assert requests["elsewhere"] == []  # the key went nowhere else
