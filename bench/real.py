@@ -608,7 +608,7 @@ def main(
     json_path: str | None = None,
     sdk_wire: bool = False,
     profile: bool = False,
-    baseline: str | None = None,
+    baseline: str | Sequence[str] | None = None,
     repeat: int = 1,
     workers: int = 1,
 ) -> dict[str, Any]:
@@ -618,8 +618,8 @@ def main(
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with contextlib.ExitStack() as stack:
         extra = [LIVE_SDK_WIRE] if sdk_wire else []
-        if baseline is not None:
-            extra.append(stack.enter_context(baseline_peer(baseline)))
+        for ref in [baseline] if isinstance(baseline, str) else baseline or ():
+            extra.append(stack.enter_context(baseline_peer(ref)))
         return _main(sizes, duration, warmup, quick, json_path, extra, profile, repeat, workers)
 
 

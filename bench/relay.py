@@ -605,8 +605,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--baseline",
         metavar="REF",
+        action="append",
         help="with --real, also run `live serve` as of git REF (a commit, branch or tag; checked "
-        "out in a temporary worktree) beside this checkout's, in the same run",
+        "out in a temporary worktree) beside this checkout's, in the same run; repeat for more",
     )
     parser.add_argument(
         "--repeat",
