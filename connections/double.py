@@ -45,7 +45,9 @@ A `ScriptedSession` presents google-genai's `AsyncSession` surface:
   activity signals while automatic activity detection is on close with 1007; a
   function response whose id this connection never issued (or already
   answered; one that crossed the call's cancellation is accepted) closes with 1007; a resumable handle pushed while a call is
-  unanswered or a reply is being generated goes out with `resumable=false`.
+  unanswered or a reply is being generated goes out with `resumable=false`; on a
+  2.5 native-audio model, any realtime input while a call is unanswered closes
+  with 1008 "Operation is not implemented, or supported, or enabled.".
   `drop(code, seen_by="sender")` is a close the sending side sees first: sends
   fail at once, while `receive()` sees it only when the client closes.
 
@@ -199,6 +201,7 @@ class ScriptedSession:
         self._awaiting_seed = False
         self._aad_on = True
         self._gemini3 = False
+        self._no_input_during_calls = False  # 2.5 native audio: 1008 on realtime input while a call is owed
         self._issued: set[str] = set()
         self._cancelled: set[str] = set()
         self._anonymous_calls = 0
@@ -278,6 +281,9 @@ class ScriptedSession:
         if self._awaiting_seed:
             self.ignored += 1
             return
+        if self._no_input_during_calls and (self._issued or self._anonymous_calls):
+            self._refuse_input_during_call()
+            return
         self.audio_chunks += 1
         self.audio_bytes += len(blob.data or b"")
         if not self.record_audio and not self._reactions and not self._sent_waiters:
@@ -303,6 +309,11 @@ class ScriptedSession:
     def _violation(self, reason: str) -> None:
         """What the service does on input it rejects: close with 1007."""
         self.drop(1007, reason)
+
+    def _refuse_input_during_call(self) -> None:
+        """What a 2.5 native-audio model does on realtime input while a function
+        call it made is unanswered (forum #114644, adk-python#4679, js-genai#1236)."""
+        self.drop(1008, "Operation is not implemented, or supported, or enabled.")
 
     def on(
         self,
@@ -445,6 +456,9 @@ class ScriptedSession:
         self._check_open()
         if self._awaiting_seed:
             self.ignored += 1
+            return
+        if self._no_input_during_calls and (self._issued or self._anonymous_calls):
+            self._refuse_input_during_call()
             return
         if self._aad_on and ("activity_start" in given or "activity_end" in given):
             self._violation(
@@ -633,6 +647,7 @@ class ScriptedSession:
         self.model = model
         self.config = config
         self._gemini3 = is_gemini3(model)
+        self._no_input_during_calls = "native-audio" in model
         ric = config.realtime_input_config
         aad = ric.automatic_activity_detection if ric is not None else None
         self._aad_on = not (aad is not None and aad.disabled)

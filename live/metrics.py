@@ -160,7 +160,8 @@ class Metrics:
             "live_audio_dropped_frames",
             "Audio frames dropped: overflow (client audio the model could not "
             "take), interrupted (reply audio queued at a barge-in), late (reply "
-            "audio arriving after a barge-in).",
+            "audio arriving after a barge-in), held (client audio beyond the bound "
+            "while a model that takes no input during a tool call waited for its result).",
             ["reason"],
             registry=r,
         )
@@ -218,6 +219,7 @@ class Metrics:
         self.dropped_overflow = self.audio_dropped.labels("overflow")
         self.dropped_interrupted = self.audio_dropped.labels("interrupted")
         self.dropped_late = self.audio_dropped.labels("late")
+        self.dropped_held = self.audio_dropped.labels("held")
 
     _default: Metrics | None = None
 

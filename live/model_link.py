@@ -299,6 +299,8 @@ class ModelLink:
                         queue.release()
                         raise
                     queue.commit()
+                    if queue.holding:
+                        runner.sync_hold()  # a call answered: what was held may follow it
         except ConnectionClosedError as exc:
             # The close as the receiver would classify it, whoever saw it first.
             link.end(exc.cause if exc.cause is not None else CLOSED)
@@ -325,6 +327,8 @@ class ModelLink:
                 if response.voice_activity is not None:
                     obs.model_response(response, now)
                 await apply(core.model_response(response, now))
+                if core.holds_realtime is not runner.upstream.holding:
+                    runner.sync_hold()
                 # Wake the supervisor only for what it acts on: a go-away, or the
                 # owed reply arriving (not every audio chunk after it).
                 if link.go_away_at is not None or (

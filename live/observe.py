@@ -274,6 +274,10 @@ class SessionObserver:
     def audio_overflow(self) -> None:
         self._metrics.dropped_overflow.inc()
 
+    def audio_dropped_while_held(self) -> None:
+        """Client audio dropped while the model could take none (a call was owed)."""
+        self._metrics.dropped_held.inc()
+
     def event(self, event: ServerEvent) -> None:
         """An event is on its way to the client (every error is counted here)."""
         if type(event) is ErrorEvent:

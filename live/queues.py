@@ -22,7 +22,9 @@ BYTES_PER_SECOND_OUT = 24_000 * 2  # PCM16 mono at 24 kHz
 _REPLY_EVENTS = ('{"type":"transcript.output"', '{"type":"text"')
 
 
-_CONTROL, _AUDIO, _IMAGE = 0, 1, 2
+# Item kinds: content (typed turns, tool results), audio, images, and realtime
+# signals (activity start and end, audio stream end).
+_CONTROL, _AUDIO, _IMAGE, _SIGNAL = 0, 1, 2, 3
 
 
 class UpstreamQueue(Generic[T]):
@@ -54,6 +56,13 @@ class UpstreamQueue(Generic[T]):
     While the consumer waits on an empty queue, `waiting_consumer` is what it
     waits as: nothing is queued or being sent, so a producer may send an item
     itself (skipping a task switch per audio frame) and keep its place in line.
+
+    `hold(True)` holds realtime input (audio, images, signals) where it is:
+    only content (a tool result, a typed turn) goes out, ahead of what is held,
+    until `hold(False)`. Some models close the connection on realtime input
+    while a function call is unanswered; the user keeps talking meanwhile, and
+    what they say waits here, within the same bounds (the oldest audio dropped
+    first, counted in `dropped_while_held` as well).
     """
 
     def __init__(
@@ -86,13 +95,26 @@ class UpstreamQueue(Generic[T]):
         self._new_event = type(self._ready)
         self._in_flight = 0
         self._waiting_as: object | None = None
+        self.holding = False
         self.dropped_audio = 0
         self.dropped_images = 0
+        self.dropped_while_held = 0
 
     @property
     def waiting_consumer(self) -> object | None:
-        """The `waiting_as` of a consumer waiting in `peek_run` with nothing queued, else None."""
+        """The `waiting_as` of a consumer waiting in `peek_run` with nothing queued,
+        else None (also while realtime input is held: it must wait its turn)."""
         return self._waiting_as
+
+    def hold(self, on: bool) -> None:
+        """Hold realtime input (see the class docstring), or let it go."""
+        if on == self.holding:
+            return
+        self.holding = on
+        if on:
+            self._waiting_as = None
+        else:
+            self._ready.set()
 
     @property
     def held_bytes(self) -> int:
@@ -131,6 +153,8 @@ class UpstreamQueue(Generic[T]):
             del self._items[index]
             self._audio -= 1
             self.dropped_audio += 1
+            if self.holding:
+                self.dropped_while_held += 1
             dropped = True
         self._items.append((_AUDIO, item, nbytes))
         self._audio += 1
@@ -149,7 +173,8 @@ class UpstreamQueue(Generic[T]):
         self._ready.set()
         return dropped
 
-    async def put_control(self, item: T, nbytes: int = 0) -> None:
+    async def put_control(self, item: T, nbytes: int = 0, *, realtime: bool = False) -> None:
+        """Queue content, or a realtime signal (`realtime`: held with the audio)."""
         while self._control >= self._max_control or (
             self._max_control_bytes is not None
             and self._control
@@ -158,7 +183,7 @@ class UpstreamQueue(Generic[T]):
             if self._space.is_set():
                 self._space = self._new_event()  # several producers may share one wait
             await self._space.wait()
-        self._items.append((_CONTROL, item, nbytes))
+        self._items.append((_SIGNAL if realtime else _CONTROL, item, nbytes))
         self._control += 1
         self._control_bytes += nbytes
         self._waiting_as = None
@@ -171,9 +196,9 @@ class UpstreamQueue(Generic[T]):
         until `commit`. Waits for at least one item, meanwhile showing
         `waiting_as` as `waiting_consumer`.
         """
-        while not self._items:
+        while not self._items or (self.holding and not self._content_first()):
             self._ready = self._new_event()
-            self._waiting_as = waiting_as
+            self._waiting_as = waiting_as if not self._items and not self.holding else None
             try:
                 await self._ready.wait()
             finally:
@@ -190,6 +215,19 @@ class UpstreamQueue(Generic[T]):
             run.append(item)
         self._in_flight = len(run)
         return True, run
+
+    def _content_first(self) -> bool:
+        """While holding: put the first content item at the head; False when there is none."""
+        items = self._items
+        if items[0][0] == _CONTROL:
+            return True
+        for index in range(1, len(items)):
+            if items[index][0] == _CONTROL:
+                entry = items[index]
+                del items[index]
+                items.appendleft(entry)
+                return True
+        return False
 
     def commit(self) -> None:
         """What was peeked was sent: remove it."""

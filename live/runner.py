@@ -52,6 +52,7 @@ from live.errors import (
     QuotaExhaustedError,
     RecoverableConnectionError,
 )
+from live.families import family_of
 from live.heard import HeardTracker, InterruptedReply
 from live.llm import RealtimeInput
 from live.logs import current_session
@@ -126,6 +127,7 @@ class SessionRunner:
         self._scope: anyio.CancelScope | None = None
         self._final_error: ErrorEvent | None = None
         self._reported_drops = 0
+        self._held_from = 0  # dropped_while_held when the current hold began
         self._log_started = False
         self.record: SessionRecord | None = None
         self.heard = HeardTracker()
@@ -231,6 +233,7 @@ class SessionRunner:
                 max_image_bytes=self.config.image_limit,
                 max_image_rate=self.config.max_image_rate,
                 video_capped=not agent.context_compression,
+                family=family_of(self.model),
             )
             if self.adopted is not None:
                 self.core.restore(self.adopted.get("core") or {})
@@ -358,6 +361,28 @@ class SessionRunner:
         """Something the model link's supervisor acts on may have changed."""
         self.link.poke()
 
+    def sync_hold(self) -> None:
+        """Hold realtime input while the model takes none (a call is owed, on a
+        model that closes the connection on input then), and let it go after;
+        say what a long hold dropped."""
+        upstream = self.upstream
+        hold = self.core.holds_realtime
+        if hold == upstream.holding:
+            return
+        upstream.hold(hold)
+        if hold:
+            self._held_from = upstream.dropped_while_held
+            return
+        dropped = upstream.dropped_while_held - self._held_from
+        if dropped:
+            self.event(
+                ErrorEvent(
+                    "input_held",
+                    f"this model takes no audio while it waits for a tool's result: what you said "
+                    f"meanwhile was held, and {dropped} frame(s) beyond the last two seconds were dropped",
+                )
+            )
+
     # ------------------------------------------------------------------ the fleet
 
     def durable_state(self) -> dict[str, Any]:
@@ -463,8 +488,11 @@ class SessionRunner:
         if link is not None and not behind and not link.muted and link.conn.send_realtime_nowait(blob):
             return
         if upstream.put_audio(blob, len(frame)):
-            self.obs.audio_overflow()
-            self._report_drops()
+            if upstream.holding:
+                self.obs.audio_dropped_while_held()  # reported when the hold ends
+            else:
+                self.obs.audio_overflow()
+                self._report_drops()
 
     async def client_frame(self, frame: str | bytes, *, behind: bool) -> None:
         """A frame the door reads (every text frame; binary ones too for a door
@@ -558,7 +586,8 @@ class SessionRunner:
                         self.heard.reply_ended()
                     self.event(event)
             elif isinstance(action, ToUpstream):
-                await self.upstream.put_control(action.item, _control_size(action.item))
+                item = action.item
+                await self.upstream.put_control(item, _control_size(item), realtime=not isinstance(item, types.Content))
             elif isinstance(action, ImageUpstream):
                 if self.upstream.put_image(action.blob, len(action.blob.data or b"")):
                     self._report_image_drops()

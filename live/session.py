@@ -56,6 +56,7 @@ from live.actions import (
     SendEvent,
     ToUpstream,
 )
+from live.families import DEFAULT, ModelFamily
 from live.llm import AUDIO_STREAM_END, LlmResponse
 from live.protocol import (
     Playback,
@@ -221,6 +222,7 @@ class SessionCore:
         max_image_bytes: int = 512 * 1024,
         max_image_rate: float = 2.0,
         video_capped: bool = False,
+        family: ModelFamily = DEFAULT,
     ) -> None:
         self.input_mime = f"audio/pcm;rate={input_rate}"
         # Copied per frame: half the cost of model_construct, the same Blob.
@@ -253,6 +255,8 @@ class SessionCore:
         self._image_window = self._image_burst / max_image_rate
         self._image_times: collections.deque[float] = collections.deque(maxlen=self._image_burst)
         self._video_capped = video_capped
+        self.family = family
+        self.holds_realtime = False
         self.images_accepted = 0
         self.images_refused = 0
         self._rate_refused = 0  # since the last rate error reported
@@ -570,6 +574,7 @@ class SessionCore:
         self._forget_closed_calls()
         args = dict(call.args or {})
         self.tools[call_id] = _ToolCall(name=name, runs_on=runs_on, args=args, epoch=self.epoch)
+        self._update_hold()
         event = SendEvent(ToolCallEvent(call_id, name, args, runs_on))
         if runs_on == "server":
             return [event, RunTool(call)]
@@ -586,6 +591,7 @@ class SessionCore:
             cancelled.append(call_id)
             actions.append(CancelTool(call_id))
         if cancelled:
+            self._update_hold()
             actions.append(SendEvent(ToolCancelled(tuple(cancelled))))
         return actions
 
@@ -625,6 +631,21 @@ class SessionCore:
     @property
     def pending_tool_calls(self) -> list[str]:
         return [i for i, c in self.tools.items() if c.state is ToolState.PENDING]
+
+    @property
+    def call_owed(self) -> bool:
+        """The current connection made a call that has not been answered on it yet."""
+        epoch = self.epoch
+        return any(
+            c.epoch == epoch and c.sent_epoch != epoch and c.state is not ToolState.CANCELLED
+            for c in self.tools.values()
+        )
+
+    def _update_hold(self) -> None:
+        """`holds_realtime`: realtime input must wait, since this model takes none
+        while a call is owed. Kept current where calls are made, answered,
+        cancelled, or their connection replaced (read per model message)."""
+        self.holds_realtime = not self.family.realtime_input_while_call_owed and self.call_owed
 
     def for_connection(self, content: types.Content) -> types.Content:
         """What of `content` the current connection may take, decided as it is sent.
@@ -705,6 +726,7 @@ class SessionCore:
                 if call is not None:
                     call.sent_epoch = self.epoch
                     call.covered = False
+            self._update_hold()
             return
         if content.role == "user" and parts[0].text is not None:
             self._owed.append(content)
@@ -724,6 +746,7 @@ class SessionCore:
         self.user_speaking = False
         self._hearing_user = False
         self.epoch += 1
+        self._update_hold()  # the new connection owes nothing: it made no call yet
         told = [
             call_id
             for call_id, c in self.tools.items()

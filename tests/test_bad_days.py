@@ -1,0 +1,124 @@
+"""The real service's bad days (FIELD-NOTES §9), survived by the server.
+
+Each test puts the server in front of a model that misbehaves the way users of
+the real Live API report it, through the transport double or the Live
+emulator, and checks what the user would notice: the session goes on, nothing
+said or returned by a tool is lost or answered twice.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from google.genai import types
+
+from clients.client import LiveClient
+from connections import double
+from connections.gemini import Gemini
+from live import protocol as p
+from live.agent import Agent
+from serving import collect, running
+
+pytestmark = pytest.mark.anyio
+
+NATIVE_AUDIO = "gemini-2.5-flash-native-audio-preview-12-2025"
+FRAME = b"\x10\x00" * 320  # 20 ms of 16 kHz PCM16
+
+
+def _sent_kinds(session: double.ScriptedSession) -> list[str]:
+    kinds = []
+    for message in session.sent:
+        if message.tool_response is not None:
+            kinds.append("tool_response")
+        elif message.client_content is not None:
+            kinds.append("client_content")
+        elif message.realtime_input is not None and message.realtime_input.audio is not None:
+            kinds.append("audio")
+        elif message.realtime_input is not None:
+            kinds.append("realtime")
+    return kinds
+
+
+async def test_on_native_audio_what_the_user_says_while_a_tool_runs_waits_for_its_result():
+    """2.5 native-audio models close with 1008 on any realtime input while a call
+    is unanswered (forum #114644): the audio is held, then follows the result."""
+    started = anyio.Event()
+
+    async def lookup(city: str) -> dict:
+        """Weather for a city."""
+        started.set()
+        await anyio.sleep(0.4)
+        return {"city": city, "sky": "sunny"}
+
+    agent = Agent(name="weather", model=NATIVE_AUDIO, tools=[lookup])
+    session = double.ScriptedSession()
+    session.on_client_content(double.tool_call("lookup", {"city": "Paris"}, id="c-1"))
+    session.on_tool_response(double.output_transcript("Sunny in Paris."), double.turn_complete())
+    llm = Gemini(NATIVE_AUDIO, transport=double.DoubleTransport(session))
+    async with running(agent, llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("Weather in Paris?")
+        with anyio.fail_after(5):
+            await started.wait()
+        for _ in range(10):  # the user keeps talking while the tool runs
+            await client.send_audio(FRAME)
+            await anyio.sleep(0.02)
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete))
+        with anyio.fail_after(5):
+            await session.wait_for(lambda m: session.audio_chunks >= 1 and session.audio_bytes >= 10 * len(FRAME))
+    assert session.server_close is None  # no 1008: the connection lived
+    assert not any(isinstance(e, p.SessionReconnecting) for e in events)
+    kinds = _sent_kinds(session)
+    assert kinds.index("tool_response") < kinds.index("audio")  # held audio follows the result
+    assert session.audio_bytes == 10 * len(FRAME)  # and none of it was lost
+    assert any(isinstance(e, p.TranscriptOutput) and "Sunny" in e.text for e in events)
+
+
+async def test_a_hold_longer_than_its_bound_drops_the_oldest_and_says_how_many():
+    async def lookup(city: str) -> dict:
+        """Weather for a city."""
+        await anyio.sleep(1.0)
+        return {"city": city}
+
+    agent = Agent(name="weather", model=NATIVE_AUDIO, tools=[lookup])
+    session = double.ScriptedSession()
+    session.on_client_content(double.tool_call("lookup", {"city": "Oslo"}, id="c-1"))
+    session.on_tool_response(double.turn_complete())
+    llm = Gemini(NATIVE_AUDIO, transport=double.DoubleTransport(session))
+    async with running(agent, llm, audio_queue_frames=10) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("Weather in Oslo?")
+        await collect(client, lambda e: isinstance(e, p.ToolCallEvent))
+        for _ in range(25):
+            await client.send_audio(FRAME)
+        events = await collect(client, lambda e: isinstance(e, p.ErrorEvent) and e.code == "input_held")
+        await collect(client, lambda e: isinstance(e, p.TurnComplete))
+    held = [e for e in events if isinstance(e, p.ErrorEvent) and e.code == "input_held"]
+    assert "15 frame(s)" in held[0].message and not held[0].fatal
+    assert not any(isinstance(e, p.ErrorEvent) and e.code == "audio_overflow" for e in events)
+    assert session.server_close is None
+    assert session.audio_bytes == 10 * len(FRAME)  # the newest two seconds' worth, here ten frames
+
+
+async def test_other_models_take_what_the_user_says_at_once_while_a_tool_runs():
+    started = anyio.Event()
+    finish = anyio.Event()
+
+    async def lookup(city: str) -> dict:
+        """Weather for a city."""
+        started.set()
+        await finish.wait()
+        return {"city": city}
+
+    agent = Agent(name="weather", model="gemini-3.1-flash-live-preview", tools=[lookup])
+    session = double.ScriptedSession()
+    session.on_text(double.tool_call("lookup", {"city": "Rome"}, id="c-1"))
+    session.on_tool_response(double.turn_complete())
+    llm = Gemini("gemini-3.1-flash-live-preview", transport=double.DoubleTransport(session))
+    async with running(agent, llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("Weather in Rome?")
+        with anyio.fail_after(5):
+            await started.wait()
+        await client.send_audio(FRAME)
+        with anyio.fail_after(5):
+            await session.wait_for(lambda m: session.audio_chunks == 1)
+        finish.set()
+        await collect(client, lambda e: isinstance(e, p.TurnComplete))
