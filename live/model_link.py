@@ -21,7 +21,7 @@ import anyio
 from anyio.abc import TaskStatus
 from google.genai import types
 
-from live.errors import ConnectionClosedError, LiveError, RecoverableConnectionError
+from live.errors import ConfigurationError, ConnectionClosedError, LiveError, RecoverableConnectionError
 from live.llm import BaseLlmConnection, LlmRequest
 from live.protocol import ErrorEvent, SessionReconnecting, SessionResumed
 from live.supervisor import ReconnectPolicy
@@ -63,6 +63,10 @@ class Connection:
         # Set once the client was told of this connection (session.started or
         # session.resumed): its responses wait until then.
         self.ready = anyio.Event()
+        # The model answered on it: it got past setup and worked.
+        self.worked = False
+        # Set once it is closed upstream (its task left `connect()`).
+        self.closed = anyio.Event()
         self._scope = scope
         self._poke = poke
 
@@ -70,8 +74,16 @@ class Connection:
         """The connection ended (a `LiveError`, or CLOSED for a normal close).
 
         The first outcome is kept; it is the same whichever pump saw the end.
+        A 1008 on a connection that worked is no configuration error (those
+        come at setup): the service sends "Requested entity was not found."
+        mid-session, right after a tool response (forum #109319). It is
+        recoverable, and the result it followed is told again as context.
         """
         if self.outcome is None:
+            if self.worked and isinstance(outcome, ConfigurationError) and outcome.close_code == 1008:
+                outcome = RecoverableConnectionError(
+                    f"the model closed a working connection: {outcome.message}", close_code=1008
+                )
             self.outcome = outcome
         self._scope.cancel()
         self._poke()
@@ -91,24 +103,23 @@ class ModelLink:
     def __init__(self, runner: SessionRunner) -> None:
         self._runner = runner
         self.reconnects = 0
+        self.fresh_starts = 0  # new connections seeded from the transcript (no usable handle)
         self._news = anyio.Event()
+        self._supervisor: Supervisor | None = None
 
     # ------------------------------------------------------------------ opening
 
     async def open_first(self, history: Sequence[types.Content]) -> Connection:
         """The session's first connection, seeded with the client's history."""
-        link = await self._runner.tg.start(self._connection, self._request(history))
-        if history:
-            await link.conn.send_history(list(history))
-        return link
+        return await self._runner.tg.start(self._connection, self._request(history), list(history))
 
     async def take_over(self) -> Connection:
         """A session taken over from a server that is gone: resume its model
-        session from the stored handle, and tell the new connection what the old
-        one owed."""
+        session from the stored handle (or start fresh from the stored
+        transcript), and tell the new connection what the old one owed."""
         runner = self._runner
         await runner.apply(runner.core.connection_lost())
-        return await self._open_resumed(announce=False)
+        return await self._open_next(fresh=False, announce=False)
 
     def _request(
         self, history: Sequence[types.Content] = (), resume_handle: str | None = None
@@ -133,6 +144,7 @@ class ModelLink:
                 max_failures=config.reconnect_attempts, stable_after=config.stable_after
             ),
         )
+        self._supervisor = supervisor
         supervisor.connected(runner.clock())
         while True:
             now = runner.clock()
@@ -173,27 +185,38 @@ class ModelLink:
         self._news.set()
 
     async def _retire(self, link: Connection) -> None:
-        """Take a connection out of the conversation: nothing more goes to it or
-        comes from it, and its sender has stopped (the upstream queue has one
-        sender at a time). It closes upstream in its own time."""
+        """Take a connection out of the conversation and close it: nothing more
+        goes to it or comes from it, its sender has stopped (the upstream queue
+        has one sender at a time), and it is closed upstream before another is
+        opened (resuming from a handle while the connection that issued it is
+        still open can be refused with 1011: sip-to-ai PR 14). A close that
+        hangs is not waited for past `shutdown_grace`."""
         link.muted = True
         link.stop()
         await link.sender_done.wait()
+        with anyio.move_on_after(self._runner.config.shutdown_grace):
+            await link.closed.wait()
 
     async def _resume(self, link: Connection, step: Resume, supervisor: Supervisor) -> Connection:
-        """The connection ended: resume on a new one, retrying as the supervisor says."""
+        """The connection ended: open a new one, retrying as the supervisor says."""
         runner = self._runner
         core = runner.core
         if link.outcome == CLOSED:
             runner.obs.reconnecting("go_away" if link.go_away_at is not None else "closed")
         await self._retire(link)
         await runner.apply(core.connection_lost())
+        return await self._reconnect(step, supervisor)
+
+    async def _reconnect(self, step: Resume, supervisor: Supervisor) -> Connection:
+        """Open a new connection as `step` says, retrying as the supervisor says."""
+        runner = self._runner
+        core = runner.core
         while True:
             runner.event(SessionReconnecting(step.reason))
             log.info("session %s reconnecting: %s", runner.id, step.reason)
             await anyio.sleep(step.delay)
             try:
-                new = await self._open_resumed()
+                new = await self._open_next(fresh=step.fresh)
             except LiveError as exc:
                 next_step = supervisor.reconnect_failed(
                     runner.clock(), exc, has_handle=core.resumption_handle is not None
@@ -207,58 +230,86 @@ class ModelLink:
             return new
 
     async def _hand_over(self, link: Connection, supervisor: Supervisor) -> Connection:
-        """Go-away: move to a new connection before the old one is closed.
+        """Go-away: move to a new connection before the old one's deadline.
 
         The old connection takes nothing more once the hand-over starts, and
         what it still sends is discarded: a reply cut at the deadline ends for
         the client with `turn.complete` (`connection_lost`), and nothing of it
-        follows; a call it makes now is one the resumed state never made.
+        follows; a call it makes now is one the resumed state never made. It is
+        closed before the new one opens (see `_retire`): what the user says
+        meanwhile waits in the upstream queue.
         """
         runner = self._runner
         runner.event(SessionReconnecting("the model connection is about to close (go-away)"))
         link.muted = True
         runner.obs.reconnecting("go_away")
         await link.stop_sending()
-        await runner.apply(runner.core.connection_lost())
+        await self._retire(link)
+        core = runner.core
+        await runner.apply(core.connection_lost())
         try:
-            new = await self._open_resumed()
+            new = await self._open_next(fresh=False)
         except LiveError as exc:
-            link.end(exc)  # the supervisor decides: retry with backoff, or give up
-            return link
-        link.stop()
+            # Refused: retry as the supervisor says (fresh, when the handle is unknown).
+            step = supervisor.reconnect_failed(runner.clock(), exc, has_handle=core.resumption_handle is not None)
+            if isinstance(step, GiveUp):
+                raise step.error from exc
+            assert isinstance(step, Resume)
+            return await self._reconnect(step, supervisor)
         supervisor.connected(runner.clock())
         return new
 
-    async def _open_resumed(self, *, announce: bool = True) -> Connection:
+    async def _open_next(self, *, fresh: bool, announce: bool = True) -> Connection:
+        """A new connection for the conversation: resumed from the newest handle,
+        or, `fresh` or without one, seeded with the session's transcript."""
         runner = self._runner
         core = runner.core
-        link = await runner.tg.start(self._connection, self._request(resume_handle=core.resumption_handle))
+        if fresh or core.resumption_handle is None:
+            core.resumption_handle = None
+            history = core.fresh_start(runner.clock())
+            link = await runner.tg.start(self._connection, self._request(history), history)
+            self.fresh_starts += 1
+            how = "fresh, seeded with the conversation so far"
+        else:
+            link = await runner.tg.start(self._connection, self._request(resume_handle=core.resumption_handle))
+            how = "resumed"
         self.reconnects += 1
         runner.obs.resumed()
         if announce:
             runner.event(SessionResumed())
         link.ready.set()
         await runner.apply(core.connection_resumed(runner.clock()))
-        log.info("session %s resumed (connection %d)", runner.id, self.reconnects + 1)
+        log.info("session %s on a new model connection (%d), %s", runner.id, self.reconnects + 1, how)
         return link
 
     # ------------------------------------------------------------------ one connection
 
     async def _connection(
-        self, request: LlmRequest, *, task_status: TaskStatus[Connection] = anyio.TASK_STATUS_IGNORED
+        self,
+        request: LlmRequest,
+        history: Sequence[types.Content] = (),
+        *,
+        task_status: TaskStatus[Connection] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """One model connection and its two pumps, for as long as it lasts."""
-        async with self._runner.server.measured_llm.connect(request) as conn:
-            link: Connection | None = None
-            try:
-                async with anyio.create_task_group() as tg:
-                    link = Connection(conn, tg.cancel_scope, self.poke)
-                    tg.start_soon(self._send_upstream, link)
-                    tg.start_soon(self._receive_upstream, link)
-                    task_status.started(link)
-            finally:
-                if link is not None:
-                    link.sender_done.set()
+        """One model connection and its two pumps, for as long as it lasts; a
+        history goes first, before anything the pumps send."""
+        link: Connection | None = None
+        try:
+            async with self._runner.server.measured_llm.connect(request) as conn:
+                if history:
+                    await conn.send_history(list(history))
+                try:
+                    async with anyio.create_task_group() as tg:
+                        link = Connection(conn, tg.cancel_scope, self.poke)
+                        tg.start_soon(self._send_upstream, link)
+                        tg.start_soon(self._receive_upstream, link)
+                        task_status.started(link)
+                finally:
+                    if link is not None:
+                        link.sender_done.set()
+        finally:
+            if link is not None:
+                link.closed.set()
 
     async def _send_upstream(self, link: Connection) -> None:
         """Client input to the model, in order; an item is removed once it was sent."""
@@ -326,9 +377,19 @@ class ModelLink:
                 owed = core.awaiting_reply_since
                 if response.voice_activity is not None:
                     obs.model_response(response, now)
+                if not link.worked and (
+                    response.content is not None or response.output_transcription is not None or response.turn_complete
+                ):
+                    link.worked = True  # the model answered on it: past setup, and working
+                handle = core.resumption_handle
                 await apply(core.model_response(response, now))
                 if core.holds_realtime is not runner.upstream.holding:
                     runner.sync_hold()
+                if self._supervisor is not None and (
+                    response.turn_complete or (link.worked and core.resumption_handle is not handle)
+                ):
+                    # It answered (or, having answered, can be resumed): the attempts paid off.
+                    self._supervisor.useful()
                 # Wake the supervisor only for what it acts on: a go-away, or the
                 # owed reply arriving (not every audio chunk after it).
                 if link.go_away_at is not None or (

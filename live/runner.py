@@ -237,6 +237,8 @@ class SessionRunner:
             )
             if self.adopted is not None:
                 self.core.restore(self.adopted.get("core") or {})
+            else:
+                self.core.transcript.seed(start.history)
             with anyio.CancelScope() as scope:
                 # Cancelling this scope ends every task of the session; each model
                 # connection's own exit (shielded by the implementation) still

@@ -57,6 +57,7 @@ from live.actions import (
     ToUpstream,
 )
 from live.families import DEFAULT, ModelFamily
+from live.transcript import Transcript
 from live.llm import AUDIO_STREAM_END, LlmResponse
 from live.protocol import (
     Playback,
@@ -133,6 +134,7 @@ class _ToolCall:
     response: dict[str, Any] | None = None
     sent_epoch: int | None = None  # the epoch whose connection took the response
     covered: bool = False  # a resumable handle issued after the response holds it
+    told: bool = False  # its result reached a model connection (and the transcript)
 
 
 def function_response_content(call_id: str, name: str, response: dict[str, Any]) -> types.Content:
@@ -257,6 +259,10 @@ class SessionCore:
         self._video_capped = video_capped
         self.family = family
         self.holds_realtime = False
+        # The conversation as heard, to seed a fresh connection (live.transcript).
+        self.transcript = Transcript()
+        self._reply_texts: list[str] = []  # text parts of the reply in progress
+        self._reply_transcribed = False  # its final transcript is in the transcript
         self.images_accepted = 0
         self.images_refused = 0
         self._rate_refused = 0  # since the last rate error reported
@@ -480,15 +486,22 @@ class SessionCore:
             t = response.input_transcription
             if t.text or t.finished:
                 actions.append(SendEvent(TranscriptInput(t.text or "", bool(t.finished))))
+            if t.finished and t.text:
+                self.transcript.user(t.text)
             self._hearing_user = not t.finished and bool(t.text or self._hearing_user)
         if response.output_transcription is not None:
             t = response.output_transcription
             if t.text or t.finished:
                 actions.append(SendEvent(TranscriptOutput(t.text or "", bool(t.finished))))
+            if t.finished and t.text:
+                self.transcript.model(t.text)
+                self._reply_transcribed = True
         if response.cancelled_tool_call_ids:
             actions.extend(self._cancel_tools(response.cancelled_tool_call_ids))
         if response.generation_complete:
             actions.append(SendEvent(GenerationComplete()))
+        if response.turn_complete or response.interrupted:
+            self._reply_ended()
         if response.turn_complete:
             if self.turn is TurnState.RESPONDING:
                 del self._owed[: self._answerable]  # answered: the turns sent before the reply
@@ -556,7 +569,16 @@ class SessionCore:
         if part.text and not part.thought:
             if self.turn is TurnState.LISTENING:
                 self._responding()
+            self._reply_texts.append(part.text)
             actions.append(SendEvent(TextEvent(part.text, partial)))
+
+    def _reply_ended(self) -> None:
+        """A reply ended: what it wrote goes into the transcript, unless its
+        transcript (of what it said) is already there."""
+        if self._reply_texts and not self._reply_transcribed:
+            self.transcript.model("".join(self._reply_texts))
+        self._reply_texts = []
+        self._reply_transcribed = False
 
     def _responding(self) -> None:
         """A reply begins: it can answer the typed turns sent before it, not later ones."""
@@ -574,6 +596,7 @@ class SessionCore:
         self._forget_closed_calls()
         args = dict(call.args or {})
         self.tools[call_id] = _ToolCall(name=name, runs_on=runs_on, args=args, epoch=self.epoch)
+        self.transcript.call(name, args)
         self._update_hold()
         event = SendEvent(ToolCallEvent(call_id, name, args, runs_on))
         if runs_on == "server":
@@ -717,6 +740,7 @@ class SessionCore:
                 if call is not None:
                     call.sent_epoch = self.epoch
                     call.covered = False
+                    self._told(call)
             self._owed.extend(typed)
             return
         if parts[0].function_response is not None:
@@ -726,10 +750,34 @@ class SessionCore:
                 if call is not None:
                     call.sent_epoch = self.epoch
                     call.covered = False
+                    self._told(call)
             self._update_hold()
             return
         if content.role == "user" and parts[0].text is not None:
             self._owed.append(content)
+            self.transcript.user("".join(p.text or "" for p in parts))
+
+    def _told(self, call: _ToolCall) -> None:
+        """A call's result reached the model: into the transcript, once."""
+        if not call.told and call.response is not None:
+            call.told = True
+            self.transcript.result(call.name, call.args, call.response)
+
+    def fresh_start(self, now: float) -> list[types.Content]:
+        """The history a fresh connection is seeded with (no handle to resume
+        from): the transcript, whose last turn, when it is the user's, is the
+        one owed an answer. Everything it holds is then known to the model:
+        nothing is told or asked again on top of it."""
+        self._replay = []
+        self._owed = []
+        self._answerable = 0
+        for call in self.tools.values():
+            if call.told:
+                call.covered = True
+                call.sent_epoch = self.epoch
+        if self.transcript.last_role == "user":
+            self.awaiting_reply_since = now
+        return self.transcript.contents()
 
     def connection_lost(self) -> list[Action]:
         """The model connection is going away; a new one (resumed) will follow.
@@ -810,7 +858,12 @@ class SessionCore:
                     }
                 )
         owed = "\n".join(p.text or "" for c in self._owed for p in c.parts or []) or None
-        return {"handle": self.resumption_handle, "tools": tools, "owed": owed}
+        return {
+            "handle": self.resumption_handle,
+            "tools": tools,
+            "owed": owed,
+            "transcript": self.transcript.snapshot(),
+        }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Take over a conversation another server carried (see `snapshot`).
@@ -843,6 +896,7 @@ class SessionCore:
         owed = snapshot.get("owed")
         if owed:
             self._owed = [types.Content(role="user", parts=[types.Part(text=str(owed))])]
+        self.transcript.restore(snapshot.get("transcript") or [])
 
     @property
     def at_safe_point(self) -> bool:

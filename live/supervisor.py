@@ -10,21 +10,28 @@ after a delay, or give up with an error. `live.server` performs the steps; a tes
 
 The rules, each with its reason:
 
-- A connection that ended with an error that is not recoverable (1007, 1008,
-  quota) ends the session: replaying the same context fails again.
+- A connection that ended with an error that is not recoverable (1007, a 1008
+  at setup, quota) ends the session: replaying the same context fails again.
+  (A 1008 on a connection that had worked is recoverable: `live.model_link`.)
 - How a connection ended is decided by what ended it, never by which side (the
   sending task or the receiving one) noticed first.
-- A close announced by go-away is the model's normal way of ending a connection:
-  it resumes at once. Every other end counts against a budget with backoff, which
-  resets after a stable period, so a model that keeps closing cannot make the
-  session spin and a long conversation is not failed by drops hours apart.
-- Without a resumption handle there is nothing to resume: the session ends.
-- After a go-away the session moves to a new connection (only with a handle to
-  resume from: without one a new connection would not know the conversation, so
-  the session waits for a handle, and ends when the old connection closes)
-  at the first safe point
-  (no reply owed or being generated, no call unanswered, the user not mid-sentence)
-  or `handover_margin` seconds before the deadline, whichever comes first.
+- A close announced by go-away is the model's normal way of ending a connection,
+  1000 or 1011 at the deadline alike: a new connection opens at once and it is
+  no failure. Every other end counts against a budget with backoff; the count
+  resets once a connection proves useful (it answers a turn or gives a
+  resumable handle) or stays up `stable_after` seconds, so a model that keeps
+  closing cannot make the session spin while one that drops now and then, between
+  answers, never exhausts it.
+- A new connection resumes from the newest resumption handle. Without one (a
+  drop before the first handle: the service withholds them while it generates
+  or a call is owed, and sends none right after setup), or when a resume is
+  refused because the service no longer knows the handle, it starts fresh,
+  seeded with the session's own transcript: the user hears a hiccup, not an
+  ended call.
+- After a go-away the session moves to a new connection at the first safe point
+  (no reply owed or being generated, no call unanswered, the user not
+  mid-sentence) or `handover_margin` seconds before the deadline, whichever
+  comes first.
 - A model that owes a reply (to a user turn or a tool result) for `stall_timeout`
   seconds is reported, and the session resumes on a new connection.
 """
@@ -35,7 +42,7 @@ import dataclasses
 import math
 from typing import TypeAlias
 
-from live.errors import LiveError, RecoverableConnectionError
+from live.errors import ConfigurationError, InvalidArgumentError, LiveError, RecoverableConnectionError
 
 __all__ = [
     "CLOSED",
@@ -77,10 +84,13 @@ class Stall:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Resume:
-    """The connection ended: open a resumed one after `delay` seconds."""
+    """The connection ended: open a new one after `delay` seconds, resumed from
+    the session's handle, or (`fresh`, or no handle) seeded with the session's
+    own transcript of the conversation."""
 
     reason: str
     delay: float
+    fresh: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,6 +121,11 @@ class ReconnectPolicy:
 
     def connected(self, now: float) -> None:
         self._connected_at = now
+
+    def useful(self) -> None:
+        """The connection answered a turn or gave a resumable handle: the attempts
+        before it succeeded, whatever comes next."""
+        self.failures = 0
 
     def failed(self, now: float) -> float | None:
         """Record a failure; the delay before the next attempt, or None to give up."""
@@ -153,13 +168,14 @@ class Supervisor:
     ) -> Step:
         """What to do about the current connection, given the state at `now`."""
         if outcome is not None:
-            announced = outcome == CLOSED and go_away_at is not None
+            # After a go-away the end was announced, however it comes: 1000, or
+            # 1011 "Deadline expired before operation could complete." at the
+            # deadline (sokuji#179). Not a failure.
+            announced = go_away_at is not None and (
+                outcome == CLOSED or (isinstance(outcome, LiveError) and outcome.recoverable)
+            )
             return self._after_end(now, outcome, announced=announced, has_handle=has_handle)
-        if (
-            go_away_at is not None
-            and has_handle
-            and (safe_point or now >= go_away_at - self.handover_margin)
-        ):
+        if go_away_at is not None and (safe_point or now >= go_away_at - self.handover_margin):
             return HandOver()
         if awaiting_reply_since is not None and now - awaiting_reply_since > self.stall_timeout:
             return Stall(
@@ -167,15 +183,30 @@ class Supervisor:
                 "resuming the session on a new connection"
             )
         deadlines = []
-        if go_away_at is not None and has_handle:
+        if go_away_at is not None:
             deadlines.append(go_away_at - self.handover_margin)
         if awaiting_reply_since is not None:
             deadlines.append(awaiting_reply_since + self.stall_timeout + 0.01)
         return Wait(min(deadlines) if deadlines else None)
 
     def reconnect_failed(self, now: float, error: LiveError, *, has_handle: bool) -> Step:
-        """Opening a resumed connection failed: try again later, or give up."""
+        """Opening a new connection failed: try again later, fresh, or give up.
+
+        A resume refused with 1008 or 1007 means the service no longer knows
+        the handle ("BidiGenerateContent session not found", forum #186392; 1007
+        after 3.8's hour): the next attempt starts fresh from the transcript.
+        """
+        if has_handle and isinstance(error, (ConfigurationError, InvalidArgumentError)):
+            why = f"the model no longer knows this session ({error.message})"
+            delay = self.policy.failed(now)
+            if delay is None:
+                return self._gave_up(why)
+            return Resume(why, delay, fresh=True)
         return self._after_end(now, error, announced=False, has_handle=has_handle)
+
+    def useful(self) -> None:
+        """The connection in use answered a turn or gave a resumable handle."""
+        self.policy.useful()
 
     def _after_end(
         self, now: float, outcome: Outcome, *, announced: bool, has_handle: bool
@@ -183,21 +214,19 @@ class Supervisor:
         if isinstance(outcome, LiveError) and not outcome.recoverable:
             return GiveUp(outcome)
         why = str(outcome) if isinstance(outcome, LiveError) else "the model closed the connection"
-        if not has_handle:
-            return GiveUp(
-                RecoverableConnectionError(
-                    f"{why}, and the session cannot be resumed (the model gave no "
-                    "resumption handle)"
-                )
-            )
+        if announced:
+            return Resume(why, 0.0, fresh=not has_handle)
         delay = self.policy.failed(now)
         if delay is None:
-            return GiveUp(
-                RecoverableConnectionError(
-                    f"{why}; gave up after {self.policy.max_failures} attempts to resume"
-                )
-            )
-        return Resume(why, 0.0 if announced else delay)
+            return self._gave_up(why)
+        # Without a handle (a drop before the first one) the conversation goes
+        # on from its transcript, on a fresh connection.
+        return Resume(why, delay, fresh=not has_handle)
+
+    def _gave_up(self, why: str) -> GiveUp:
+        return GiveUp(
+            RecoverableConnectionError(f"{why}; gave up after {self.policy.max_failures} attempts to reconnect")
+        )
 
 
 def wait_seconds(step: Wait, now: float) -> float:

@@ -33,9 +33,10 @@ carries:
   connection that issued the call, once.
 - `session-ended`: no recoverable fault ends a session. Allowed ends: the client
   closed or vanished; a fatal refusal the model was told to make (1007, 1008,
-  quota); "cannot be resumed" when no resumable handle ever reached the server;
-  "gave up" when each of the last `reconnect_attempts` connects was refused or
-  lived less than `stable_after` (the policy's own budget).
+  quota) of a fresh connect (a resume refused with 1007 or 1008 means the handle
+  is unknown: the server starts fresh); "gave up" when each of the last
+  `reconnect_attempts` connects was refused or lived less than `stable_after`
+  (the policy's own budget).
 - `after-closed`: nothing reaches the client after `session.closed`.
 - `after-turn-end`: no audio, transcript or text of a reply after the
   `turn.complete` or `turn.interrupted` that ended it (replies are tagged), but
@@ -46,8 +47,11 @@ carries:
   except one answered in full whose connection died before any handle held it
   (not sent again, so the user does not hear the answer twice).
 - `history-resent`, `history-flag-on-resume`, `history-flag-without-history`,
-  `fresh-reconnect`: history only on the first connection, the history flag only
-  there and only with history, and never a fresh connection once the session started.
+  `fresh-reconnect`: history only as the first message of a fresh connection,
+  the history flag only there and only with history, and a fresh connection
+  once the session started only when no usable handle is left: none reached the
+  server since the last fresh start, or the resume was refused for its handle.
+  A fresh connection knows what its seed (the session's transcript) says.
 - `no-end`, `connection-left-open`, `no-session-closed`, `server-error-logged`,
   `queue-bound`: the session's `run()` returns within 30 s of the client leaving (plus the
   reattach grace after a vanished client),
@@ -193,6 +197,9 @@ class FakeSocket:
 _TYPED = re.compile(r"\bq:\d+\b")
 
 
+_CHUNK_BYTES = 480  # one tagged reply chunk: 10 ms at 24 kHz
+
+
 def _tag_audio(gen: int, chunk: int) -> bytes:
     return struct.pack("<II", gen, chunk) + b"\x00\x01" * 236
 
@@ -236,6 +243,7 @@ class SimSession(double.ScriptedSession):
         self.heard = 0  # input transcripts sent: after one, late audio of a cut reply no longer comes
         self.completes: dict[int, int] = {}  # id of a turn_complete message -> the reply it ends
         self.resumed_from: str | None = None
+        self.fresh_after_start = False  # seeded from the session's transcript (no usable handle)
         self.history_flag = False
         self.auto_vad = True
         self.gemini3 = False
@@ -288,13 +296,15 @@ class SimSession(double.ScriptedSession):
                     "history_config.initial_history_in_client_content set",
                 )
         elif sim.established:
-            sim.violation(
-                "fresh-reconnect",
-                f"connection {self.index} connects without a resumption handle after "
-                "the session started (its context would be lost)",
-            )
+            if sim.handle_since_fresh and not sim.stale_refusal:
+                sim.violation(
+                    "fresh-reconnect",
+                    f"connection {self.index} connects without a resumption handle after "
+                    "the session started, though a usable handle had reached the server",
+                )
+            self.fresh_after_start = True
         if self.history_flag:
-            if handle is None and not sim.history:
+            if handle is None and not sim.history and not sim.established:
                 sim.violation(
                     "history-flag-without-history",
                     f"connection {self.index} sets the history flag, but no history is seeded",
@@ -304,9 +314,17 @@ class SimSession(double.ScriptedSession):
         if self.refuse is not None:
             self.ended_at = now
             sim.log(f"model: connect {self.index} refused {self.refuse.code} {self.refuse.reason!r}")
-            if self.refuse.code in (1007, 1008) or "RESOURCE_EXHAUSTED" in self.refuse.reason:
+            stale = handle is not None and self.refuse.code in (1007, 1008)
+            # A resume refused with 1007 or 1008 means the handle is no longer
+            # known: the server starts fresh (and stays fresh until a connection
+            # is up). Refused fresh, it is fatal.
+            sim.stale_refusal = sim.stale_refusal or stale
+            if (self.refuse.code in (1007, 1008) and not stale) or "RESOURCE_EXHAUSTED" in self.refuse.reason:
                 sim.fatal_injected = True
             return
+        sim.stale_refusal = False
+        if self.fresh_after_start:
+            sim.handle_since_fresh = False
         sim.log(
             f"model: connect {self.index} ({'resume ' + handle if handle else 'fresh'}"
             f"{', history flag' if self.history_flag else ''}"
@@ -348,8 +366,26 @@ class SimSession(double.ScriptedSession):
         return True
 
     async def send_client_content(self, **kwargs: Any) -> None:
+        seeding = self._awaiting_seed
         await super().send_client_content(**kwargs)
+        if seeding:
+            # The initial history under the history flag: context, answered by nothing.
+            turns = kwargs.get("turns")
+            listed = [turns] if isinstance(turns, (types.Content, dict)) else list(turns or ())
+            self._seed([types.Content.model_validate(t) if isinstance(t, dict) else t for t in listed])
         self._latency()
+
+    def _seed(self, turns: list[types.Content]) -> None:
+        for content in turns:
+            for part in content.parts or ():
+                if part.text is None:
+                    continue
+                if part.text.startswith("h:"):
+                    self.ctx.append(("history", part.text))
+                elif content.role == "model":
+                    self.ctx.append(("model", part.text))
+                else:
+                    self._take_text(part.text)
 
     async def send_tool_response(self, **kwargs: Any) -> None:
         await super().send_tool_response(**kwargs)
@@ -382,6 +418,7 @@ class SimSession(double.ScriptedSession):
         update = m.session_resumption_update
         if update is not None and update.resumable and update.new_handle:
             self.sim.handle_delivered = True
+            self.sim.handle_since_fresh = True
             self.sim.delivered_handles.append(update.new_handle)
 
     def _received(self, m: types.LiveClientMessage) -> list[Any]:
@@ -452,6 +489,8 @@ class SimSession(double.ScriptedSession):
                                 f"{'' if first else ' after other input'}",
                             )
                         self.ctx.append(("history", text))
+                    elif content.role == "model":
+                        self.ctx.append(("model", text))  # what it said (or called): not a result
                     else:
                         self._take_text(text)
                         user_turn = user_turn or content.role == "user"
@@ -762,6 +801,10 @@ class Simulation:
         self.chaos = True
         self.handles: dict[str, tuple[tuple[str, str], ...]] = {}
         self.handle_delivered = False
+        # A handle reached the server since the session last started fresh, and
+        # whether the last refused connect was a resume refused for its handle.
+        self.handle_since_fresh = False
+        self.stale_refusal = False
         self.answered: dict[str, int] = {}  # typed turn -> the connection that answered it in full
         self.delivered_handles: list[str] = []
         self.established: list[SimSession] = []
@@ -835,8 +878,11 @@ class Simulation:
             self.violation("after-closed", f"the client got {str(frame)[:100]!r} after session.closed")
         if isinstance(frame, bytes):
             gen = _audio_gen(frame)
-            if gen is not None:
-                self.audio_received[gen] += 1
+            # The server joins audio chunks that are due together into one frame.
+            for offset in range(0, len(frame) - 7, _CHUNK_BYTES):
+                chunk_gen = _audio_gen(frame[offset : offset + 8])
+                if chunk_gen is not None:
+                    self.audio_received[chunk_gen] += 1
             self.log(f"client <- audio g{gen}")
             self._output(gen, "audio")
             return
@@ -1261,8 +1307,6 @@ class Simulation:
             return
         if code == "model_connection_lost":
             message = last_error.get("message", "") if last_error else ""
-            if "cannot be resumed" in message and not self.handle_delivered:
-                return
             attempts = CONFIG.reconnect_attempts
             tail = self.connections[-attempts:]
             if "gave up" in message and len(tail) == attempts and all(

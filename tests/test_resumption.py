@@ -182,14 +182,35 @@ async def test_fatal_closes_end_the_session_at_once_without_reconnecting(close, 
     assert len(transport.connects) == 1  # the same context is never replayed
 
 
-async def test_without_a_resumption_handle_a_drop_is_a_clear_fatal_error():
+async def test_a_drop_before_any_handle_goes_on_fresh_seeded_with_the_conversation():
+    """The service sends no handle after setup and withholds them while it
+    works: a drop then has nothing to resume from. The conversation goes on
+    on a fresh connection seeded with what was said, and the question the
+    model owed is asked there exactly once."""
     first = double.ScriptedSession()
-    llm, transport = gemini(first)
+    first.on_client_content(double.output_transcript("Sunny."), double.turn_complete())
+    second = double.ScriptedSession()
+    second.on_client_content(double.output_transcript("Rainy."), double.turn_complete())
+    llm, transport = gemini(first, second)
     async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url) as client:
+        assert said(await say(client, "Weather in Paris?"), "Sunny.")
+        await client.send_text("And tomorrow?")
+        with anyio.fail_after(5):
+            await first.wait_for(lambda m: len(first.client_contents) == 2)
         first.drop(1011, "Internal error")
-        events = await collect(client, lambda e: isinstance(e, p.SessionClosed))
-    error = next(e for e in events if isinstance(e, p.ErrorEvent))
-    assert error.fatal and "cannot be resumed" in error.message
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None)
+    assert any(isinstance(e, p.SessionReconnecting) for e in events)
+    assert any(isinstance(e, p.SessionResumed) for e in events)
+    assert said(events, "Rainy.")
+    assert transport.connects[1].config.session_resumption.handle is None  # fresh, not resumed
+    [seed] = second.client_contents
+    assert [(t.role, t.parts[0].text) for t in seed.turns] == [
+        ("user", "Weather in Paris?"),
+        ("model", "Sunny."),
+        ("user", "And tomorrow?"),
+    ]
+    assert seed.turn_complete  # the owed question is answered
+    assert notes(second).count("And tomorrow?") == 1  # asked once, in the seed
 
 
 async def test_the_reconnect_budget_is_bounded():

@@ -62,9 +62,43 @@ def test_a_close_announced_by_go_away_resumes_at_once():
     assert isinstance(unannounced, Resume) and unannounced.delay > 0
 
 
-def test_without_a_handle_there_is_nothing_to_resume():
+def test_without_a_handle_the_session_goes_on_fresh_from_its_transcript():
+    """A drop before the first handle (the service sends none after setup and
+    withholds them while it works) is a hiccup, not the end of the call."""
     result = step(supervisor(), outcome=RecoverableConnectionError("dropped"), has_handle=False)
-    assert isinstance(result, GiveUp) and "cannot be resumed" in str(result.error)
+    assert isinstance(result, Resume) and result.fresh and result.delay > 0
+
+
+def test_a_resume_refused_for_an_unknown_handle_starts_fresh_and_only_a_fresh_refusal_ends_it():
+    s = supervisor()
+    stale = ConfigurationError("BidiGenerateContent session not found", close_code=1008)
+    again = s.reconnect_failed(1.0, stale, has_handle=True)
+    assert isinstance(again, Resume) and again.fresh
+    assert s.reconnect_failed(2.0, stale, has_handle=False) == GiveUp(stale)
+    expired = InvalidArgumentError("Invalid session resumption handle.", close_code=1007)
+    assert isinstance(s.reconnect_failed(3.0, expired, has_handle=True), Resume)
+
+
+def test_a_go_away_without_a_handle_still_hands_over_fresh_and_its_deadline_close_is_no_failure():
+    s = supervisor(max_failures=1)
+    assert step(s, 0.0, go_away_at=10.0, has_handle=False) == HandOver()
+    deadline = RecoverableConnectionError("Deadline expired before operation could complete.", close_code=1011)
+    for _ in range(3):  # announced ends never count against the budget
+        assert step(s, outcome=deadline, go_away_at=5.0) == Resume(str(deadline), 0.0)
+
+
+def test_a_useful_connection_resets_the_budget_however_soon_it_drops():
+    """Six resumes within a minute, each answering a turn, do not end a session."""
+    s = supervisor(max_failures=2)
+    drop = RecoverableConnectionError("dropped", close_code=1011)
+    for second in range(6):
+        assert isinstance(step(s, float(second), outcome=drop), Resume)
+        s.connected(float(second))
+        s.useful()
+    assert isinstance(step(s, 7.0, outcome=drop), Resume)
+    s.connected(7.0)
+    assert isinstance(step(s, 8.0, outcome=drop), Resume)
+    assert isinstance(step(s, 9.0, outcome=drop), GiveUp)  # two in a row, no answer between
 
 
 def test_a_stable_connection_forgives_earlier_failures():
