@@ -368,7 +368,10 @@ class ConversationView:
         if isinstance(event, TranscriptInput):
             self.transcript("you", event.text, event.final)
         elif isinstance(event, TranscriptOutput):
-            self.transcript("agent", event.text, event.final)
+            if event.late:
+                self.line(f"{self._prefix('agent')}… {event.text.strip()}")  # the end of the last reply
+            else:
+                self.transcript("agent", event.text, event.final)
         elif isinstance(event, TextEvent):
             if not event.partial:
                 self.transcript("agent", event.text, True)

@@ -343,9 +343,12 @@ class GeminiLlmConnection(BaseLlmConnection):
             if lean is not None:
                 # The lean wire path reads the whole connection as one stream, a
                 # bare audio chunk as its Content (what `feed` makes a response of).
+                mapper = self._mapper
                 async with contextlib.aclosing(lean.frames()) as frames:
                     async for frame in frames:
                         if type(frame) is types.Content:
+                            if mapper.turn_over:
+                                mapper.turn_over = False  # output of a new reply, past the mapper
                             yield LlmResponse(content=frame, partial=True)
                         else:
                             for response in feed(frame[0]):
@@ -457,6 +460,9 @@ class GeminiLlmConnection(BaseLlmConnection):
         A user text turn goes as `client_content` with turn_complete, except on
         Gemini 3 models, which take mid-session text as `realtime_input.text`.
         """
+        # Input the model will answer: what it says next is a new reply, not a
+        # late tail of the last one (see gemini_mapping).
+        self._mapper.turn_over = False
         responses = function_responses_of(content)
         if responses is not None:
             missing = [r.name or "?" for r in responses if not r.id]

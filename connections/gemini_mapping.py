@@ -20,6 +20,15 @@ Rules (FIELD-NOTES §3), each with the reason it exists:
 - When a message carries both fragments and a boundary, the fragments come
   first (partial) and the boundary flags travel with the finals in a second
   response, so `partial` never describes a final transcript.
+- Transcripts are not ordered with the model turn (google-genai's types,
+  livekit agents-js#2165, pipecat#1788): the tail of a turn's output transcript
+  may arrive after its `turnComplete`. Such a fragment, before any output of a
+  new reply or any input from the user (a new reply answers input), is
+  surfaced on its own with `late_transcription=True` and kept out of the next
+  turn's transcript. (Input transcripts after a turn are taken as
+  the user's next turn: new speech and a late tail cannot be told apart.)
+  The tail of a transcript finalized at `generationComplete` that arrives
+  before `turnComplete` is late in the same way.
 - Tool calls are surfaced at once (holding them deadlocks 3.1) as model content
   of `function_call` parts with their ids kept exactly; a missing id is
   replaced by one of ours (`live-` + hex) so the answer can be paired.
@@ -171,12 +180,18 @@ class ServerMessageMapper:
     messages that mean nothing to a caller such as `setupComplete`).
     """
 
-    __slots__ = ("_input", "_output", "_new_id")
+    __slots__ = ("_input", "_output", "_new_id", "turn_over")
 
     def __init__(self, *, new_id: Any = new_call_id) -> None:
         self._input = _Accumulator()
         self._output = _Accumulator()
         self._new_id = new_id
+        # A turn's generation completed, and since then neither output of a new
+        # reply nor input from the user (speech heard, a turn or tool result
+        # sent: the connection clears it) came: an output transcript fragment
+        # now is that turn's late tail. Whoever passes model output around the
+        # mapper (the lean wire's bare chunks) clears it too.
+        self.turn_over = False
 
     @property
     def pending_input_transcript(self) -> str:
@@ -198,6 +213,7 @@ class ServerMessageMapper:
                 and sc.model_turn is not None
                 and sc.model_fields_set == _ONLY_MODEL_TURN
             ):
+                self.turn_over = False
                 return [LlmResponse(content=sc.model_turn, partial=True)]
             return self._feed_general(message, sc)
         return self._feed_general(message, message.server_content)
@@ -212,6 +228,7 @@ class ServerMessageMapper:
         fragments = False
 
         if message.tool_call is not None and message.tool_call.function_calls:
+            self.turn_over = False
             body.content = types.Content(
                 role="model",
                 parts=[
@@ -225,6 +242,7 @@ class ServerMessageMapper:
         turn_end = False
         if sc is not None:
             if sc.model_turn is not None:
+                self.turn_over = False
                 if body.content is None:
                     body.content = sc.model_turn
                     body.partial = True
@@ -236,15 +254,24 @@ class ServerMessageMapper:
                     ]
                 has_body = True
             if sc.input_transcription is not None:
+                self.turn_over = False  # the user speaks: what the model says next is a new reply
                 input_final = self._input.add(sc.input_transcription)
                 if not sc.input_transcription.finished and sc.input_transcription.text:
                     body.input_transcription = sc.input_transcription
                     fragments = True
             if sc.output_transcription is not None:
-                output_final = self._output.add(sc.output_transcription)
-                if not sc.output_transcription.finished and sc.output_transcription.text:
-                    body.output_transcription = sc.output_transcription
-                    fragments = True
+                if self.turn_over and sc.model_turn is None:
+                    late = sc.output_transcription
+                    if late.text:
+                        # The tail of the turn that completed: on its own, out of the next one.
+                        body.output_transcription = types.Transcription(text=late.text, finished=False)
+                        body.late_transcription = True
+                        has_body = True
+                else:
+                    output_final = self._output.add(sc.output_transcription)
+                    if not sc.output_transcription.finished and sc.output_transcription.text:
+                        body.output_transcription = sc.output_transcription
+                        fragments = True
             if sc.grounding_metadata is not None:
                 body.grounding_metadata = sc.grounding_metadata
                 has_body = True
@@ -252,6 +279,8 @@ class ServerMessageMapper:
             if turn_end:
                 input_final = input_final or self._input.finish()
                 output_final = output_final or self._output.finish()
+            if sc.turn_complete or sc.generation_complete:
+                self.turn_over = True  # the turn's transcript was finalized: what follows is its tail
 
         if fragments:
             body.partial = True
@@ -270,6 +299,7 @@ class ServerMessageMapper:
             body.cancelled_tool_call_ids = tuple(message.tool_call_cancellation.ids)
             has_body = True
         if message.voice_activity is not None:
+            self.turn_over = False
             body.voice_activity = message.voice_activity
             has_body = True
         elif message.voice_activity_detection_signal is not None:

@@ -99,6 +99,10 @@ class LlmResponse:
     - `input_transcription` / `output_transcription`: `types.Transcription` with
       `text` and `finished`. Fragments come with `finished=False` and
       `partial=True`; one final transcript per turn comes with `finished=True`.
+    - `late_transcription`: the `output_transcription` fragment here belongs to
+      the model turn that already completed (Gemini does not order transcripts
+      with turns: the tail of a turn's transcript may follow its
+      `turn_complete`); it is not part of the next turn.
     - `usage_metadata`: token counts, for cost accounting.
     - `turn_complete_reason`, `waiting_for_input`: why the turn ended.
     - `go_away_time_left`: seconds until the server closes this connection.
@@ -119,6 +123,7 @@ class LlmResponse:
     usage_metadata: types.UsageMetadata | None = None
     turn_complete_reason: types.TurnCompleteReason | None = None
     waiting_for_input: bool = False
+    late_transcription: bool = False
     grounding_metadata: types.GroundingMetadata | None = None
     go_away_time_left: float | None = None
     session_resumption_update: types.LiveServerSessionResumptionUpdate | None = None

@@ -533,7 +533,9 @@ class TranscriptOutput:
 
     After a barge-in, one more final with `heard` true says what the user heard
     of the interrupted reply: its transcript cut where playback was, `played`
-    seconds into the reply.
+    seconds into the reply. `late` true: the tail of the reply that already
+    ended (its final and `turn.complete` came first; Gemini does not order
+    transcripts with turns): append it to that reply, not to a new one.
     """
 
     type: ClassVar[str] = "transcript.output"
@@ -541,6 +543,7 @@ class TranscriptOutput:
     final: bool
     heard: bool | None = None
     played: float | None = None
+    late: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -582,7 +582,7 @@ class SessionRunner:
                         self.event(self._heard_event)  # what the user heard, right after
                         self._heard_event = None
                 else:
-                    if type(event) is TranscriptOutput and not event.final:
+                    if type(event) is TranscriptOutput and not event.final and not event.late:
                         self.heard.fragment(event.text)
                     elif type(event) is TurnComplete:
                         self.heard.reply_ended()

@@ -448,6 +448,8 @@ class SessionCore:
             # the client has its fragments (and, from the server, what was heard).
             if response.output_transcription is not None and response.output_transcription.finished:
                 response = dataclasses.replace(response, output_transcription=None)
+        if response.late_transcription:
+            return self._late_tail(response, actions)
         if (
             response.content is not None
             or response.output_transcription is not None
@@ -571,6 +573,15 @@ class SessionCore:
                 self._responding()
             self._reply_texts.append(part.text)
             actions.append(SendEvent(TextEvent(part.text, partial)))
+
+    def _late_tail(self, response: LlmResponse, actions: list[Action]) -> list[Action]:
+        """The tail of a reply's transcript after the reply ended: it belongs to
+        that reply (its text and the transcript), and starts no new one."""
+        t = response.output_transcription
+        if t is not None and t.text:
+            actions.append(SendEvent(TranscriptOutput(t.text, False, late=True)))
+            self.transcript.model_tail(t.text)
+        return actions
 
     def _reply_ended(self) -> None:
         """A reply ended: what it wrote goes into the transcript, unless its

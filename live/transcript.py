@@ -52,6 +52,15 @@ class Transcript:
         """What the model said (its final transcript) or wrote."""
         self._add("model", text)
 
+    def model_tail(self, text: str) -> None:
+        """The tail of what the model said last (its transcript came late)."""
+        if self._entries and self._entries[-1][0] == "model" and text.strip():
+            role, said = self._entries.pop()
+            self._chars -= len(said)
+            self._add(role, said + text)
+        else:
+            self.model(text)
+
     def call(self, name: str, args: dict[str, Any]) -> None:
         self._add("model", f"[called {name}({_json(args)})]")
 

@@ -122,3 +122,39 @@ async def test_other_models_take_what_the_user_says_at_once_while_a_tool_runs():
             await session.wait_for(lambda m: session.audio_chunks == 1)
         finish.set()
         await collect(client, lambda e: isinstance(e, p.TurnComplete))
+
+
+async def test_a_transcript_tail_after_the_turn_stays_with_its_reply_and_its_question_is_not_lost():
+    """Transcripts are not ordered with the model turn (livekit agents-js#2165,
+    pipecat#1788). The tail belongs to the reply that ended: the client is
+    told so, and the conversation a fresh connection is seeded with says it
+    there, not in the answer to the next question."""
+    first = double.ScriptedSession()
+    first.on_client_content(
+        double.audio(b"\0\1" * 960), double.output_transcript("It is sunny"), double.turn_complete(),
+        double.output_transcript(" in Paris."),
+    )
+    second = double.ScriptedSession()
+    second.on_client_content(double.output_transcript("Rain in Lyon."), double.turn_complete())
+    llm = Gemini("gemini-2.5-flash", transport=double.DoubleTransport(first, second))
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("Weather in Paris?")
+        events = await collect(client, lambda e: isinstance(e, p.TranscriptOutput) and e.late)
+        await client.send_text("And Lyon?")
+        with anyio.fail_after(5):
+            await first.wait_for(lambda m: len(first.client_contents) == 2)
+        first.drop(1011, "Internal error")  # no handle was ever given: a fresh connection
+        events += await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None)
+    outputs = [e for e in events if isinstance(e, p.TranscriptOutput)]
+    finals = [e.text for e in outputs if e.final]
+    assert finals[0] == "It is sunny" and [e.text for e in outputs if e.late] == [" in Paris."]
+    complete = next(i for i, e in enumerate(events) if isinstance(e, p.TurnComplete))
+    late = next(i for i, e in enumerate(events) if isinstance(e, p.TranscriptOutput) and e.late)
+    assert complete < late  # told after its turn ended, marked as its tail
+    [seed] = second.client_contents
+    assert [(t.role, t.parts[0].text) for t in seed.turns] == [
+        ("user", "Weather in Paris?"),
+        ("model", "It is sunny in Paris."),
+        ("user", "And Lyon?"),
+    ]
+    assert "Rain in Lyon." in finals

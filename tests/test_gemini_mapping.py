@@ -105,9 +105,33 @@ def test_sub_word_fragments_make_one_final_per_turn_and_reset() -> None:
     assert gen_done[0].output_transcription.text == "Hello world"
     assert any(r.turn_complete for r in turn1)
 
-    turn2 = feed_all(mapper, double.output_transcript("By"), double.output_transcript("e"),
-                     double.turn_complete())
+    # The user speaks; the model answers: a new turn.
+    turn2 = feed_all(mapper, double.input_transcript("Bye?"), double.output_transcript("By"),
+                     double.output_transcript("e"), double.turn_complete())
     assert finals(turn2, "output") == ["Bye"]
+
+
+def test_a_transcript_tail_after_its_turn_belongs_to_that_turn_not_the_next() -> None:
+    """Gemini does not order transcripts with turns (livekit agents-js#2165,
+    pipecat#1788): the last words of a reply may follow its turnComplete."""
+    mapper = ServerMessageMapper()
+    turn1 = feed_all(mapper, double.audio(PCM), double.output_transcript("It is sunny"), double.turn_complete())
+    assert finals(turn1, "output") == ["It is sunny"]
+    [late] = feed_all(mapper, double.output_transcript(" in Paris."))
+    assert late.late_transcription and late.output_transcription.text == " in Paris."
+    assert not late.partial and not late.output_transcription.finished
+    turn2 = feed_all(mapper, double.input_transcript("And Lyon?"), double.audio(PCM),
+                     double.output_transcript("Rain in Lyon."), double.turn_complete())
+    assert finals(turn2, "output") == ["Rain in Lyon."]  # nothing of the last turn's tail
+    assert not any(r.late_transcription for r in turn2)
+
+
+def test_what_follows_generation_complete_before_turn_complete_is_that_turns_tail() -> None:
+    mapper = ServerMessageMapper()
+    out = feed_all(mapper, double.audio(PCM), double.output_transcript("Hello"), double.generation_complete(),
+                   double.output_transcript(" there."), double.turn_complete())
+    assert finals(out, "output") == ["Hello"]  # one final per turn, never a second one
+    assert [r.output_transcription.text for r in out if r.late_transcription] == [" there."]
 
 
 def test_server_final_is_used_and_not_duplicated() -> None:

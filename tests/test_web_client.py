@@ -280,6 +280,24 @@ async def test_an_interrupted_turn_shows_each_final_transcript_once(tmp_path):
     assert ends == ["interrupted", "turn complete"]
 
 
+async def test_the_tail_of_a_reply_that_comes_after_its_turn_ends_joins_its_line(tmp_path):
+    """Gemini does not order transcripts with turns: the server marks the tail
+    `late`, and the page puts it on the reply it belongs to."""
+    wav, _ = speech_wav(tmp_path)
+    llm, session = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        session.push(double.output_transcript("It is sunny"), double.turn_complete(),
+                     double.output_transcript(" in Paris."))
+        await page.locator("#log li.turn-end").first.wait_for(timeout=3000)
+        await page.wait_for_function(
+            "[...document.querySelectorAll('#log li[data-side=agent] .text')].some((e) => e.textContent.endsWith('Paris.'))",
+            timeout=3000,
+        )
+        agent = await page.locator("#log li[data-side=agent] .text").all_text_contents()
+    assert agent == ["It is sunny in Paris."]
+
+
 # --------------------------------------------------------------------------- 6. microphone after the end
 
 # A permission prompt the user answers after a while: getUserMedia resolves
