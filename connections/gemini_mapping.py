@@ -35,8 +35,8 @@ Rules (FIELD-NOTES §3), each with the reason it exists:
 
 Not surfaced, because the contract has no field for them: `setupComplete` (the
 SDK consumes it while connecting), `interimInputTranscription` (unstable text
-the server revises; accumulating it would duplicate words), `interactionStatus`
-(always sent alongside `turnComplete`) and `urlContextMetadata`. The legacy
+the server revises; accumulating it would duplicate words) and
+`urlContextMetadata`. The legacy
 `voiceActivityDetectionSignal` is surfaced as `voice_activity`.
 """
 
@@ -312,6 +312,7 @@ class ServerMessageMapper:
             turn_end
             or sc.turn_complete_reason is not None
             or sc.waiting_for_input
+            or sc.interaction_status is not None
         )
         finals = input_final is not None or output_final is not None
         if not flags and not finals:
@@ -331,6 +332,7 @@ class ServerMessageMapper:
             tail.generation_complete = bool(sc.generation_complete)
             tail.turn_complete_reason = sc.turn_complete_reason
             tail.waiting_for_input = bool(sc.waiting_for_input)
+            tail.interaction_status = sc.interaction_status
         if input_final is not None:
             tail.input_transcription = input_final
         if output_final is not None:

@@ -5,7 +5,7 @@ model registry, the errors a caller can act on, and `Agent`. The server is
 `live.server.LiveServer`; the command line is `live`.
 """
 
-from live.agent import Agent
+from live.agent import Agent, tool
 from live.errors import (
     AmbiguousModelError,
     ConfigurationError,
@@ -30,6 +30,7 @@ from live.registry import LlmFactory, LlmRegistry, default_registry
 __all__ = [
     "AUDIO_STREAM_END",
     "Agent",
+    "tool",
     "AmbiguousModelError",
     "AudioStreamEnd",
     "BaseLlm",

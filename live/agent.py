@@ -22,9 +22,56 @@ from google.genai import types
 
 from live.llm import LlmRequest
 
-__all__ = ["Agent", "run_tool"]
+__all__ = ["Agent", "run_tool", "tool"]
 
 ToolFunction = Callable[..., Any]
+
+_SCHEDULING = {
+    "silent": types.FunctionResponseScheduling.SILENT,
+    "when_idle": types.FunctionResponseScheduling.WHEN_IDLE,
+    "interrupt": types.FunctionResponseScheduling.INTERRUPT,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolOptions:
+    """How the model treats a tool (see `tool`)."""
+
+    non_blocking: bool = False
+    scheduling: types.FunctionResponseScheduling | None = None
+
+
+def tool(
+    fn: ToolFunction | None = None,
+    *,
+    non_blocking: bool = False,
+    scheduling: str | types.FunctionResponseScheduling | None = None,
+) -> Any:
+    """Mark a tool function with how the model treats it; plain functions need no mark.
+
+    `non_blocking=True` declares it NON_BLOCKING: the model goes on talking while
+    it runs (Gemini 3.8 calls every function that way by default). `scheduling`
+    says what the model does with its result: `"silent"` (takes it in, says
+    nothing), `"when_idle"` (tells the user once it is done talking, the
+    service's default), `"interrupt"` (stops and tells at once)::
+
+        @tool(non_blocking=True, scheduling="when_idle")
+        async def book_table(time: str) -> dict: ...
+    """
+    if isinstance(scheduling, str):
+        if scheduling.lower() not in _SCHEDULING:
+            raise ValueError(f"scheduling must be one of {', '.join(_SCHEDULING)}, not {scheduling!r}")
+        scheduling = _SCHEDULING[scheduling.lower()]
+
+    def mark(function: ToolFunction) -> ToolFunction:
+        function.__live_tool__ = ToolOptions(non_blocking, scheduling)  # type: ignore[attr-defined]
+        return function
+
+    return mark(fn) if fn is not None else mark
+
+
+def _options(function: ToolFunction) -> ToolOptions:
+    return getattr(function, "__live_tool__", None) or ToolOptions()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +121,15 @@ class Agent:
         return {tool.__name__: tool for tool in self.tools}
 
     @functools.cached_property
+    def tool_scheduling(self) -> Mapping[str, types.FunctionResponseScheduling]:
+        """The scheduling each marked tool's result carries (see `tool`)."""
+        return {
+            function.__name__: scheduling
+            for function in self.tools
+            if (scheduling := _options(function).scheduling) is not None
+        }
+
+    @functools.cached_property
     def _declarations(self) -> tuple[types.FunctionDeclaration, ...]:
         # google-genai logs a recommendation for JSON-schema declarations on the
         # first call; the Live API takes the `parameters` form built here, so the
@@ -82,12 +138,14 @@ class Agent:
         quiet = _DropMessage("use_json_schema is not True")
         sdk_log.addFilter(quiet)
         try:
-            declared = [
-                types.FunctionDeclaration.from_callable_with_api_option(
-                    callable=tool, api_option="GEMINI_API"
+            declared = []
+            for function in self.tools:
+                declaration = types.FunctionDeclaration.from_callable_with_api_option(
+                    callable=function, api_option="GEMINI_API"
                 )
-                for tool in self.tools
-            ]
+                if _options(function).non_blocking:
+                    declaration.behavior = types.Behavior.NON_BLOCKING
+                declared.append(declaration)
         finally:
             sdk_log.removeFilter(quiet)
         return tuple(declared + list(self.client_tools))

@@ -104,7 +104,12 @@ class LlmResponse:
       with turns: the tail of a turn's transcript may follow its
       `turn_complete`); it is not part of the next turn.
     - `usage_metadata`: token counts, for cost accounting.
-    - `turn_complete_reason`, `waiting_for_input`: why the turn ended.
+    - `turn_complete_reason`, `waiting_for_input`: why the turn ended;
+      `waiting_for_input` says the model waits for more of the user's words
+      (it owes no reply until they come).
+    - `interaction_status`: sent with `turn_complete` by models whose turn can
+      complete while the interaction goes on (Gemini 3.8 extended thinking):
+      IN_PROGRESS (or REQUIRES_ACTION) until the interaction is IDLE.
     - `go_away_time_left`: seconds until the server closes this connection.
     - `session_resumption_update`: a new resumption handle (`resumable` says
       whether it may be used).
@@ -123,6 +128,7 @@ class LlmResponse:
     usage_metadata: types.UsageMetadata | None = None
     turn_complete_reason: types.TurnCompleteReason | None = None
     waiting_for_input: bool = False
+    interaction_status: types.InteractionStatus | None = None
     late_transcription: bool = False
     grounding_metadata: types.GroundingMetadata | None = None
     go_away_time_left: float | None = None

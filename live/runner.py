@@ -235,6 +235,7 @@ class SessionRunner:
                 video_capped=not agent.context_compression,
                 family=family_of(self.model),
             )
+            self.core.scheduling.update(agent.tool_scheduling)
             if self.adopted is not None:
                 self.core.restore(self.adopted.get("core") or {})
             else:

@@ -137,13 +137,21 @@ class _ToolCall:
     told: bool = False  # its result reached a model connection (and the transcript)
 
 
-def function_response_content(call_id: str, name: str, response: dict[str, Any]) -> types.Content:
-    """A user content made of one function response: how tool results go to the model."""
+def function_response_content(
+    call_id: str,
+    name: str,
+    response: dict[str, Any],
+    scheduling: types.FunctionResponseScheduling | None = None,
+) -> types.Content:
+    """A user content made of one function response: how tool results go to the
+    model (`scheduling`: what a model with non-blocking calls does with it)."""
     return types.Content(
         role="user",
         parts=[
             types.Part(
-                function_response=types.FunctionResponse(id=call_id, name=name, response=response)
+                function_response=types.FunctionResponse(
+                    id=call_id, name=name, response=response, scheduling=scheduling
+                )
             )
         ],
     )
@@ -259,6 +267,11 @@ class SessionCore:
         self._video_capped = video_capped
         self.family = family
         self.holds_realtime = False
+        # The interaction goes on past a completed turn (3.8 extended thinking:
+        # interactionStatus IN_PROGRESS until IDLE): not a safe point meanwhile.
+        self.interaction_busy = False
+        # Tools whose results carry a scheduling (live.agent.tool), by name.
+        self.scheduling: dict[str, types.FunctionResponseScheduling] = {}
         # The conversation as heard, to seed a fresh connection (live.transcript).
         self.transcript = Transcript()
         self._reply_texts: list[str] = []  # text parts of the reply in progress
@@ -504,6 +517,16 @@ class SessionCore:
             actions.append(SendEvent(GenerationComplete()))
         if response.turn_complete or response.interrupted:
             self._reply_ended()
+        if response.waiting_for_input:
+            # The model waits for more of the user's words: it owes no reply yet,
+            # and nothing is to be sent again (not a stall).
+            self.awaiting_reply_since = None
+        status = response.interaction_status
+        if status is not None and status is not types.InteractionStatus.INTERACTION_STATUS_UNSPECIFIED:
+            # IN_PROGRESS: a turn (a filler) completed and the answer is still to
+            # come, after thinking that may take longer than a stall: not a safe
+            # point, and not timed as an owed reply.
+            self.interaction_busy = status is not types.InteractionStatus.IDLE
         if response.turn_complete:
             if self.turn is TurnState.RESPONDING:
                 del self._owed[: self._answerable]  # answered: the turns sent before the reply
@@ -638,9 +661,11 @@ class SessionCore:
             return []
         call.state = ToolState.ANSWERED
         call.response = response
-        self.awaiting_reply_since = now
+        scheduling = self.scheduling.get(call.name)
+        if scheduling is not types.FunctionResponseScheduling.SILENT:
+            self.awaiting_reply_since = now  # a SILENT result is taken in without a word
         return [
-            ToUpstream(function_response_content(call_id, call.name, response)),
+            ToUpstream(function_response_content(call_id, call.name, response, scheduling)),
             SendEvent(ToolResultEvent(call_id, call.name, response)),
         ]
 
@@ -921,6 +946,7 @@ class SessionCore:
             and self.awaiting_reply_since is None
             and not self.user_speaking
             and not self._hearing_user
+            and not self.interaction_busy
             and not self.pending_tool_calls
         )
 

@@ -158,3 +158,73 @@ async def test_a_transcript_tail_after_the_turn_stays_with_its_reply_and_its_que
         ("user", "And Lyon?"),
     ]
     assert "Rain in Lyon." in finals
+
+
+async def test_on_gemini_3_8_a_turn_that_completes_while_the_interaction_goes_on_is_no_safe_point():
+    """3.8 extended thinking: a filler turn completes with interactionStatus
+    IN_PROGRESS; the real answer follows. A go-away meanwhile waits for IDLE
+    (deadline permitting) rather than cutting the interaction off."""
+    model = "gemini-3.8-live-extended-thinking"
+    first = double.ScriptedSession(double.resumption_update("h1"))
+    filler = double.turn_complete()
+    filler.server_content.interaction_status = types.InteractionStatus.IN_PROGRESS
+    first.on_text(double.output_transcript("Let me think."), filler, double.go_away(30))
+    llm = Gemini(model, transport=double.DoubleTransport(first, double.ScriptedSession()))
+    async with running(Agent(name="a", model=model), llm) as (server, url), LiveClient.connect(url) as client:
+        await client.send_text("What is 17 times 23?")
+        await collect(client, lambda e: isinstance(e, p.SessionGoAway))
+        await anyio.sleep(0.3)
+        [session] = server.live_sessions.values()
+        assert session.core.interaction_busy and not session.core.at_safe_point
+        answer = double.turn_complete()
+        answer.server_content.interaction_status = types.InteractionStatus.IDLE
+        first.push(double.output_transcript("391."), answer, double.resumption_update("h2"))
+        events = await collect(client, lambda e: isinstance(e, p.SessionResumed))
+    reconnecting = next(i for i, e in enumerate(events) if isinstance(e, p.SessionReconnecting))
+    said = [i for i, e in enumerate(events) if isinstance(e, p.TranscriptOutput) and "391" in e.text]
+    assert said and said[0] < reconnecting  # the answer came first, then the hand-over
+
+
+async def test_waiting_for_more_input_is_not_a_stall():
+    """3.8: `waitingForInput` means the model waits for the rest of the user's
+    words. Nothing is owed meanwhile: no stall, nothing sent again."""
+    model = "gemini-3.8-live"
+    session = double.ScriptedSession()
+    session.on_text(types.LiveServerMessage(server_content=types.LiveServerContent(waiting_for_input=True)))
+    llm = Gemini(model, transport=double.DoubleTransport(session))
+    async with running(Agent(name="a", model=model), llm, stall_timeout=0.5) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("I would like to book a table for")
+        with anyio.move_on_after(1.2):
+            events = await collect(client, lambda e: isinstance(e, p.ErrorEvent), timeout=2)
+            pytest.fail(f"no event expected, got {events}")
+    assert len(session.realtime_inputs) == 1  # the text went once
+
+
+async def test_a_non_blocking_tool_is_declared_so_and_its_silent_result_is_owed_no_reply():
+    """3.8 calls functions without blocking; a tool's result can say what the
+    model does with it. A SILENT result is taken in without a word: the server
+    must not take the silence for a stall."""
+    from live.agent import tool
+
+    @tool(non_blocking=True, scheduling="silent")
+    async def note_preference(item: str) -> dict:
+        """Remember what the user likes."""
+        return {"noted": item}
+
+    model = "gemini-3.8-live"
+    session = double.ScriptedSession()
+    session.on_text(double.tool_call("note_preference", {"item": "window seat"}, id="n-1"),
+                    double.output_transcript("Noted."), double.turn_complete())
+    llm = Gemini(model, transport=double.DoubleTransport(session))
+    agent = Agent(name="a", model=model, tools=[note_preference])
+    async with running(agent, llm, stall_timeout=0.5) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("I like window seats.")
+        events = await collect(client, lambda e: isinstance(e, p.ToolResultEvent))
+        with anyio.move_on_after(1.2):
+            late = await collect(client, lambda e: isinstance(e, p.ErrorEvent), timeout=2)
+            pytest.fail(f"no error expected, got {late}")
+    [declaration] = session.config.tools[0].function_declarations
+    assert declaration.behavior == types.Behavior.NON_BLOCKING
+    [response] = session.tool_responses[0].function_responses
+    assert response.scheduling == types.FunctionResponseScheduling.SILENT
+    assert any(isinstance(e, p.ToolCallEvent) for e in events)
