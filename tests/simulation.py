@@ -40,7 +40,9 @@ carries:
 - `after-closed`: nothing reaches the client after `session.closed`.
 - `after-turn-end`: no audio, transcript or text of a reply after the
   `turn.complete` or `turn.interrupted` that ended it (replies are tagged), but
-  the one `transcript.output` with `heard: true` that says what the user heard.
+  the one `transcript.output` with `heard: true` that says what the user heard,
+  and the tail of its transcript that the model sent after its turnComplete,
+  marked `late: true` (`late-tail`: only such a tail is marked).
 - `audio-lost`: a reply that completed and was never cut, with no interruption or
   reconnect while it played, reaches the client whole.
 - `typed-turn`: every typed turn is in the final connection's context exactly once,
@@ -224,6 +226,7 @@ class Generation:
     chunks_left: int
     next_at: float
     answers: tuple[str, ...] = ()  # the typed turns this reply answers
+    started: bool = False  # its first chunk went out
 
 
 class SimSession(double.ScriptedSession):
@@ -244,6 +247,8 @@ class SimSession(double.ScriptedSession):
         self.completes: dict[int, int] = {}  # id of a turn_complete message -> the reply it ends
         self.resumed_from: str | None = None
         self.fresh_after_start = False  # seeded from the session's transcript (no usable handle)
+        self.worked = False  # it answered something: past setup
+        self.responses_in = 0  # function responses it received
         self.history_flag = False
         self.auto_vad = True
         self.gemini3 = False
@@ -378,14 +383,14 @@ class SimSession(double.ScriptedSession):
     def _seed(self, turns: list[types.Content]) -> None:
         for content in turns:
             for part in content.parts or ():
-                if part.text is None:
-                    continue
-                if part.text.startswith("h:"):
-                    self.ctx.append(("history", part.text))
-                elif content.role == "model":
-                    self.ctx.append(("model", part.text))
-                else:
-                    self._take_text(part.text)
+                # A turn of the session's transcript joins its entries by lines.
+                for line in (part.text or "").split("\n"):
+                    if line.startswith("h:"):
+                        self.ctx.append(("history", line))
+                    elif content.role == "model":
+                        self.ctx.append(("model", line))
+                    elif line:
+                        self._take_text(line)
 
     async def send_tool_response(self, **kwargs: Any) -> None:
         await super().send_tool_response(**kwargs)
@@ -478,8 +483,10 @@ class SimSession(double.ScriptedSession):
         user_turn = False
         for content in cc.turns or ():
             for part in content.parts or ():
-                if part.text is not None:
-                    text = part.text
+                # A turn of the session's transcript joins its entries by lines.
+                for text in (part.text.split("\n") if part.text is not None else ()):
+                    if not text:
+                        continue
                     if text.startswith("h:"):
                         if not first or self.resumed_from is not None:
                             sim.violation(
@@ -494,7 +501,9 @@ class SimSession(double.ScriptedSession):
                     else:
                         self._take_text(text)
                         user_turn = user_turn or content.role == "user"
-                elif part.function_response is not None:
+                if part.text is not None:
+                    continue
+                if part.function_response is not None:
                     fr = part.function_response
                     text = f"{fr.id} {fr.name} {fr.response}"
                     sim.log(f"model {self.index}: function response as context {text!r}")
@@ -562,8 +571,8 @@ class SimSession(double.ScriptedSession):
     def _fault(self, now: float) -> None:
         rng = self.sim.rng
         kind = rng.choices(
-            ["drop_recv", "drop_send", "go_away", "stall", "close_1000", "cancel"],
-            [0.25, 0.2, 0.3, 0.08, 0.05, 0.12],
+            ["drop_recv", "drop_send", "go_away", "stall", "close_1000", "cancel", "1008_working"],
+            [0.25, 0.2, 0.3, 0.08, 0.05, 0.12, 0.1],
         )[0]
         self.fault_at = now + rng.expovariate(1 / 6.0)
         if kind == "drop_recv":
@@ -582,6 +591,11 @@ class SimSession(double.ScriptedSession):
             self.sim.log(f"model {self.index}: stops answering")
         elif kind == "close_1000":
             self._close_now(1000)
+            self.fault_at = math.inf
+        elif kind == "1008_working" and self.worked:
+            # Mid-session, often right after a tool response (forum #109319):
+            # not a configuration error on a connection that had worked.
+            self._close_now(1008, "Requested entity was not found.")
             self.fault_at = math.inf
         elif kind == "cancel" and self.pending:
             call_id = rng.choice(sorted(self.pending))
@@ -642,7 +656,10 @@ class SimSession(double.ScriptedSession):
             self.stalling = False
             self.fault_at = math.inf
         if self.go_away_at is not None and now >= self.go_away_at:
-            self._close_now(1000, "go-away deadline")
+            if self.sim.rng.random() < 0.5:
+                self._close_now(1000, "go-away deadline")
+            else:  # as the service often ends it (sokuji#179)
+                self._close_now(1011, "Deadline expired before operation could complete.")
             return
         if now >= self.fault_at:
             self._fault(now)
@@ -689,7 +706,10 @@ class SimSession(double.ScriptedSession):
             if gen.chunks_left > 0:
                 gen.chunks_left -= 1
                 k = gen.chunks_left
-                roll = rng.random()
+                # A reply's transcript follows the audio it transcribes: the first
+                # chunk is audio (or text, for a written reply).
+                roll = rng.random() if gen.started else rng.choice([0.0, 0.85])
+                gen.started = True
                 if roll < 0.55:
                     self.push(double.audio(_tag_audio(gen.gen, k)))
                 elif roll < 0.8:
@@ -713,6 +733,10 @@ class SimSession(double.ScriptedSession):
                 events.append(double.usage(prompt=10, response=20))
             events.append(double.turn_complete())
             self.completes[id(events[-1])] = gen.gen
+            if rng.random() < 0.2:
+                # The tail of the reply's transcript after its turnComplete (Gemini
+                # does not order them): it belongs to this reply, marked late.
+                events.append(double.output_transcript(f"g{gen.gen}.tail "))
             for q in gen.answers:
                 sim.answered[q] = self.index
             sim.log(f"model {self.index}: g{gen.gen} complete")
@@ -727,6 +751,7 @@ class SimSession(double.ScriptedSession):
                 sim.gens += 1
                 answers = tuple(q for kind, q in self.ctx if kind == "user" and q not in sim.answered)
                 self.gen = Generation(sim.gens, rng.randint(1, 8), now, answers)
+                self.worked = True
                 self.turns += 1
                 sim.log(f"model {self.index}: starts reply g{sim.gens}")
             return
@@ -745,6 +770,7 @@ class SimSession(double.ScriptedSession):
             self.pending[call_id] = name
             self.ctx.append(("call", call_id))
         self.call_turn = True
+        self.worked = True
         self.turns += 1
         sim.log(f"model {self.index}: calls {[(c.id, c.name) for c in calls]}")
         self.push(double.tool_calls(*calls))
@@ -892,6 +918,10 @@ class Simulation:
         self.log(f"client <- {frame[:160]}")
         if kind == "transcript.output" and event.get("heard"):
             pass  # what the user heard of a cut reply: sent after turn.interrupted by design
+        elif kind == "transcript.output" and event.get("late"):
+            gen = _gen_of_text(event.get("text", ""))
+            if gen is not None and gen not in self.gens_closed:
+                self.violation("late-tail", f"a late transcript of reply g{gen} reached the client before its turn ended")
         elif kind in ("transcript.output", "text"):
             final = " (final)" if event.get("final") else ""
             self._output(_gen_of_text(event.get("text", "")), kind + final)
