@@ -13,6 +13,7 @@ from google import genai
 from google.genai import types
 
 from connections.emulator.cli import _parser, build_script
+from connections.emulator.faults import FaultRates
 
 pytestmark = pytest.mark.anyio
 
@@ -40,6 +41,24 @@ def test_options_build_a_script():
     assert (script.audio_keys, script.audio_base64) == ("camel", "standard")  # as the service writes
     other = build_script(_parser().parse_args(["--audio-keys", "snake", "--audio-base64", "urlsafe"]))
     assert (other.audio_keys, other.audio_base64) == ("snake", "urlsafe")
+    # Realistic behaviour by model name, no random faults, unless asked.
+    assert (script.profile, dict(script.profile_overrides), script.fault_rates) == ("auto", {}, FaultRates())
+
+
+def test_profile_behaviours_and_faults_from_the_command_line():
+    args = _parser().parse_args(
+        ["--profile", "gemini-3.8", "--set", "late_transcripts=false", "--set", "handle_ttl=60",
+         "--set", "handle_after_setup=on", "--faults", "realistic", "--seed", "42"]
+    )
+    script = build_script(args)
+    assert script.profile == "gemini-3.8"
+    assert script.profile_overrides == {"late_transcripts": False, "handle_ttl": 60.0, "handle_after_setup": True}
+    assert script.fault_rates == FaultRates.realistic() and script.seed == 42
+    for bad in (["--set", "late=false"], ["--set", "late_transcripts=maybe"], ["--set", "late_transcripts"]):
+        with pytest.raises(ValueError):
+            build_script(_parser().parse_args(bad))
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--profile", "gemini-9"])
 
 
 async def test_process_serves_the_sdk_and_stops_on_sigint(monkeypatch: pytest.MonkeyPatch):

@@ -76,10 +76,18 @@ class Driver:
         return [a for a in self.out if isinstance(a, (CloseConnection, DropConnection))]
 
 
-def test_setup_complete_and_handle():
+def test_setup_complete_and_a_handle_once_the_first_turn_completed():
     d = Driver()
     d.setup(sessionResumption={})
-    assert d.messages()[0] == {"setupComplete": {}}
+    assert d.messages() == [{"setupComplete": {}}]  # no handle yet, as the service does
+    d.send({"realtimeInput": {"text": "hi"}})
+    d.run()
+    updates = [m["sessionResumptionUpdate"] for m in d.messages("sessionResumptionUpdate")]
+    assert updates[0] == {"resumable": False}  # generating: no handle
+    assert updates[-1]["resumable"] is True and updates[-1]["newHandle"]
+    # The old emulator's handle right after setup, on request.
+    d = Driver(Script(speed=math.inf, profile_overrides={"handle_after_setup": True}))
+    d.setup(sessionResumption={})
     update = d.messages("sessionResumptionUpdate")[0]["sessionResumptionUpdate"]
     assert update["resumable"] is True and update["newHandle"]
 
@@ -243,6 +251,7 @@ def test_resume_restores_conversation_and_unknown_handle_fails():
     d.send({"realtimeInput": {"text": "remember me"}})
     d.run()
     handle = d.session.record.handles[-1]
+    d.session.connection_lost(1000)  # the old socket closes before the resume
     seen = []
     script = Script(speed=math.inf, replies=lambda ctx: seen.append(ctx) or "ok")
     d2 = Driver(script, shared=shared, index=1)
@@ -252,11 +261,11 @@ def test_resume_restores_conversation_and_unknown_handle_fails():
     d2.run()
     assert seen[0].turn == 2
     assert [h["parts"][0]["text"] for h in seen[0].history] == ["remember me", "You said: remember me.", "again"]
-    # handles sent with resumable=false are not resumable
-    not_resumable = [m["sessionResumptionUpdate"]["newHandle"] for m in d.messages("sessionResumptionUpdate") if not m["sessionResumptionUpdate"]["resumable"]]
+    # updates sent with resumable=false carry no handle; an unknown one is "not found"
+    assert all("newHandle" not in m["sessionResumptionUpdate"] for m in d.messages("sessionResumptionUpdate") if not m["sessionResumptionUpdate"]["resumable"])
     d3 = Driver(shared=shared)
-    d3.setup(sessionResumption={"handle": not_resumable[0]})
-    assert d3.closes()[0].code == 1007
+    d3.setup(sessionResumption={"handle": "emulator-handle-0-99"})
+    assert d3.closes() == [CloseConnection(1008, "BidiGenerateContent session not found")]
 
 
 def test_go_away_then_close():
@@ -267,6 +276,10 @@ def test_go_away_then_close():
     d.run(0.2)
     assert d.messages("goAway") == [{"goAway": {"timeLeft": "3s"}}]
     d.run(0.31)
+    assert d.closes() == [CloseConnection(1011, "Deadline expired before operation could complete.")]
+    d = Driver(Script(speed=10, go_away_after=20, go_away_time_left=3, profile_overrides={"deadline_close_1011": False}))
+    d.setup()
+    d.run(3)
     assert d.closes() == [CloseConnection(1000, "")]
 
 

@@ -22,6 +22,10 @@ from live.llm import AUDIO_STREAM_END, LlmRequest, LlmResponse
 pytestmark = pytest.mark.anyio
 
 FAST = 20.0
+IN_ORDER = {"late_transcripts": False}
+"""For tests of the final transcripts: every fragment before its turnComplete
+(the service may send the last one after it; see
+`test_a_transcript_fragment_after_turn_complete_stays_with_its_turn`)."""
 
 
 @pytest.fixture(autouse=True, params=["lean", "sdk"])
@@ -76,7 +80,7 @@ def final(responses: list[LlmResponse], field: str) -> list[str]:
 
 
 async def test_spoken_turn_transcripts_audio_and_usage(live_emulator: Emulator):
-    live_emulator.script = Script(speed=FAST, user_says=["good morning"])
+    live_emulator.script = Script(speed=FAST, user_says=["good morning"], profile_overrides=IN_ORDER)
     async with gemini_for(live_emulator).connect(request()) as connection:
         rx = Receiver(connection)
         await send_audio(connection, tone(0.4) + silence(0.2))
@@ -89,8 +93,22 @@ async def test_spoken_turn_transcripts_audio_and_usage(live_emulator: Emulator):
     assert any(r.usage_metadata and r.usage_metadata.total_token_count for r in got)
 
 
+async def test_a_transcript_fragment_after_turn_complete_stays_with_its_turn(live_emulator: Emulator):
+    live_emulator.script = Script(speed=FAST)  # the service's order: the last fragment after turnComplete
+    async with gemini_for(live_emulator).connect(request()) as connection:
+        rx = Receiver(connection)
+        await connection.send_content(user("good morning"))
+        got = await rx.until(lambda r: r.turn_complete)
+        got += await rx.until(lambda r: r.late_transcription)  # read before the next turn goes out
+        await connection.send_content(user("and then"))
+        got += await rx.until(lambda r: r.turn_complete)
+    late = [r.output_transcription.text for r in got if r.late_transcription]
+    assert late == ["."]  # the tail of "You said: good morning."
+    assert final(got, "output_transcription") == ["You said: good morning", "You said: and the"]  # its tail "n." comes late too, unread here
+
+
 async def test_tool_round_trip(live_emulator: Emulator):
-    live_emulator.script = Script(speed=FAST, tool_calls={1: [ToolCall("lookup", {"q": "x"})]})
+    live_emulator.script = Script(speed=FAST, tool_calls={1: [ToolCall("lookup", {"q": "x"})]}, profile_overrides=IN_ORDER)
     tools = [types.Tool(function_declarations=[types.FunctionDeclaration(name="lookup")])]
     async with gemini_for(live_emulator).connect(request(tools=tools)) as connection:
         rx = Receiver(connection)
@@ -121,6 +139,7 @@ async def test_history_on_gemini_3(live_emulator: Emulator):
     history = [user("my name is Ada"), types.Content(role="model", parts=[types.Part(text="hi Ada")]), user("who am I")]
     req = request()
     req.contents = history
+    live_emulator.script = Script(speed=FAST, profile_overrides=IN_ORDER)
     async with gemini_for(live_emulator, model=model).connect(req) as connection:
         rx = Receiver(connection)
         await connection.send_history(history)
@@ -133,7 +152,10 @@ async def test_history_on_gemini_3(live_emulator: Emulator):
 
 
 async def test_go_away_then_quiet_end(live_emulator: Emulator):
-    live_emulator.script = Script(speed=FAST, go_away_after=2.0, go_away_time_left=10.0)
+    # The service closes at the deadline with 1011 "Deadline expired"; a 1000 there ends quietly.
+    live_emulator.script = Script(
+        speed=FAST, go_away_after=2.0, go_away_time_left=10.0, profile_overrides={"deadline_close_1011": False}
+    )
     async with gemini_for(live_emulator).connect(request()) as connection:
         got = []
         with anyio.fail_after(5):
@@ -183,10 +205,9 @@ async def test_resume_with_a_handle(live_emulator: Emulator):
     async with gemini_for(live_emulator).connect(request(**config)) as connection:
         rx = Receiver(connection)
         await connection.send_content(user("first"))
-        for r in await rx.until(lambda r: r.turn_complete):
-            update = r.session_resumption_update
-            if update and update.resumable:
-                handle = update.new_handle
+        # The handle comes once the turn completed, after its turnComplete.
+        got = await rx.until(lambda r: bool(r.session_resumption_update and r.session_resumption_update.resumable))
+        handle = got[-1].session_resumption_update.new_handle
     assert handle
     resumed = request(session_resumption=types.SessionResumptionConfig(handle=handle))
     async with gemini_for(live_emulator).connect(resumed) as connection:

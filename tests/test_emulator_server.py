@@ -23,6 +23,11 @@ pytestmark = pytest.mark.anyio
 
 MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
 FRAME = 640
+IN_ORDER = {"late_transcripts": False}
+"""For tests that assert final transcripts: every fragment before its turnComplete
+(the service may send the last one after it, and the session sends it as a
+late transcript; see
+tests/test_emulator_gemini.py::test_a_transcript_fragment_after_turn_complete_stays_with_its_turn)."""
 
 
 def said(events: list, text: str) -> bool:
@@ -36,7 +41,9 @@ async def say(client: LiveClient, text: str, *, timeout: float = 10.0) -> list:
 
 async def test_live_serve_through_the_standard_variables_a_whole_spoken_turn():
     speech = speak("What is the weather in Lisbon?", rate=16_000)
-    script = Script(speed=4, user_says=["What is the weather in Lisbon?"], replies=["It is sunny in Lisbon."])
+    script = Script(
+        speed=4, user_says=["What is the weather in Lisbon?"], replies=["It is sunny in Lisbon."], profile_overrides=IN_ORDER
+    )
     async with running_emulator(script) as emu:
         env = {k: v for k, v in os.environ.items() if k not in ("GEMINI_API_KEY", "LIVE_TOKEN")}
         env.update(
@@ -88,7 +95,9 @@ async def test_go_away_with_a_tool_call_in_flight_hands_over_and_the_result_arri
 
     agent = Agent(name="shop", model=MODEL, tools=[check_stock])
     # The go-away comes after the call (0.3 s), and its close long after the tool returns.
-    script = Script(speed=10, tool_args={"check_stock": {"item": "kettle"}}, go_away_after=3.0, go_away_time_left=30)
+    script = Script(
+        speed=10, tool_args={"check_stock": {"item": "kettle"}}, go_away_after=3.0, go_away_time_left=30, profile_overrides=IN_ORDER
+    )
     async with running_emulator(script) as emu, running(agent, gemini_for(emu)) as (_, url):
         async with LiveClient.connect(url) as client:
             await client.send_text("please check_stock for kettles")
@@ -119,7 +128,10 @@ async def test_go_away_with_a_tool_call_in_flight_hands_over_and_the_result_arri
 )
 async def test_recoverable_faults_leave_the_client_socket_open_and_the_conversation_going(fault):
     agent = Agent(name="a", model=MODEL)
-    script = Script(speed=20, faults=[fault])
+    # A handle after setup, as the old emulator gave: the cut first turn is resumed
+    # (without one, see test_a_drop_before_the_first_handle_starts_afresh_with_the_history).
+    overrides = {**IN_ORDER, "handle_after_setup": fault.when == "mid_generation"}
+    script = Script(speed=20, faults=[fault], profile_overrides=overrides)
     history = [p.types.Content(role="user", parts=[p.types.Part(text="My name is Ada.")]),
                p.types.Content(role="model", parts=[p.types.Part(text="Hello Ada.")])]
     async with running_emulator(script) as emu, running(agent, gemini_for(emu), stall_timeout=1.0) as (_, url):
@@ -141,6 +153,23 @@ async def test_recoverable_faults_leave_the_client_socket_open_and_the_conversat
         assert emu.sessions[1].resumed_from is not None
         turns = [f for f in emu.sessions[1].frames if "clientContent" in f or "client_content" in f]
         assert all("My name is Ada." not in str(t) for t in turns)  # history not re-sent
+
+
+async def test_a_drop_before_the_first_handle_starts_afresh_with_the_history():
+    # The service issues no handle before a turn completed; a drop then leaves
+    # nothing to resume: the new connection must be seeded again.
+    script = Script(speed=20, faults=[Fault("mid_generation", code=1011, n=2)], profile_overrides=IN_ORDER)
+    history = [p.types.Content(role="user", parts=[p.types.Part(text="My name is Ada.")]),
+               p.types.Content(role="model", parts=[p.types.Part(text="Hello Ada.")])]
+    async with running_emulator(script) as emu, running(Agent(name="a", model=MODEL), gemini_for(emu)) as (_, url):
+        async with LiveClient.connect(url, history=history) as client:
+            await say(client, "one")
+            again = await collect(client, lambda e: isinstance(e, p.TurnComplete), timeout=10)
+            assert said(again, "You said: one.")
+        assert len(emu.sessions) == 2 and emu.sessions[0].handles == []
+        assert emu.sessions[1].resumed_from is None
+        seeded = [f for f in emu.sessions[1].frames if "clientContent" in f or "client_content" in f]
+        assert any("My name is Ada." in str(f) for f in seeded)
 
 
 @pytest.mark.parametrize(
@@ -173,7 +202,7 @@ async def test_a_model_without_live_support_is_refused_with_a_hint():
 async def test_a_long_session_survives_several_go_aways_in_a_row():
     # Each connection is told to go away 0.5 service-seconds after setup (at 20x
     # speed): several handovers within a few seconds of wall time.
-    script = Script(speed=20, go_away_after=10.0, go_away_time_left=60.0)
+    script = Script(speed=20, go_away_after=10.0, go_away_time_left=60.0, profile_overrides=IN_ORDER)
     async with running_emulator(script) as emu, running(Agent(name="a", model=MODEL), gemini_for(emu)) as (_, url):
         async with LiveClient.connect(url) as client:
             for n in range(4):

@@ -10,6 +10,8 @@ import sys
 import anyio
 
 from connections.emulator.core import Settings
+from connections.emulator.faults import FaultRates
+from connections.emulator.profiles import FAMILIES
 from connections.emulator.script import Fault, Script, ToolCall
 from connections.emulator.server import DEV_API_KEY, running_emulator
 from live.loop import backend_options
@@ -25,7 +27,9 @@ def _parser() -> argparse.ArgumentParser:
             " google-genai SDK. Prints the two lines to export, then serves until"
             " Ctrl-C. It has no recogniser and no TTS: what the user 'said' comes"
             " from --say, the reply is a synthetic voice saying --reply (default:"
-            " 'You said: <transcript>.')."
+            " 'You said: <transcript>.'). Each model family behaves as the real"
+            " service does, bad days included (see docs/emulator.md for every"
+            " behaviour and its source); --set switches one off."
         ),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -46,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="send goAway this long after setup, then close (e.g. 540 like the service)",
+        help="send goAway this long after setup, then close at its deadline with 1011"
+        " 'Deadline expired' as the service does (e.g. 540)",
     )
     p.add_argument(
         "--go-away-time-left",
@@ -90,9 +95,37 @@ def _parser() -> argparse.ArgumentParser:
         metavar="WHEN[:N]=CODE|stall",
         help=(
             "break a session: WHEN is after_setup, after_audio_chunks, mid_generation,"
-            " after_tool_call, after_tool_response or after_turn; CODE 1006 (drop),"
-            " 1007, 1008, 1011, or quota (1011 RESOURCE_EXHAUSTED); fires once"
+            " after_tool_call, after_tool_response, after_turn or on_resume; CODE 1006"
+            " (drop), 1007, 1008, 1011, or quota (1011 RESOURCE_EXHAUSTED); fires once"
         ),
+    )
+    p.add_argument(
+        "--profile",
+        choices=("auto", *FAMILIES),
+        default="auto",
+        help="whose behaviour the sessions follow (default auto: by each setup's model name)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="BEHAVIOUR=VALUE",
+        help=(
+            "switch one behaviour of the profile, e.g. late_transcripts=false,"
+            " handle_after_setup=true, handle_ttl=60 (repeatable; names in docs/emulator.md)"
+        ),
+    )
+    p.add_argument(
+        "--faults",
+        choices=("none", "realistic"),
+        default="none",
+        help="random faults at the rates of an ordinary day (realistic) or none (default)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random faults: the same seed and traffic replay the same faults (default 0)",
     )
     p.add_argument("--max-sessions", type=int, default=None, help="concurrent sessions allowed")
     p.add_argument(
@@ -122,6 +155,23 @@ def _fault(spec: str) -> Fault:
     return Fault(when, code=int(action or 1011), n=count)  # type: ignore[arg-type]
 
 
+def _setting(spec: str) -> tuple[str, bool | float | None]:
+    name, sep, text = spec.partition("=")
+    if not sep:
+        raise ValueError(f"--set {spec!r}: expected BEHAVIOUR=VALUE")
+    lowered = text.strip().lower()
+    if lowered in ("true", "on", "yes"):
+        return name.strip(), True
+    if lowered in ("false", "off", "no"):
+        return name.strip(), False
+    if lowered in ("none", "null"):
+        return name.strip(), None
+    try:
+        return name.strip(), float(lowered)
+    except ValueError:
+        raise ValueError(f"--set {spec!r}: VALUE is true, false, none or a number") from None
+
+
 def build_script(args: argparse.Namespace) -> Script:
     """The script the command-line options describe."""
     tool_args = {}
@@ -145,6 +195,10 @@ def build_script(args: argparse.Namespace) -> Script:
         max_sessions=args.max_sessions,
         audio_keys=args.audio_keys,
         audio_base64=args.audio_base64,
+        profile=args.profile,
+        profile_overrides=dict(_setting(spec) for spec in args.set),
+        fault_rates=FaultRates.realistic() if args.faults == "realistic" else FaultRates(),
+        seed=args.seed,
     )
 
 

@@ -9,6 +9,8 @@ with a single wait.
 Behaviour follows the Gemini API (not Vertex) BidiGenerateContent service as
 observed through google-genai: camelCase output, mixed-case input accepted,
 standard or URL-safe base64 accepted, closes with the real codes and reasons.
+What differs by model family, bad days included, is the session's `profile`
+(`connections.emulator.profiles`); random faults come from `faults`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import base64
 import collections
 import copy
 import dataclasses
+import functools
 import hashlib
 import heapq
 import itertools
@@ -25,6 +28,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from connections.emulator import synth
+from connections.emulator.calls import FunctionCalls, PendingCalls
+from connections.emulator.faults import EarlyDrop, FaultDice
+from connections.emulator.profiles import (
+    PROFILES,
+    THINKING,
+    Profile,
+    declared_behaviours,
+    looks_unfinished,
+    profile_for,
+    setup_error,
+)
 from connections.emulator.script import (
     Fault,
     ReplyContext,
@@ -34,14 +48,17 @@ from connections.emulator.script import (
 )
 from connections.emulator.wire import (
     AUDIO_TOKENS_PER_S,
-    BAD_KEY,
-    BAD_TOKEN,
+    DEADLINE_EXPIRED,
     DEFAULT_REASONS,
+    INTERNAL,
     INVALID,
+    INVALID_HANDLE,
     MAX_AUDIO,
     MAX_FRAMES,
+    NOT_IMPLEMENTED,
+    SESSION_NOT_FOUND,
     TOP_LEVEL,
-    UNREGISTERED,
+    UNAVAILABLE,
     Action,
     CloseConnection,
     DropConnection,
@@ -52,17 +69,18 @@ from connections.emulator.wire import (
     Settings,
     Shared,
     b64decode,
+    check_video,
+    credential_error,
     duration_text,
     get_field,
-    is_3x,
     not_found,
     rate_of,
     route,
     text_of,
     token_count,
+    usage_metadata,
     without_video_data,
 )
-from live.images import InvalidImage, inspect_image
 
 __all__ = [
     "Action",
@@ -81,27 +99,27 @@ __all__ = [
 
 @dataclasses.dataclass(slots=True)
 class _Generation:
+    """One model turn being spoken. A `filler` turn ("Let me check.") uses no
+    scripted reply; `then` runs `thinking_delay` after it ends (an extended-
+    thinking answer); `late` is the output transcription fragment that arrives
+    after turnComplete; `fail_at` the chunk after which a drawn 1011 closes."""
+
     group: int
     text: str
     turn: int
     spoken: list[str] = dataclasses.field(default_factory=list)
     chunks_sent: int = 0
     audio_seconds: float = 0.0
-
-
-@dataclasses.dataclass(slots=True)
-class _PendingTools:
-    group: int
-    ids: list[str]
-    names: dict[str, str]
-    sent: bool = False
-    results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    filler: bool = False
+    then: Callable[[], None] | None = None
+    late: str = ""
+    fail_at: int | None = None
 
 
 # --- the session ---------------------------------------------------------------
 
 
-class EmulatorSession:
+class EmulatorSession(FunctionCalls):
     """One connection's protocol state: frames and time in, actions out.
 
     A load script subclasses it: `heard_audio` receives each realtime audio
@@ -143,8 +161,13 @@ class EmulatorSession:
         self._groups = itertools.count(1)
         self._live_groups: set[int] = {0}
         self._counted = False
+        self._key = next(self.shared.connection_ids)
         # configuration from setup
         self.model = ""
+        self.profile: Profile = PROFILES["gemini-2.5"]
+        self._dice = FaultDice(script.fault_rates, self.shared.random(script.seed))
+        self._early: EarlyDrop | None = None
+        self._behaviours: dict[str, str] = {}
         self._modality = "AUDIO"
         self._declared: list[str] = []
         self._input_transcription = False
@@ -168,7 +191,13 @@ class EmulatorSession:
         self._started = False
         # live state
         self._gen: _Generation | None = None
-        self._tools: _PendingTools | None = None
+        self._tools: PendingCalls | None = None  # blocking calls the model waits for
+        self._async_calls: dict[str, str] = {}  # non-blocking calls sent, unanswered: id -> name
+        self._answers: list[dict[str, Any]] = []  # results to answer once the model is free
+        self._thinking: int | None = None  # the group of an extended-thinking answer to come
+        self._in_progress = False  # the last turnComplete said interactionStatus IN_PROGRESS
+        self._unfinished: list[str] = []  # the user's words while waitingForInput
+        self._late: list[dict[str, Any]] = []  # transcripts due after the next turnComplete
         self._speaking = False
         self._voiced_ms = 0.0
         self._silence_ms = 0.0
@@ -284,6 +313,7 @@ class EmulatorSession:
         self._release()
 
     def _release(self) -> None:
+        self.shared.open_connections.discard(self._key)
         if self._counted:
             self._counted = False
             self.shared.active -= 1
@@ -329,30 +359,11 @@ class EmulatorSession:
 
     # -- setup --------------------------------------------------------------------
 
-    def _credential_error(self) -> str | None:
-        hs = self.handshake
-        key = hs.header("x-goog-api-key") or hs.query("key")
-        auth = hs.header("authorization") or ""
-        token = auth[6:].strip() if auth[:6].lower() == "token " else hs.query("access_token")
-        assert self.route is not None
-        if self.route.constrained:
-            if not token:
-                return UNREGISTERED
-            tokens = self.settings.tokens
-            if not token.startswith("auth_tokens/") or (tokens is not None and token not in tokens):
-                return BAD_TOKEN
-            return None
-        if not key:
-            return UNREGISTERED
-        if self.settings.api_key is not None and key.strip() != self.settings.api_key:
-            return BAD_KEY
-        return None
-
     def _on_setup(self, setup: Any) -> None:
         if self.route is None:  # the transport answers 404 first; kept for direct use
             self._close(1008, "Not found.")
             return
-        error = self._credential_error()
+        error = credential_error(self.handshake, self.route, self.settings)
         if error:
             self._close(1008, error)
             return
@@ -369,6 +380,14 @@ class EmulatorSession:
             self._close(1008, not_found(model, version))
             return
         self.model = model
+        self.profile = dataclasses.replace(
+            profile_for(model, self.script.profile), **self.script.profile_overrides
+        )
+        self.record.profile = self.profile.family
+        refused = setup_error(self.profile, setup)
+        if refused:
+            self._close(1007, refused)
+            return
         self._configure(setup)
         resumption = get_field(setup, "sessionResumption")
         if isinstance(resumption, Mapping):
@@ -382,13 +401,8 @@ class EmulatorSession:
                     1007, "initialHistoryInClientContent is not accepted when resuming a session."
                 )
                 return
-            if handle:
-                snapshot = self.shared.store.get(str(handle))
-                if snapshot is None:
-                    self._close(1007, "Invalid session resumption handle.")
-                    return
-                self._restore(snapshot)
-                self.record.resumed_from = str(handle)
+            if handle and not self._resume(str(handle)):
+                return
         limit = self.script.max_sessions
         if limit is not None and self.shared.active >= limit:
             self._phase = "open"
@@ -396,9 +410,15 @@ class EmulatorSession:
             return
         self.shared.active += 1
         self._counted = True
+        self.shared.open_connections.add(self._key)
         self._phase = "open"
         self._send({"setupComplete": {}})
-        self._resumption_update(resumable=True)
+        self._early = self._dice.early_drop()
+        if self._early is not None and self._early.at_setup:
+            self._handle()  # the drop drawn for this connection, right after setup
+            return
+        if self.profile.handle_after_setup:
+            self._handle()
         if self.script.go_away_after is not None:
             self._at(self._now + self.script.scaled(self.script.go_away_after), self._go_away)
         self._fault("after_setup")
@@ -423,16 +443,12 @@ class EmulatorSession:
         history = get_field(setup, "historyConfig") or {}
         self._history_in_client_content = bool(get_field(history, "initialHistoryInClientContent"))
         self._awaiting_history = self._history_in_client_content
-        self._bundle = self.script.bundle if self.script.bundle is not None else is_3x(self.model)
+        bundle = self.script.bundle
+        self._bundle = bundle if bundle is not None else self.profile.bundled_output
 
     def _set_tools(self, tools: Any) -> None:
-        names: list[str] = []
-        for tool in tools or []:
-            for decl in get_field(tool, "functionDeclarations") or []:
-                name = get_field(decl, "name")
-                if isinstance(name, str):
-                    names.append(name)
-        self._declared = names
+        self._behaviours = declared_behaviours(tools)
+        self._declared = list(self._behaviours)
 
     # -- resumption -----------------------------------------------------------------
 
@@ -454,26 +470,79 @@ class EmulatorSession:
         self._ctx_tokens = dict(snap["ctx_tokens"])
         self._started = snap["started"]
 
-    def _resumption_update(self, *, resumable: bool) -> None:
-        """A new handle; only handles sent with resumable=true can be resumed."""
+    def _resume(self, handle: str) -> bool:
+        """Restore the conversation a handle stands for; False when the service refused it."""
+        profile = self.profile
+        entry = self.shared.store.lookup(handle, self._now)
+        if entry is None:
+            if profile.unknown_handle_not_found:
+                self._close(1008, SESSION_NOT_FOUND)
+            else:
+                self._close(1007, INVALID_HANDLE)
+            return False
+        if profile.resume_while_open_fails and entry.issuer in self.shared.open_connections:
+            self._close(1011, INTERNAL)
+            return False
+        if self._dice.stale_handle():
+            self._close(1008, SESSION_NOT_FOUND)
+            return False
+        if self._fault("on_resume"):
+            return False
+        self._restore(entry.snapshot)
+        self.record.resumed_from = handle
+        return True
+
+    def _not_resumable(self) -> None:
+        """The model is busy: an update without a handle says so."""
+        if self._resumption:
+            self._send({"sessionResumptionUpdate": {"resumable": False}})
+
+    def _handle(self) -> None:
+        """A resumable handle for the conversation so far; or, for a connection
+        drawn to drop before its first handle, the drop instead."""
+        if self._early is not None:
+            code, self._early = self._early.code, None
+            self._close(code, UNAVAILABLE if code == 1011 else None)
+            return
         if not self._resumption:
             return
         handle = f"emulator-handle-{self.index}-{next(self._handle_seq)}"
-        if resumable:
-            self.shared.store.put(handle, self._snapshot())
-            self.record.handles.append(handle)
-        self._send({"sessionResumptionUpdate": {"newHandle": handle, "resumable": resumable}})
+        self.shared.store.put(
+            handle, self._snapshot(), issuer=self._key, now=self._now, ttl=self.profile.handle_ttl
+        )
+        self.record.handles.append(handle)
+        self._send({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
+
+    def _more_coming(self) -> bool:
+        """The model has more to do before it waits for the user."""
+        return bool(
+            self._gen is not None
+            or self._tools is not None
+            or self._async_calls
+            or self._thinking is not None
+            or self._waiting
+            or self._answers
+        )
+
+    def _idle_point(self) -> None:
+        """A turn completed: when nothing more is coming, the session is resumable."""
+        if self._phase == "open" and not self._more_coming():
+            self._handle()
 
     def _go_away(self) -> None:
         left = self.script.go_away_time_left
         self._send({"goAway": {"timeLeft": duration_text(left)}})
-        self._at(self._now + self.script.scaled(left), lambda: self._close(1000, ""))
+        code, reason = (1011, DEADLINE_EXPIRED) if self.profile.deadline_close_1011 else (1000, "")
+        self._at(self._now + self.script.scaled(left), lambda: self._close(code, reason))
 
     # -- input ------------------------------------------------------------------------
 
     def _on_realtime(self, body: Any) -> None:
         if not isinstance(body, Mapping):
             self._close(1007, INVALID)
+            return
+        if self.profile.realtime_during_call_closes and self._call_unanswered():
+            self._close(1008, NOT_IMPLEMENTED)
             return
         if self._awaiting_history:
             # historyConfig.initialHistoryInClientContent: only client_content is
@@ -518,24 +587,11 @@ class EmulatorSession:
 
     def _on_video(self, blob: Any, where: str) -> None:
         """An image frame: checked as strictly as the service could, then counted."""
-        data_text = get_field(blob, "data")
-        mime = str(get_field(blob, "mimeType") or "")
-        try:
-            data = b64decode(data_text)
-        except ValueError:
-            self._close(1007, f"Invalid value at '{where}.data' (TYPE_BYTES), Base64 decoding failed.")
+        checked = check_video(blob, where)
+        if isinstance(checked, str):
+            self._close(1007, checked)
             return
-        if not mime.startswith(("image/", "video/")):
-            self._close(1007, f"Unsupported MIME type for {where}: {mime!r}.")
-            return
-        width = height = None
-        if mime in ("image/jpeg", "image/png"):
-            try:
-                info = inspect_image(data, mime)
-            except InvalidImage as exc:
-                self._close(1007, f"Invalid image at '{where}': {exc}.")
-                return
-            width, height = info.width, info.height
+        data, mime, width, height = checked
         self._started = True
         record = self.record
         record.video_frames += 1
@@ -603,8 +659,15 @@ class EmulatorSession:
         text = self.script.transcript_for(self._turn + 1, self._spoken_turns)
         self._spoken_turns += 1
         if self._input_transcription:
-            for piece in synth.fragments(text, size=64):
-                self._send({"serverContent": {"inputTranscription": {"text": piece}}})
+            pieces: list[dict[str, Any]] = [{"text": t} for t in synth.fragments(text, size=64)]
+            late = pieces.pop() if pieces and self.profile.late_transcripts else None
+            first = pieces[0] if pieces else late
+            if first is not None and self.profile.input_transcription_finished_first:
+                first["finished"] = True
+            for piece in pieces:
+                self._send({"serverContent": {"inputTranscription": piece}})
+            if late is not None:
+                self._late.append({"serverContent": {"inputTranscription": late}})
         seconds = self._turn_audio_ms / 1000
         self._ctx_tokens["AUDIO"] = self._ctx_tokens.get("AUDIO", 0) + max(
             1, round(seconds * AUDIO_TOKENS_PER_S)
@@ -615,7 +678,7 @@ class EmulatorSession:
         if not isinstance(body, Mapping):
             self._close(1007, INVALID)
             return
-        if is_3x(self.model) and not self._awaiting_history:
+        if self.profile.client_content_after_history_closes and not self._awaiting_history:
             self._close(1007, INVALID)
             return
         seeding = self._awaiting_history
@@ -635,7 +698,8 @@ class EmulatorSession:
             if get_field(body, "turnComplete"):
                 self._awaiting_history = False
                 self._started = True
-                self._resumption_update(resumable=True)
+                if self.profile.handle_after_setup:
+                    self._handle()
             return
         if get_field(body, "turnComplete"):
             self._barge_in()
@@ -644,38 +708,6 @@ class EmulatorSession:
             )
             self._user_turn(text_of(last_user) if last_user else "", spoken=False, add_history=False)
 
-    def _on_tool_response(self, body: Any) -> None:
-        responses = get_field(body, "functionResponses") or []
-        if not isinstance(responses, list):
-            self._close(1007, INVALID)
-            return
-        if not all(isinstance(r, Mapping) for r in responses):
-            self._close(1007, INVALID)
-            return
-        self.record.tool_responses.extend(dict(r) for r in responses)
-        if self._fault("after_tool_response"):
-            return
-        pending = self._tools
-        for response in responses:
-            call_id = get_field(response, "id")
-            if call_id in self._cancelled_ids:
-                continue  # it crossed the cancellation on the wire
-            if pending is None or call_id not in pending.ids:
-                # A response to a call this session never issued, or answered
-                # already: the strictest reading of the service.
-                self._close(1007, f"Function response for unknown call id {call_id!r}.")
-                return
-            pending.ids.remove(call_id)
-            name = get_field(response, "name") or pending.names.get(call_id, "")
-            result = {"id": call_id, "name": name, "response": get_field(response, "response")}
-            pending.results.append(result)
-            self._history.append({"role": "user", "parts": [{"functionResponse": result}]})
-            self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + token_count(json.dumps(result))
-        if pending is not None and not pending.ids:
-            self._tools = None
-            self._cancel(pending.group)
-            self._start_reply(user_text="", tool_results=tuple(pending.results))
-
     def _on_context_update(self, body: Any) -> None:
         tools = get_field(body, "tools")
         if isinstance(tools, Mapping):
@@ -683,32 +715,52 @@ class EmulatorSession:
 
     # -- turns ------------------------------------------------------------------------
 
+    def _busy(self) -> bool:
+        """The model is speaking, waiting on a blocking call, or thinking."""
+        return self._gen is not None or self._tools is not None or self._thinking is not None
+
     def _barge_in(self) -> None:
-        """The user started talking: cut the current generation and pending tool calls."""
-        if not self._interrupts or (self._gen is None and self._tools is None):
+        """The user started talking: cut the current generation and pending blocking calls."""
+        if not self._interrupts or not self._busy():
             return
-        interrupted_generation = self._gen is not None
+        if self._thinking is not None:
+            self._cancel(self._thinking)  # the answer still being thought out is dropped
+            self._thinking = None
         if self._gen is not None:
-            gen, self._gen = self._gen, None
-            self._cancel(gen.group)
-            partial = "".join(gen.spoken)
-            self._history.append({"role": "model", "parts": [{"text": partial}]})
-            self.record.model_turns.append(partial)
+            self._cut()
+        elif self._tools is not None:
+            self._send({"serverContent": {"interrupted": True}})
+        self._cancel_blocking_calls()
+        self._idle_point()
+
+    def _cut(self) -> None:
+        """Interrupt the current generation: what was said stays, then the turn ends."""
+        gen, self._gen = self._gen, None
+        assert gen is not None
+        self._cancel(gen.group)
+        partial = "".join(gen.spoken)
+        self._history.append({"role": "model", "parts": [{"text": partial}]})
+        self.record.model_turns.append(partial)
+        if not gen.filler:
             self._model_turns += 1  # an interrupted turn still used its scripted reply
         self._send({"serverContent": {"interrupted": True}})
-        if self._gen is None and interrupted_generation:
-            # The interrupted turn's own end, as the service sends it.
-            self._send({"serverContent": {"turnComplete": True}})
-        if self._tools is not None:
-            tools, self._tools = self._tools, None
-            self._cancel(tools.group)
-            if tools.sent and tools.ids:
-                self._cancelled_ids.update(tools.ids)
-                self._send({"toolCallCancellation": {"ids": list(tools.ids)}})
-        self._resumption_update(resumable=True)
+        self._turn_complete()  # the interrupted turn's own end, as the service sends it
+
+    def _next(self) -> None:
+        """The model is free: take the next queued user turn, else answer queued results."""
+        if self._busy() or self._phase != "open":
+            return
+        if self._waiting:
+            text, spoken, add_history = self._waiting.popleft()
+            self._user_turn(text, spoken=spoken, add_history=add_history)
+        elif self._answers:
+            results, self._answers = self._answers, []
+            self._start_reply(user_text="", tool_results=tuple(results))
 
     def _user_turn(self, text: str, *, spoken: bool, add_history: bool = True) -> None:
-        if self._gen is not None or self._tools is not None:
+        if self._tools is not None and self.profile.cancels_blocking_calls_on_input:
+            self._cancel_blocking_calls()
+        if self._busy():
             # Not interrupting (activityHandling NO_INTERRUPTION): answer after this turn.
             self._waiting.append((text, spoken, add_history))
             return
@@ -719,6 +771,13 @@ class EmulatorSession:
             self._history.append({"role": "user", "parts": [{"text": text}]})
             if not spoken:
                 self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + token_count(text)
+        if self.profile.waits_for_more_input and looks_unfinished(text):
+            self._unfinished.append(text)
+            self._send({"serverContent": {"waitingForInput": True}})
+            return
+        if self._unfinished:
+            text = " ".join([*self._unfinished, text])
+            self._unfinished.clear()
         calls = list(self.script.tool_calls.get(self._turn, ()))
         if not calls and self.script.call_named_functions:
             lowered = text.lower()
@@ -726,45 +785,39 @@ class EmulatorSession:
                 if name.lower() in lowered or name.lower().replace("_", " ") in lowered:
                     calls.append(ToolCall(name, self.script.tool_args.get(name, {})))
         if calls:
-            self._call_tools(calls)
+            self._call_tools(calls, text)
+        elif self.profile.interaction_status:
+            answer = functools.partial(self._start_reply, user_text=text, tool_results=())
+            self._start_reply(user_text=text, tool_results=(), filler=THINKING, then=answer)
         else:
             self._start_reply(user_text=text, tool_results=())
 
-    def _call_tools(self, calls: list[ToolCall]) -> None:
-        group = self._new_group()
-        ids = [f"function-call-{self.index}-{next(self._call_ids)}" for _ in calls]
-        pending = _PendingTools(group, list(ids), {i: c.name for i, c in zip(ids, calls, strict=True)})
-        self._tools = pending
-        self._resumption_update(resumable=False)
-        function_calls = [
-            {"id": i, "name": c.name, "args": dict(c.args)} for i, c in zip(ids, calls, strict=True)
-        ]
-
-        def send() -> None:
-            pending.sent = True
-            self.record.tool_calls.extend(function_calls)
-            self._history.append(
-                {"role": "model", "parts": [{"functionCall": fc} for fc in function_calls]}
+    def _start_reply(
+        self,
+        *,
+        user_text: str,
+        tool_results: tuple[Mapping[str, Any], ...],
+        filler: str | None = None,
+        then: Callable[[], None] | None = None,
+        prelude: Callable[[], None] | None = None,
+    ) -> None:
+        """Speak the scripted reply (or `filler`); `prelude` runs just before its first chunk."""
+        if filler is None:
+            ctx = ReplyContext(
+                turn=self._turn,
+                user_text=user_text,
+                tool_results=tool_results,
+                history=tuple(copy.deepcopy(self._history)),
+                connection=self.index,
+                video=tuple(self.record.video),
             )
-            self._send({"toolCall": {"functionCalls": function_calls}})
-            self._fault("after_tool_call")
-
-        self._at(self._now + self.script.scaled(self.script.first_response_delay), send, group)
-
-    def _start_reply(self, *, user_text: str, tool_results: tuple[Mapping[str, Any], ...]) -> None:
-        ctx = ReplyContext(
-            turn=self._turn,
-            user_text=user_text,
-            tool_results=tool_results,
-            history=tuple(copy.deepcopy(self._history)),
-            connection=self.index,
-            video=tuple(self.record.video),
-        )
-        text = self.script.reply_for(ctx, self._model_turns)
+            text = self.script.reply_for(ctx, self._model_turns)
+        else:
+            text = filler
         group = self._new_group()
-        gen = _Generation(group=group, text=text, turn=self._turn)
+        gen = _Generation(group=group, text=text, turn=self._turn, filler=filler is not None, then=then)
         self._gen = gen
-        self._resumption_update(resumable=False)
+        self._not_resumable()
         script = self.script
         chars = script.chars_per_second
         duration = synth.speech_seconds(text, chars)
@@ -777,10 +830,15 @@ class EmulatorSession:
         else:
             chunks = synth.fragments(text, size=12)
             frags = []
+        if frags and self.profile.late_transcripts:
+            gen.late = frags.pop()
+        gen.fail_at = self._dice.mid_turn(len(chunks))
         per_chunk: list[list[str]] = [[] for _ in chunks]
         for k, frag in enumerate(frags):
             per_chunk[min(len(chunks) - 1, k * len(chunks) // len(frags))].append(frag)
         t0 = self._now + script.scaled(script.first_response_delay)
+        if prelude is not None:
+            self._at(t0, prelude, group)
         burst_s = script.chunk_ms * script.burst_chunks / 1000
         last_due = t0
         for i, chunk in enumerate(chunks):
@@ -819,6 +877,9 @@ class EmulatorSession:
                 for frag in frags:
                     self._send({"serverContent": {"outputTranscription": {"text": frag}}})
             gen.chunks_sent += 1
+            if gen.chunks_sent == gen.fail_at:
+                self._close(1011, INTERNAL)
+                return
             self._fault("mid_generation", gen.chunks_sent)
 
         return send
@@ -832,27 +893,47 @@ class EmulatorSession:
         modality = "AUDIO" if self._modality == "AUDIO" else "TEXT"
         if modality == "TEXT":
             response_tokens = token_count(gen.text)
-        prompt = sum(self._ctx_tokens.values())
-        usage = {
-            "promptTokenCount": prompt,
-            "responseTokenCount": response_tokens,
-            "totalTokenCount": prompt + response_tokens,
-            "promptTokensDetails": [
-                {"modality": m, "tokenCount": c} for m, c in sorted(self._ctx_tokens.items())
-            ],
-            "responseTokensDetails": [{"modality": modality, "tokenCount": response_tokens}],
-        }
-        self._send({"serverContent": {"turnComplete": True}, "usageMetadata": usage})
+        usage = usage_metadata(self._ctx_tokens, modality, response_tokens)
         self._ctx_tokens[modality] = self._ctx_tokens.get(modality, 0) + response_tokens
         self._history.append({"role": "model", "parts": [{"text": gen.text}]})
         self.record.model_turns.append(gen.text)
-        self._model_turns += 1
-        self._resumption_update(resumable=True)
-        if self._fault("after_turn", self._model_turns):
+        if not gen.filler:
+            self._model_turns += 1
+        if gen.late:
+            self._late.insert(0, {"serverContent": {"outputTranscription": {"text": gen.late}}})
+        if gen.then is not None:
+            self._think(gen.then)
+        self._turn_complete(usage)
+        self._idle_point()
+        if self._phase != "open" or (not gen.filler and self._fault("after_turn", self._model_turns)):
             return
-        if self._waiting:
-            text, spoken, add_history = self._waiting.popleft()
-            self._user_turn(text, spoken=spoken, add_history=add_history)
+        self._next()
+
+    def _think(self, answer: Callable[[], None]) -> None:
+        """An extended-thinking answer, `thinking_delay` from now unless the user cuts in."""
+        group = self._thinking = self._new_group()
+
+        def run() -> None:
+            self._thinking = None
+            self._cancel(group)
+            answer()
+
+        self._at(self._now + self.script.scaled(self.profile.thinking_delay), run, group)
+
+    def _turn_complete(self, usage: dict[str, Any] | None = None) -> None:
+        """turnComplete (with interactionStatus where the family sends it), then
+        the transcripts that arrive after it."""
+        content: dict[str, Any] = {"turnComplete": True}
+        if self.profile.interaction_status:
+            self._in_progress = self._more_coming()
+            content["interactionStatus"] = "IN_PROGRESS" if self._in_progress else "IDLE"
+        message: dict[str, Any] = {"serverContent": content}
+        if usage is not None:
+            message["usageMetadata"] = usage
+        self._send(message)
+        late, self._late = self._late, []
+        for item in late:
+            self._send(item)
 
 
 _SNAKE_TO_CAMEL = {

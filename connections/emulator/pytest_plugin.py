@@ -4,7 +4,8 @@ Load with `pytest_plugins = ["connections.emulator.pytest_plugin"]` in a
 conftest, or `-p connections.emulator.pytest_plugin`.
 
 - `live_emulator`: a running `Emulator` (fresh per test, free port, fast pacing:
-  `Script(speed=20)`); change `live_emulator.script` to script it.
+  `Script(speed=20)`, each model family's real behaviour, bad days included:
+  see docs/emulator.md); change `live_emulator.script` to script it.
 - `live_emulator_client`: a `genai.Client` for it (v1beta, trust configured in
   code, no environment changes).
 - `live_emulator_env`: sets GOOGLE_GEMINI_BASE_URL and SSL_CERT_FILE for code

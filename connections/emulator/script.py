@@ -14,9 +14,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
+from connections.emulator.faults import FaultRates
+from connections.emulator.profiles import FAMILIES, check_overrides
+
 __all__ = [
     "QUOTA_REASON",
     "Fault",
+    "FaultRates",
     "ReplyContext",
     "Script",
     "ToolCall",
@@ -34,6 +38,7 @@ FaultMoment: TypeAlias = Literal[
     "after_tool_call",
     "after_tool_response",
     "after_turn",
+    "on_resume",
 ]
 
 
@@ -55,7 +60,10 @@ class Fault:
     - `mid_generation`: after `n` reply chunks of a generation were sent;
     - `after_tool_call`: right after a toolCall was sent;
     - `after_tool_response`: right after a toolResponse was received;
-    - `after_turn`: after the `n`-th model turn completed (turnComplete sent).
+    - `after_turn`: after the `n`-th model turn completed (turnComplete sent);
+    - `on_resume`: when a setup resumes from a handle the service knows, before
+      setupComplete (e.g. `Fault("on_resume", code=1008,
+      reason="BidiGenerateContent session not found")`).
 
     `action` is `close` (WebSocket close with `code`; 1006 drops the TCP
     connection without a close frame) or `stall` (the session stops answering
@@ -165,7 +173,9 @@ class Script:
       function (case-insensitive, `_` or space), call it with `tool_args[name]`.
     - `faults`: see `Fault`.
     - `go_away_after`: send goAway this long after setupComplete, then close
-      with 1000 after `go_away_time_left`.
+      after `go_away_time_left` (1011 "Deadline expired before operation could
+      complete.", as the service does; 1000 with the profile's
+      `deadline_close_1011` off).
     - `speed`: pacing factor (1 = real time; `math.inf` = no waiting at all).
     - `first_response_delay`: time from end of user turn to first reply chunk.
     - `chunk_ms`, `burst_chunks`: reply audio is 24 kHz PCM16 cut into
@@ -180,6 +190,13 @@ class Script:
       service writes `inlineData`/`mimeType` with standard base64; protobuf
       JSON readers also take `inline_data`/`mime_type` and URL-safe base64, so
       a client must too (`"snake"`, `"urlsafe"`).
+    - `profile`: whose behaviour the sessions follow, a family of
+      `connections.emulator.profiles` (None or "auto": by each setup's model
+      name); `profile_overrides` switches single behaviours of it, by field
+      name (`{"late_transcripts": False, "handle_after_setup": True}`).
+    - `fault_rates`: random faults at rates (`FaultRates.realistic()`), drawn
+      from a generator seeded with `seed` and shared by all connections, so a
+      run with the same traffic replays.
     """
 
     user_says: Sequence[str] | Mapping[int, str] = ()
@@ -199,8 +216,15 @@ class Script:
     bundle: bool | None = None
     audio_keys: Literal["camel", "snake"] = "camel"
     audio_base64: Literal["standard", "urlsafe"] = "standard"
+    profile: str | None = None
+    profile_overrides: Mapping[str, bool | float | None] = dataclasses.field(default_factory=dict)
+    fault_rates: FaultRates = dataclasses.field(default_factory=FaultRates)
+    seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.profile not in (None, "auto", *FAMILIES):
+            raise ValueError(f"unknown profile {self.profile!r}: one of auto, {', '.join(FAMILIES)}")
+        check_overrides(self.profile_overrides)
         if self.audio_keys not in ("camel", "snake"):
             raise ValueError(f"audio_keys must be 'camel' or 'snake', not {self.audio_keys!r}")
         if self.audio_base64 not in ("standard", "urlsafe"):

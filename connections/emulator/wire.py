@@ -13,12 +13,17 @@ import binascii
 import collections
 import copy
 import dataclasses
+import itertools
+import random
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import parse_qs, urlsplit
 
-from connections.emulator.script import VideoFrame
+from live.images import InvalidImage, inspect_image
+
+if TYPE_CHECKING:
+    from connections.emulator.script import VideoFrame
 
 __all__ = [
     "Action",
@@ -31,6 +36,7 @@ __all__ = [
     "SessionRecord",
     "Settings",
     "Shared",
+    "StoredHandle",
     "route",
 ]
 
@@ -130,38 +136,87 @@ def _is_live_model(name: str) -> bool:
     return "live" in name or "native-audio" in name
 
 
-def is_3x(model: str) -> bool:
-    return re.search(r"gemini-3", model) is not None
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredHandle:
+    """What a resumable handle stands for: the conversation, who issued it, until when."""
+
+    snapshot: dict[str, Any]
+    issuer: int | None = None  # `Shared.connection_ids` of the issuing connection
+    expires_at: float | None = None  # on the emulator's clock; None: never
 
 
 class HandleStore:
-    """Resumption handles -> conversation snapshots, shared by all sessions (bounded)."""
+    """Resumption handles -> conversation snapshots, shared by all sessions.
+
+    Bounded: past `limit` handles the oldest is forgotten, and each `put`
+    forgets the oldest ones that have expired; a forgotten handle resumes
+    nothing (the service's "session not found").
+    """
 
     def __init__(self, limit: int = 1000) -> None:
         self._limit = limit
-        self._snapshots: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._handles: collections.OrderedDict[str, StoredHandle] = collections.OrderedDict()
 
-    def put(self, handle: str, snapshot: dict[str, Any]) -> None:
-        self._snapshots[handle] = snapshot
-        self._snapshots.move_to_end(handle)
-        while len(self._snapshots) > self._limit:
-            self._snapshots.popitem(last=False)
+    def put(
+        self,
+        handle: str,
+        snapshot: dict[str, Any],
+        *,
+        issuer: int | None = None,
+        now: float = 0.0,
+        ttl: float | None = None,
+    ) -> None:
+        expires_at = None if ttl is None else now + ttl
+        self._handles[handle] = StoredHandle(snapshot, issuer, expires_at)
+        self._handles.move_to_end(handle)
+        while len(self._handles) > self._limit:
+            self._handles.popitem(last=False)
+        while self._handles:
+            oldest = next(iter(self._handles.values()))
+            if oldest.expires_at is None or oldest.expires_at > now:
+                break
+            self._handles.popitem(last=False)
+
+    def lookup(self, handle: str, now: float) -> StoredHandle | None:
+        """The handle's entry (its snapshot a copy), or None when unknown or expired."""
+        entry = self._handles.get(handle)
+        if entry is None:
+            return None
+        if entry.expires_at is not None and entry.expires_at <= now:
+            del self._handles[handle]
+            return None
+        return dataclasses.replace(entry, snapshot=copy.deepcopy(entry.snapshot))
 
     def get(self, handle: str) -> dict[str, Any] | None:
-        snap = self._snapshots.get(handle)
-        return copy.deepcopy(snap) if snap is not None else None
+        """The snapshot of a handle, expiry not considered."""
+        entry = self._handles.get(handle)
+        return copy.deepcopy(entry.snapshot) if entry is not None else None
 
     def __contains__(self, handle: object) -> bool:
-        return handle in self._snapshots
+        return handle in self._handles
+
+    def __len__(self) -> int:
+        return len(self._handles)
 
 
 @dataclasses.dataclass(slots=True)
 class Shared:
-    """State every session of one emulator shares: handles, fault counters, load."""
+    """State every session of one emulator shares: handles, fault counters and
+    draws, load, and which connections are open."""
 
     store: HandleStore = dataclasses.field(default_factory=HandleStore)
     fault_fired: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
     active: int = 0
+    open_connections: set[int] = dataclasses.field(default_factory=set)
+    connection_ids: Iterator[int] = dataclasses.field(default_factory=itertools.count)
+    _generators: dict[int, random.Random] = dataclasses.field(default_factory=dict)
+
+    def random(self, seed: int) -> random.Random:
+        """The generator every connection draws random faults from, one per seed."""
+        generator = self._generators.get(seed)
+        if generator is None:
+            generator = self._generators[seed] = random.Random(seed)
+        return generator
 
 
 # --- what a session saw ------------------------------------------------------
@@ -179,8 +234,10 @@ class SessionRecord:
     16 MiB), `video` the image frames received as realtime video (first
     `MAX_FRAMES`; `video_frames` counts them all, `last_video` holds the newest
     one's bytes), `user_turns`/`model_turns` the text of
-    each turn, `sent` every message sent, `close` the (code, reason) the server
-    closed with (1006 for a drop), or the client's close as `client_close`.
+    each turn, `sent` every message sent, `handles` the resumable handles issued,
+    `profile` the family whose behaviour the session followed, `close` the
+    (code, reason) the server closed with (1006 for a drop), or the client's
+    close as `client_close`.
     """
 
     index: int
@@ -188,6 +245,7 @@ class SessionRecord:
     route: Route | None
     headers: dict[str, str]
     setup: dict[str, Any] | None = None
+    profile: str | None = None
     frames: list[Any] = dataclasses.field(default_factory=list)
     audio: bytearray = dataclasses.field(default_factory=bytearray)
     audio_chunks: int = 0
@@ -302,12 +360,69 @@ TOP_LEVEL = {
     "contextUpdate": "contextUpdate",
     "context_update": "contextUpdate",
 }
+NOT_IMPLEMENTED = "Operation is not implemented, or supported, or enabled."
+SESSION_NOT_FOUND = "BidiGenerateContent session not found"
+INVALID_HANDLE = "Invalid session resumption handle."
+ENTITY_NOT_FOUND = "Requested entity was not found."
+UNAVAILABLE = "The service is currently unavailable."
+DEADLINE_EXPIRED = "Deadline expired before operation could complete."
+INTERNAL = "Internal error encountered."
 DEFAULT_REASONS = {
     1000: "",
     1007: INVALID,
     1008: "Request violates a policy.",
-    1011: "Internal error encountered.",
+    1011: INTERNAL,
 }
+
+
+def check_video(blob: Any, where: str) -> tuple[bytes, str, int | None, int | None] | str:
+    """A realtime video frame as the service checks it: its bytes, MIME type and
+    size (None for a type not read), or why it is refused (a 1007 reason)."""
+    mime = str(get_field(blob, "mimeType") or "")
+    try:
+        data = b64decode(get_field(blob, "data"))
+    except ValueError:
+        return f"Invalid value at '{where}.data' (TYPE_BYTES), Base64 decoding failed."
+    if not mime.startswith(("image/", "video/")):
+        return f"Unsupported MIME type for {where}: {mime!r}."
+    if mime not in ("image/jpeg", "image/png"):
+        return data, mime, None, None
+    try:
+        info = inspect_image(data, mime)
+    except InvalidImage as exc:
+        return f"Invalid image at '{where}': {exc}."
+    return data, mime, info.width, info.height
+
+
+def credential_error(handshake: Handshake, route: Route | None, settings: Settings) -> str | None:
+    """Why the service refuses this caller (a 1008 reason), or None."""
+    key = handshake.header("x-goog-api-key") or handshake.query("key")
+    auth = handshake.header("authorization") or ""
+    token = auth[6:].strip() if auth[:6].lower() == "token " else handshake.query("access_token")
+    if route is not None and route.constrained:
+        if not token:
+            return UNREGISTERED
+        tokens = settings.tokens
+        if not token.startswith("auth_tokens/") or (tokens is not None and token not in tokens):
+            return BAD_TOKEN
+        return None
+    if not key:
+        return UNREGISTERED
+    if settings.api_key is not None and key.strip() != settings.api_key:
+        return BAD_KEY
+    return None
+
+
+def usage_metadata(context: Mapping[str, int], modality: str, response_tokens: int) -> dict[str, Any]:
+    """The usageMetadata of a completed turn: the context so far in, the reply out."""
+    prompt = sum(context.values())
+    return {
+        "promptTokenCount": prompt,
+        "responseTokenCount": response_tokens,
+        "totalTokenCount": prompt + response_tokens,
+        "promptTokensDetails": [{"modality": m, "tokenCount": c} for m, c in sorted(context.items())],
+        "responseTokensDetails": [{"modality": modality, "tokenCount": response_tokens}],
+    }
 
 
 def not_found(model: str, version: str) -> str:
