@@ -57,3 +57,32 @@ def kinds(events: list[object]) -> list[str]:
         if not (name == "audio" and out and out[-1] == "audio"):
             out.append(name)
     return out
+
+
+def replies(events: list[object]) -> list[str]:
+    """What the model said, a string per reply: each final transcript with the
+    late tail that may follow it (`late: true`, after its turn ended)."""
+    from live import protocol as p
+
+    said: list[str] = []
+    for e in events:
+        if isinstance(e, p.TranscriptOutput) and not e.heard:
+            if e.late and said:
+                said[-1] += e.text
+            elif e.final:
+                said.append(e.text)
+    return said
+
+
+async def late_tail(client: LiveClient, *, within: float = 1.0) -> list[object]:
+    """Events after a turn's end up to its transcript's late tail, if one comes
+    `within` seconds (Gemini may send the last words after turnComplete)."""
+    from live import protocol as p
+
+    seen: list[object] = []
+    with anyio.move_on_after(within):
+        async for event in client.events():
+            seen.append(event)
+            if isinstance(event, p.TranscriptOutput) and event.late:
+                break
+    return seen

@@ -22,7 +22,7 @@ from clients.client import LiveClient, Reattaching
 from connections.emulator import Script
 from connections.emulator.server import running_emulator
 from live import protocol as p
-from serving import collect
+from serving import collect, late_tail, replies
 from test_store import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -130,11 +130,12 @@ async def fleet(redis: RedisServer, count: int, *extra: str) -> AsyncIterator[tu
 
 async def say(client: LiveClient, text: str) -> list:
     await client.send_text(text)
-    return await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None, timeout=30)
+    events = await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None, timeout=30)
+    return events + await late_tail(client)
 
 
 def said(events: list, text: str) -> bool:
-    return any(isinstance(e, p.TranscriptOutput) and e.final and e.text == text for e in events)
+    return text in replies(events)
 
 
 def holder(servers: list[Serving]) -> Serving:
