@@ -1429,10 +1429,15 @@ def run_many(seeds: range, *, jobs: int = 1, avoid: frozenset[str] = frozenset()
     run = functools.partial(run_seed, avoid=avoid)
     if jobs <= 1:
         return [run(s) for s in seeds]
+    import concurrent.futures
     import multiprocessing
 
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        return pool.map(run, seeds, chunksize=max(1, len(seeds) // (jobs * 8)))
+    # Fresh processes, not forks of the caller (a test run's process holds
+    # threads and sockets a fork would inherit); a worker that dies fails the
+    # run (BrokenProcessPool) instead of leaving it waiting forever.
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        return list(pool.map(run, seeds, chunksize=max(1, len(seeds) // (jobs * 8))))
 
 
 def main(argv: list[str] | None = None) -> int:
