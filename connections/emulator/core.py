@@ -24,6 +24,7 @@ import hashlib
 import heapq
 import itertools
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -782,8 +783,12 @@ class EmulatorSession(FunctionCalls):
         if not calls and self.script.call_named_functions:
             lowered = text.lower()
             for name in self._declared:
-                if name.lower() in lowered or name.lower().replace("_", " ") in lowered:
-                    calls.append(ToolCall(name, self.script.tool_args.get(name, {})))
+                # Asked for by name; a mention written as a call, `name(...)`, is a
+                # report of one that ran (a context note), not a request.
+                for form in {name.lower(), name.lower().replace("_", " ")}:
+                    if re.search(rf"{re.escape(form)}(?!\s*\()", lowered):
+                        calls.append(ToolCall(name, self.script.tool_args.get(name, {})))
+                        break
         if calls:
             self._call_tools(calls, text)
         elif self.profile.interaction_status:

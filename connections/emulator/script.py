@@ -170,7 +170,9 @@ class Script:
       back to `default_reply` when exhausted) or a function of `ReplyContext`.
     - `tool_calls`: user turn number -> calls the model makes instead of
       answering. `call_named_functions`: when the user's text names a declared
-      function (case-insensitive, `_` or space), call it with `tool_args[name]`.
+      function (case-insensitive, `_` or space), call it with `tool_args[name]`;
+      a name written as a call, `name(...)`, reports one that ran (a context
+      note) and calls nothing.
     - `faults`: see `Fault`.
     - `go_away_after`: send goAway this long after setupComplete, then close
       after `go_away_time_left` (1011 "Deadline expired before operation could
