@@ -20,7 +20,6 @@ import collections
 import copy
 import dataclasses
 import functools
-import hashlib
 import heapq
 import itertools
 import json
@@ -30,6 +29,7 @@ from typing import Any
 
 from connections.emulator import synth
 from connections.emulator.calls import FunctionCalls, PendingCalls
+from connections.emulator.listening import Listening
 from connections.emulator.faults import EarlyDrop, FaultDice
 from connections.emulator.profiles import (
     PROFILES,
@@ -45,7 +45,6 @@ from connections.emulator.script import (
     ReplyContext,
     Script,
     ToolCall,
-    VideoFrame,
 )
 from connections.emulator.wire import (
     AUDIO_TOKENS_PER_S,
@@ -54,9 +53,7 @@ from connections.emulator.wire import (
     INTERNAL,
     INVALID,
     INVALID_HANDLE,
-    MAX_AUDIO,
     MAX_FRAMES,
-    NOT_IMPLEMENTED,
     SESSION_NOT_FOUND,
     TOP_LEVEL,
     UNAVAILABLE,
@@ -69,13 +66,10 @@ from connections.emulator.wire import (
     SessionRecord,
     Settings,
     Shared,
-    b64decode,
-    check_video,
     credential_error,
     duration_text,
     get_field,
     not_found,
-    rate_of,
     route,
     text_of,
     token_count,
@@ -120,7 +114,7 @@ class _Generation:
 # --- the session ---------------------------------------------------------------
 
 
-class EmulatorSession(FunctionCalls):
+class EmulatorSession(Listening, FunctionCalls):
     """One connection's protocol state: frames and time in, actions out.
 
     A load script subclasses it: `heard_audio` receives each realtime audio
@@ -538,143 +532,6 @@ class EmulatorSession(FunctionCalls):
 
     # -- input ------------------------------------------------------------------------
 
-    def _on_realtime(self, body: Any) -> None:
-        if not isinstance(body, Mapping):
-            self._close(1007, INVALID)
-            return
-        if self.profile.realtime_during_call_closes and self._call_unanswered():
-            self._close(1008, NOT_IMPLEMENTED)
-            return
-        if self._awaiting_history:
-            # historyConfig.initialHistoryInClientContent: only client_content is
-            # processed until one arrives with turnComplete=true.
-            self.record.ignored_realtime += 1
-            return
-        for key, value in body.items():
-            name = _SNAKE_TO_CAMEL.get(key, key)
-            if self._phase != "open":
-                return
-            if name == "audio":
-                self._on_blob(value, "realtime_input.audio")
-            elif name == "mediaChunks":
-                for blob in value or []:
-                    self._on_blob(blob, "realtime_input.media_chunks")
-            elif name == "video":
-                self._on_video(value, "realtime_input.video")
-            elif name == "text":
-                self._barge_in()
-                self._user_turn(str(value), spoken=False)
-            elif name in ("activityStart", "activityEnd"):
-                if not self._vad_disabled:
-                    self._close(
-                        1007,
-                        "Explicit activity control is not supported when automatic"
-                        " activity detection is enabled.",
-                    )
-                    return
-                if name == "activityStart":
-                    self._manual_active = True
-                    self._turn_audio_ms = 0.0
-                    self._barge_in()
-                elif self._manual_active:
-                    self._manual_active = False
-                    self._end_spoken_turn()
-            elif name == "audioStreamEnd":
-                if value and not self._vad_disabled and self._speaking:
-                    self._speaking = False
-                    self._end_spoken_turn()
-            else:
-                self._close(1007, f'Invalid JSON payload received. Unknown name "{key}" at \'realtime_input\': Cannot find field.')
-
-    def _on_video(self, blob: Any, where: str) -> None:
-        """An image frame: checked as strictly as the service could, then counted."""
-        checked = check_video(blob, where)
-        if isinstance(checked, str):
-            self._close(1007, checked)
-            return
-        data, mime, width, height = checked
-        self._started = True
-        record = self.record
-        record.video_frames += 1
-        record.last_video = data
-        if len(record.video) < MAX_FRAMES:
-            frame = VideoFrame(self._now, mime, len(data), width, height, hashlib.sha256(data).hexdigest())
-            record.video.append(frame)
-
-    def _on_blob(self, blob: Any, where: str) -> None:
-        data_text = get_field(blob, "data")
-        mime = str(get_field(blob, "mimeType") or "")
-        try:
-            data = b64decode(data_text)
-        except ValueError:
-            self._close(
-                1007,
-                f"Invalid value at '{where}.data' (TYPE_BYTES), Base64 decoding failed.",
-            )
-            return
-        self._started = True
-        if not mime.startswith("audio/"):
-            return
-        self.record.audio_chunks += 1
-        self.heard_audio(data, rate_of(mime))
-        if self._phase == "open":
-            self._fault("after_audio_chunks", self.record.audio_chunks)
-
-    def heard_audio(self, data: bytes, rate: int) -> None:
-        """One realtime audio chunk, checked: kept in `record`, and heard by the
-        activity detector (or counted toward a manual activity)."""
-        room = MAX_AUDIO - len(self.record.audio)
-        if room > 0:
-            self.record.audio.extend(data[:room])
-        if self._vad_disabled:
-            if self._manual_active:
-                self._turn_audio_ms += len(data) / 2 / rate * 1000
-        else:
-            self._detect(data, rate)
-
-    def _detect(self, pcm: bytes, rate: int) -> None:
-        """Energy-based activity detection, measured in audio time (deterministic)."""
-        for rms, ms in synth.frame_rms(pcm, rate):
-            loud = rms >= self._threshold
-            if not self._speaking:
-                if loud:
-                    self._voiced_ms += ms
-                    if self._voiced_ms >= self._prefix_ms:
-                        self._speaking = True
-                        self._silence_ms = 0.0
-                        self._turn_audio_ms = self._voiced_ms
-                        self._barge_in()
-                else:
-                    self._voiced_ms = 0.0
-                continue
-            self._turn_audio_ms += ms
-            self._silence_ms = 0.0 if loud else self._silence_ms + ms
-            if self._silence_ms >= self._silence_ms_needed:
-                self._speaking = False
-                self._voiced_ms = 0.0
-                self._end_spoken_turn()
-                if self._phase != "open":
-                    return
-
-    def _end_spoken_turn(self) -> None:
-        text = self.script.transcript_for(self._turn + 1, self._spoken_turns)
-        self._spoken_turns += 1
-        if self._input_transcription:
-            pieces: list[dict[str, Any]] = [{"text": t} for t in synth.fragments(text, size=64)]
-            late = pieces.pop() if pieces and self.profile.late_transcripts else None
-            first = pieces[0] if pieces else late
-            if first is not None and self.profile.input_transcription_finished_first:
-                first["finished"] = True
-            for piece in pieces:
-                self._send({"serverContent": {"inputTranscription": piece}})
-            if late is not None:
-                self._late.append({"serverContent": {"inputTranscription": late}})
-        seconds = self._turn_audio_ms / 1000
-        self._ctx_tokens["AUDIO"] = self._ctx_tokens.get("AUDIO", 0) + max(
-            1, round(seconds * AUDIO_TOKENS_PER_S)
-        )
-        self._user_turn(text, spoken=True)
-
     def _on_client_content(self, body: Any) -> None:
         if not isinstance(body, Mapping):
             self._close(1007, INVALID)
@@ -939,11 +796,3 @@ class EmulatorSession(FunctionCalls):
         late, self._late = self._late, []
         for item in late:
             self._send(item)
-
-
-_SNAKE_TO_CAMEL = {
-    "media_chunks": "mediaChunks",
-    "activity_start": "activityStart",
-    "activity_end": "activityEnd",
-    "audio_stream_end": "audioStreamEnd",
-}
