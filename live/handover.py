@@ -1,0 +1,269 @@
+"""What a session carries from one model connection to the next.
+
+The `Handover` part of `live.session.SessionCore`. Model connections come and
+go under one session; a resumed connection continues from the state behind its
+handle, and a fresh one (no usable handle) from the session's transcript. What
+the new one must still be told is decided here: results of calls an earlier
+connection made (as context, never as function responses it would reject), a
+typed turn no handle covers, nothing it already knows. And the facts another
+server of a fleet needs to carry the conversation on. No I/O.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from google.genai import types
+
+from live.actions import Action, SendEvent, ToUpstream
+from live.protocol import TurnComplete
+from live.session_state import ToolCall, ToolState, TurnState, tool_context_content
+
+if TYPE_CHECKING:
+    from live.transcript import Transcript
+
+__all__ = ["Handover"]
+
+
+class Handover:
+    """Connection changes for `SessionCore` (its state lives on the core)."""
+
+    tools: dict[str, ToolCall]
+    epoch: int
+    turn: TurnState
+    transcript: Transcript
+
+    def for_connection(self, content: types.Content) -> types.Content:
+        """What of `content` the current connection may take, decided as it is sent.
+
+        Function responses to calls an earlier connection issued become a context
+        note: this connection never made those calls and would reject the
+        responses. Everything else goes as it is.
+        """
+        parts = content.parts or []
+        if not parts or parts[0].function_response is None:
+            return content
+        own: list[types.Part] = []
+        foreign: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        told: list[str] = []
+        for part in parts:
+            fr = part.function_response
+            call = self.tools.get(fr.id or "") if fr is not None else None
+            if fr is not None and call is not None and call.epoch != self.epoch:
+                foreign.append((call.name, call.args, dict(fr.response or {})))
+                told.append(fr.id or "")
+            else:
+                own.append(part)
+        if not foreign:
+            return content
+        if own:
+            # Both in one content cannot happen (calls answered together were
+            # issued together); keep the own responses rather than mix kinds.
+            return content.model_copy(update={"parts": own})
+        note = tool_context_content(foreign)
+        self._remember_note(note, told, [])
+        return note
+
+    def _remember_note(self, note: types.Content, told: list[str], typed: list[types.Content]) -> None:
+        key = id(note)
+        notes = self._notes
+
+        def forget(ref: weakref.ref[types.Content]) -> None:
+            entry = notes.get(key)
+            if entry is not None and entry[0] is ref:
+                del notes[key]
+
+        notes[key] = (weakref.ref(note, forget), told, typed)
+
+    def _take_note(self, content: types.Content) -> tuple[list[str], list[types.Content]] | None:
+        """The calls and typed turns `content` carries, if it is a note on its way."""
+        entry = self._notes.get(id(content))
+        if entry is None or entry[0]() is not content:
+            return None
+        del self._notes[id(content)]
+        return entry[1], entry[2]
+
+    def content_sent(self, content: types.Content, now: float | None = None) -> None:
+        """A content reached the model's connection.
+
+        A typed user turn (or a context note) is then owed a reply; function
+        responses are recorded as taken by this connection, until a handle
+        covers them.
+        """
+        parts = content.parts or []
+        if not parts:
+            return
+        note = self._take_note(content)
+        if note is not None:
+            # A context note: its calls are now told to this connection, until a
+            # handle holds them; typed turns joined to it are owed an answer.
+            told, typed = note
+            for call_id in told:
+                call = self.tools.get(call_id)
+                if call is not None:
+                    call.sent_epoch = self.epoch
+                    call.covered = False
+                    self._told(call)
+            self._owed.extend(typed)
+            return
+        if parts[0].function_response is not None:
+            for part in parts:
+                fr = part.function_response
+                call = self.tools.get(fr.id or "") if fr is not None else None
+                if call is not None:
+                    call.sent_epoch = self.epoch
+                    call.covered = False
+                    self._told(call)
+            self._update_hold()
+            return
+        if content.role == "user" and parts[0].text is not None:
+            self._owed.append(content)
+            self.transcript.user("".join(p.text or "" for p in parts))
+
+    def _told(self, call: ToolCall) -> None:
+        """A call's result reached the model: into the transcript, once."""
+        if not call.told and call.response is not None:
+            call.told = True
+            self.transcript.result(call.name, call.args, call.response)
+
+    def fresh_start(self, now: float) -> list[types.Content]:
+        """The history a fresh connection is seeded with (no handle to resume
+        from): the transcript, whose last turn, when it is the user's, is the
+        one owed an answer. Everything it holds is then known to the model:
+        nothing is told or asked again on top of it."""
+        self._replay = []
+        self._owed = []
+        self._answerable = 0
+        for call in self.tools.values():
+            if call.told:
+                call.covered = True
+                call.sent_epoch = self.epoch
+        if self.transcript.last_role == "user":
+            self.awaiting_reply_since = now
+        return self.transcript.contents()
+
+    def connection_lost(self) -> list[Action]:
+        """The model connection is going away; a new one (resumed) will follow.
+
+        A reply cut short will not go on: the client hears `turn.complete` with
+        reason `connection_lost`, and nothing more of that reply. What the next
+        connection must be told is gathered: results of calls the old one took
+        but no handle covers, and a typed turn it never finished answering.
+        """
+        actions: list[Action] = []
+        if self.turn is not TurnState.LISTENING:
+            actions.append(SendEvent(TurnComplete("connection_lost")))
+        self.turn = TurnState.LISTENING
+        self.user_speaking = False
+        self._hearing_user = False
+        self.epoch += 1
+        self._update_hold()  # the new connection owes nothing: it made no call yet
+        told = [
+            call_id
+            for call_id, c in self.tools.items()
+            if c.sent_epoch is not None and not c.covered and c.response is not None
+        ]
+        for call_id in told:
+            # To be told again; tracked until a handle holds what the new connection took.
+            self.tools[call_id].sent_epoch = None
+        replay: list[types.Content] = []
+        if told:
+            replay.append(
+                tool_context_content(
+                    [(self.tools[i].name, self.tools[i].args, self.tools[i].response or {}) for i in told]
+                )
+            )
+        typed = self._owed
+        replay.extend(typed)
+        self._owed = []
+        self._answerable = 0
+        # Notes still waiting in the upstream queue keep their entries: they go to
+        # the next connection, and their calls are tracked once they are sent.
+        if replay:
+            joined = _joined_turn(replay)
+            self._remember_note(joined, told, typed)
+            self._replay = [joined]
+        return actions
+
+    def connection_resumed(self, now: float) -> list[Action]:
+        """A resumed connection took over: send what it must be told first.
+
+        Pending tool calls stay pending (their results reach the new
+        connection as context), and a reply still owed is timed from now.
+        """
+        if self.awaiting_reply_since is not None:
+            self.awaiting_reply_since = now
+        replay, self._replay = self._replay, []
+        if replay:
+            self.awaiting_reply_since = now
+        return [ToUpstream(item) for item in replay]
+
+    # -------------------------------------------------------------- durable facts
+
+    def snapshot(self) -> dict[str, Any]:
+        """What another server needs to carry this conversation on (JSON-able).
+
+        The newest resumption handle; the calls the model may not know the
+        outcome of (pending, or answered with no handle since); the typed turn
+        it owes an answer to.
+        """
+        tools = []
+        for call_id, call in self.tools.items():
+            if call.state is ToolState.PENDING or (call.response is not None and not call.covered):
+                tools.append(
+                    {
+                        "id": call_id,
+                        "name": call.name,
+                        "runs_on": call.runs_on,
+                        "args": call.args,
+                        "state": call.state.value,
+                        "response": call.response,
+                    }
+                )
+        owed = "\n".join(p.text or "" for c in self._owed for p in c.parts or []) or None
+        return {
+            "handle": self.resumption_handle,
+            "tools": tools,
+            "owed": owed,
+            "transcript": self.transcript.snapshot(),
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Take over a conversation another server carried (see `snapshot`).
+
+        Its connections are gone: every call it listed is told to the next
+        connection as context, with its result, or, for a call still running
+        when that server stopped, as lost (its outcome is unknown). Call
+        `connection_lost()` next, then open a connection resumed from
+        `resumption_handle`.
+        """
+        self.resumption_handle = snapshot.get("handle")
+        for item in snapshot.get("tools") or []:
+            response = item.get("response")
+            state = ToolState(item.get("state", "pending"))
+            if state is ToolState.PENDING:
+                state = ToolState.TIMED_OUT
+                response = {
+                    "error": "the server running this call stopped before it finished; "
+                    "its outcome is unknown"
+                }
+            self.tools[str(item["id"])] = ToolCall(
+                name=str(item.get("name", "")),
+                runs_on=str(item.get("runs_on", "server")),
+                args=dict(item.get("args") or {}),
+                epoch=-1,
+                state=state,
+                response=response,
+                sent_epoch=-1,
+            )
+        owed = snapshot.get("owed")
+        if owed:
+            self._owed = [types.Content(role="user", parts=[types.Part(text=str(owed))])]
+        self.transcript.restore(snapshot.get("transcript") or [])
+
+
+def _joined_turn(contents: list[types.Content]) -> types.Content:
+    """Several user texts as one turn, a paragraph each, so the model answers them once."""
+    texts = ["".join(part.text or "" for part in content.parts or []) for content in contents]
+    return types.Content(role="user", parts=[types.Part(text="\n\n".join(t for t in texts if t))])
