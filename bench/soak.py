@@ -116,7 +116,7 @@ class User:
         """Count the replies in `said` (then forget them); whether `question` was answered."""
         answered = False
         for text in said:
-            for named in re.findall(r"q\d+x\d+", text):
+            for named in set(re.findall(r"q\d+x\d+", text)):
                 self.answers[named] += 1
                 answered = answered or named == question
             if "check_stock returned" in text:
@@ -129,7 +129,7 @@ class User:
         return answered
 
 
-async def soak(sessions: int, minutes: float, seed: int) -> int:
+async def soak(sessions: int, minutes: float, seed: int, log_path: str | None = None) -> int:
     rng = random.Random(seed)
     script = Script(
         speed=1,
@@ -141,23 +141,25 @@ async def soak(sessions: int, minutes: float, seed: int) -> int:
         replies=lambda ctx: (
             " ".join(f"{r.get('name')} returned {json.dumps(r.get('response'), sort_keys=True)}." for r in ctx.tool_results)
             if ctx.tool_results
-            else f"You said: {ctx.user_text.strip().rstrip('.?!')}."
+            # The question's number first: a reply's last words may be lost with its connection.
+            else f"{_number(ctx.user_text)}, you said: {ctx.user_text.strip().rstrip('.?!')}."
         ),
     )
     async with running_emulator(script) as emu:
         env = {**os.environ, "GOOGLE_API_KEY": emu.api_key, "GOOGLE_GEMINI_BASE_URL": emu.base_url,
                "SSL_CERT_FILE": emu.ca_file, "NO_PROXY": "127.0.0.1,localhost"}
         env.pop("GEMINI_API_KEY", None)
+        log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
         server = subprocess.Popen(
             [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--agent", "bench.soak:AGENT",
              "--max-sessions", str(sessions + 10), "--max-sessions-per-ip", str(sessions + 10)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.PIPE, stderr=log, text=True, env=env,
         )
         try:
             line = await anyio.to_thread.run_sync(server.stdout.readline)
             match = re.search(r"(ws://\S+/live)", line)
             if not match:
-                raise SystemExit(f"live serve did not start: {line!r} {server.stderr.read()[-2000:]}")
+                raise SystemExit(f"live serve did not start: {line!r} (see its log)")
             url = match.group(1)
             users = [User(i, random.Random(rng.random())) for i in range(sessions)]
             until = time.monotonic() + minutes * 60
@@ -171,6 +173,8 @@ async def soak(sessions: int, minutes: float, seed: int) -> int:
             server.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 server.wait(10)
+            if log_path:
+                log.close()
         closes = collections.Counter(s.close[0] for s in emu.sessions if s.close is not None)
         fresh = sum(1 for s in emu.sessions if s.resumed_from is None) - sessions
     asked = [q for u in users for q in u.asked]
@@ -193,12 +197,19 @@ async def soak(sessions: int, minutes: float, seed: int) -> int:
           f"{sum(u.resumed for u in users)} session.resumed")
     for u in ended[:5]:
         print(f"  ended: user {u.index}: {u.ended}")
-    for q in lost[:5]:
-        print(f"  never answered: {q}")
+    for q in lost[:10]:
+        kind = "tool" if any(q in u.tool_questions for u in users) else "plain"
+        where = [s.index for s in emu.sessions if any(q in t for t in s.user_turns)]
+        print(f"  never answered: {q} ({kind}; the model heard it on connection(s) {where or 'none'})")
     for q in twice[:5]:
         print(f"  answered twice: {q}")
     twice += ["a tool result with no tool question awaited"] * stray
     return 1 if ended or lost or twice else 0
+
+
+def _number(text: str) -> str:
+    found = re.search(r"q\d+x\d+", text)
+    return found.group(0) if found else "that"
 
 
 def check_stock(item: str) -> dict[str, Any]:
@@ -220,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--server-log", metavar="FILE", help="write live serve's log here")
     args = parser.parse_args(argv)
-    return anyio.run(soak, args.sessions, args.minutes, args.seed)
+    return anyio.run(soak, args.sessions, args.minutes, args.seed, args.server_log)
 
 
 if __name__ == "__main__":

@@ -297,7 +297,13 @@ class ModelLink:
         try:
             async with self._runner.server.measured_llm.connect(request) as conn:
                 if history:
-                    await conn.send_history(list(history))
+                    try:
+                        await conn.send_history(list(history))
+                    except ConnectionClosedError as exc:
+                        # Closed right after setup: as the receiver would classify it.
+                        raise exc.cause or RecoverableConnectionError(
+                            "the model closed the connection before it took the history"
+                        ) from exc
                 try:
                     async with anyio.create_task_group() as tg:
                         link = Connection(conn, tg.cancel_scope, self.poke)
@@ -369,8 +375,10 @@ class ModelLink:
         try:
             await link.ready.wait()  # the client hears of the connection before anything from it
             async for response in link.conn.receive():
-                if link.muted:
-                    continue  # retired: nothing of it reaches the conversation
+                if link.muted and not response.late_transcription:
+                    # Retired: nothing of it reaches the conversation, but the last
+                    # words of a turn that completed on it (they may trail it).
+                    continue
                 now = clock()
                 if response.go_away_time_left is not None:
                     link.go_away_at = now + response.go_away_time_left

@@ -228,3 +228,24 @@ async def test_a_non_blocking_tool_is_declared_so_and_its_silent_result_is_owed_
     [response] = session.tool_responses[0].function_responses
     assert response.scheduling == types.FunctionResponseScheduling.SILENT
     assert any(isinstance(e, p.ToolCallEvent) for e in events)
+
+
+async def test_a_connection_that_drops_as_its_history_is_sent_is_one_more_reconnect():
+    """The service may drop a connection right after setup (forum #167186),
+    before the seed of a fresh connection went out: a recoverable end like any
+    other, never the end of the session."""
+    first = double.ScriptedSession()
+    first.on_client_content(double.output_transcript("Sunny."), double.turn_complete())
+    dropping = double.ScriptedSession().drop(1011, "The service is currently unavailable.", seen_by="sender")
+    third = double.ScriptedSession()
+    third.on_client_content(double.output_transcript("Still here."), double.turn_complete())
+    llm = Gemini("gemini-2.5-flash", transport=double.DoubleTransport(first, dropping, third))
+    async with running(Agent(name="a", model="gemini-2.5-flash"), llm) as (_, url), LiveClient.connect(url) as client:
+        await client.send_text("Weather?")
+        await collect(client, lambda e: isinstance(e, p.TurnComplete))
+        first.drop(1011, "Internal error")  # no handle: a fresh connection, seeded
+        await collect(client, lambda e: isinstance(e, p.SessionResumed), timeout=10)
+        await client.send_text("Are you there?")
+        events = await collect(client, lambda e: isinstance(e, p.TurnComplete) and e.reason is None, timeout=10)
+    assert any(isinstance(e, p.TranscriptOutput) and e.text == "Still here." for e in events)
+    assert third.client_contents[0].turns[0].parts[0].text == "Weather?"  # the seed reached the third
