@@ -199,8 +199,12 @@ async def soak(sessions: int, minutes: float, seed: int, log_path: str | None = 
         print(f"  ended: user {u.index}: {u.ended}")
     for q in lost[:10]:
         kind = "tool" if any(q in u.tool_questions for u in users) else "plain"
-        where = [s.index for s in emu.sessions if any(q in t for t in s.user_turns)]
-        print(f"  never answered: {q} ({kind}; the model heard it on connection(s) {where or 'none'})")
+        heard = [s for s in emu.sessions if any(q in t for t in s.user_turns)]
+        print(f"  never answered: {q} ({kind}; the model heard it on connection(s) {[s.index for s in heard] or 'none'})")
+        for s in heard:
+            after = [n.index for n in emu.sessions if n.resumed_from in s.handles]
+            print(f"    connection {s.index}: closed {s.close}, client close {s.client_close}, "
+                  f"{len(s.handles)} handle(s), resumed by {after}, model turns {s.model_turns[-2:]}")
     for q in twice[:5]:
         print(f"  answered twice: {q}")
     twice += ["a tool result with no tool question awaited"] * stray
