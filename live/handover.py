@@ -132,6 +132,14 @@ class Handover:
         from): the transcript, whose last turn, when it is the user's, is the
         one owed an answer. Everything it holds is then known to the model:
         nothing is told or asked again on top of it."""
+        for note in self._replay:
+            # Results waiting to be told as context (the calls of a server that
+            # died, taken over) join the transcript instead.
+            entry = self._take_note(note)
+            for call_id in entry[0] if entry is not None else ():
+                call = self.tools.get(call_id)
+                if call is not None:
+                    self._told(call)
         self._replay = []
         self._owed = []
         self._answerable = 0
@@ -157,6 +165,8 @@ class Handover:
         self.turn = TurnState.LISTENING
         self.user_speaking = False
         self._hearing_user = False
+        self.interaction_busy = False  # the new connection has no interaction going on
+        self._generated = []  # answered: not to be asked again
         self.epoch += 1
         self._update_hold()  # the new connection owes nothing: it made no call yet
         told = [
@@ -175,6 +185,14 @@ class Handover:
                 )
             )
         typed = self._owed
+        heard = "".join(self._heard).strip()
+        self._heard = []
+        if heard:
+            # The user spoke and the connection went before the turn ended: the
+            # model never answered those words, and a new connection never heard
+            # them. They are owed like a typed turn.
+            self.transcript.user(heard)
+            typed.append(types.Content(role="user", parts=[types.Part(text=heard)]))
         replay.extend(typed)
         self._owed = []
         self._answerable = 0

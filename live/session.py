@@ -184,9 +184,11 @@ class SessionCore(Handover):
         self.epoch = 0
         self.user_speaking = False
         self._hearing_user = False  # input transcription fragments not yet finalized
+        self._heard: list[str] = []  # those fragments: the user's words no turn has ended yet
         # Typed turns sent that no handle holds yet and the model has not answered.
         self._owed: list[types.Content] = []
         self._answerable = 0  # how many of them the reply in progress answers
+        self._generated: list[types.Content] = []  # answered by a generation whose turn is open
         # Contents on their way that tell of calls, by id: those calls, and the
         # typed turns joined to them (owed once sent). Each entry holds a weak
         # reference to its content and goes when the content does: an id is an
@@ -395,8 +397,12 @@ class SessionCore(Handover):
             # the client has its fragments (and, from the server, what was heard).
             if response.output_transcription is not None and response.output_transcription.finished:
                 response = dataclasses.replace(response, output_transcription=None)
+        tail = None
         if response.late_transcription:
-            return self._late_tail(response, actions)
+            # The tail of the reply that ended, told after what else came in its
+            # message (the turn's end, usage, a handle), which is read as usual.
+            tail = response.output_transcription
+            response = dataclasses.replace(response, output_transcription=None, late_transcription=False)
         if (
             response.content is not None
             or response.output_transcription is not None
@@ -435,8 +441,12 @@ class SessionCore(Handover):
             t = response.input_transcription
             if t.text or t.finished:
                 actions.append(SendEvent(TranscriptInput(t.text or "", bool(t.finished))))
-            if t.finished and t.text:
-                self.transcript.user(t.text)
+            if t.finished:
+                self._heard = []
+                if t.text:
+                    self.transcript.user(t.text)
+            elif t.text:
+                self._heard.append(t.text)
             self._hearing_user = not t.finished and bool(t.text or self._hearing_user)
         if response.output_transcription is not None:
             t = response.output_transcription
@@ -461,9 +471,21 @@ class SessionCore(Handover):
             # come, after thinking that may take longer than a stall: not a safe
             # point, and not timed as an owed reply.
             self.interaction_busy = status is not types.InteractionStatus.IDLE
+        if response.generation_complete and self.turn is TurnState.RESPONDING and not self.interaction_busy:
+            # The reply is whole: the turns sent before it are answered, even if
+            # the connection drops before turnComplete (sent again, they would
+            # be answered twice).
+            self._generated = self._owed[: self._answerable]
+            del self._owed[: self._answerable]
+            self._answerable = 0
         if response.turn_complete:
-            if self.turn is TurnState.RESPONDING:
+            if self.interaction_busy:
+                # A filler completed and the answer is still to come: the turns
+                # it followed are owed that answer.
+                self._owed[:0] = self._generated
+            elif self.turn is TurnState.RESPONDING:
                 del self._owed[: self._answerable]  # answered: the turns sent before the reply
+            self._generated = []
             self._answerable = 0
             self.turn = TurnState.LISTENING
             reason = response.turn_complete_reason
@@ -484,6 +506,8 @@ class SessionCore(Handover):
                     )
                 )
             )
+        if tail is not None and tail.text:
+            self._late_tail(tail.text, actions)
         return actions
 
     def _handle_issued(self, handle: str) -> None:
@@ -531,14 +555,11 @@ class SessionCore(Handover):
             self._reply_texts.append(part.text)
             actions.append(SendEvent(TextEvent(part.text, partial)))
 
-    def _late_tail(self, response: LlmResponse, actions: list[Action]) -> list[Action]:
+    def _late_tail(self, text: str, actions: list[Action]) -> None:
         """The tail of a reply's transcript after the reply ended: it belongs to
         that reply (its text and the transcript), and starts no new one."""
-        t = response.output_transcription
-        if t is not None and t.text:
-            actions.append(SendEvent(TranscriptOutput(t.text, False, late=True)))
-            self.transcript.model_tail(t.text)
-        return actions
+        actions.append(SendEvent(TranscriptOutput(text, False, late=True)))
+        self.transcript.model_tail(text)
 
     def _reply_ended(self) -> None:
         """A reply ended: what it wrote goes into the transcript, unless its

@@ -1,0 +1,147 @@
+"""What a session owes the model across a drop, decided without sockets.
+
+A connection can go at any message of a turn; these pin down the edges where
+the user's words (typed or spoken) or a tool's result could be lost, or an
+answer given twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+from google.genai import types
+
+from live import LlmResponse
+from live import protocol as p
+from live.session import SendEvent, SessionCore, ToUpstream
+
+
+def core() -> SessionCore:
+    return SessionCore(input_rate=16_000, server_tools=frozenset({"get_weather"}))
+
+
+def said(text: str, *, finished: bool = False) -> LlmResponse:
+    return LlmResponse(output_transcription=types.Transcription(text=text, finished=finished))
+
+
+def heard(text: str, *, finished: bool = False) -> LlmResponse:
+    return LlmResponse(input_transcription=types.Transcription(text=text, finished=finished), partial=not finished)
+
+
+def handle(h: str) -> LlmResponse:
+    return LlmResponse(session_resumption_update=types.LiveServerSessionResumptionUpdate(new_handle=h, resumable=True))
+
+
+def ask(s: SessionCore, text: str, now: float = 0.0) -> types.Content:
+    [up] = s.client_text(json.dumps({"type": "text", "text": text}), now=now)
+    s.content_sent(up.item)
+    return up.item
+
+
+def texts(actions) -> str:
+    return "\n".join(part.text or "" for a in actions if isinstance(a, ToUpstream) for part in a.item.parts)
+
+
+def test_a_late_tail_that_comes_with_the_turns_end_still_ends_the_turn():
+    """3.x bundles a turn's last transcript words with turnComplete; the tail is
+    the old reply's, and the turn's end, usage and handle are still read."""
+    s = core()
+    ask(s, "Weather?")
+    s.model_response(said("It is sunny"), now=0.1)
+    s.model_response(LlmResponse(generation_complete=True), now=0.2)
+    tail = said(" in Paris.")
+    tail.late_transcription = True
+    tail.turn_complete = True
+    tail.usage_metadata = types.UsageMetadata(total_token_count=9)
+    tail.session_resumption_update = types.LiveServerSessionResumptionUpdate(new_handle="h2", resumable=True)
+    kinds = [type(a.event) for a in s.model_response(tail, now=0.3) if isinstance(a, SendEvent)]
+    assert kinds == [p.TurnComplete, p.Usage, p.TranscriptOutput]  # the tail told after its turn's end
+    assert s.resumption_handle == "h2" and s.at_safe_point
+
+
+def test_words_the_user_spoke_before_a_drop_are_owed_an_answer():
+    """A 1011 while the user's question is still being transcribed: the model
+    never answered it and a new connection never heard it."""
+    s = core()
+    s.model_response(handle("h1"), now=0.0)
+    s.model_response(heard("What is the"), now=0.1)
+    s.model_response(heard(" weather in Oslo?"), now=0.2)
+    s.connection_lost()
+    resumed = s.connection_resumed(now=1.0)
+    assert "What is the weather in Oslo?" in texts(resumed)
+    assert s.awaiting_reply_since == 1.0
+    # A fresh connection is seeded with the words, last, so it answers them.
+    s.connection_lost()
+    seed = s.fresh_start(now=2.0)
+    assert seed[-1].role == "user" and "weather in Oslo" in seed[-1].parts[0].text
+
+
+def test_words_a_finished_turn_transcribed_are_not_asked_again():
+    s = core()
+    s.model_response(heard("Hello"), now=0.1)
+    s.model_response(heard("Hello", finished=True), now=0.2)
+    s.model_response(said("Hi!", finished=True), now=0.3)
+    s.model_response(LlmResponse(turn_complete=True), now=0.4)
+    s.connection_lost()
+    assert s.connection_resumed(now=1.0) == []
+
+
+def test_a_reply_generated_in_full_is_not_asked_for_again_when_the_drop_comes_before_its_turn_ends():
+    """generationComplete, then the drop before turnComplete: the user heard the
+    whole answer; asking again would have it said twice."""
+    s = core()
+    s.model_response(handle("h1"), now=0.0)
+    ask(s, "Weather?", now=0.1)
+    s.model_response(said("Sunny."), now=0.2)
+    s.model_response(LlmResponse(generation_complete=True), now=0.3)
+    s.connection_lost()
+    assert "Weather?" not in texts(s.connection_resumed(now=1.0))
+
+
+def test_a_filler_turn_on_extended_thinking_does_not_answer_the_question():
+    """3.8 extended thinking completes a filler turn with interactionStatus
+    IN_PROGRESS; the answer is still to come. A drop meanwhile asks again, and
+    the new connection starts with no interaction going on."""
+    s = core()
+    s.model_response(handle("h1"), now=0.0)
+    ask(s, "What is 17 times 23?", now=0.1)
+    s.model_response(said("Let me think."), now=0.2)
+    s.model_response(LlmResponse(generation_complete=True), now=0.3)
+    s.model_response(
+        LlmResponse(turn_complete=True, interaction_status=types.InteractionStatus.IN_PROGRESS), now=0.4
+    )
+    assert s.interaction_busy
+    s.connection_lost()
+    assert not s.interaction_busy
+    assert "17 times 23" in texts(s.connection_resumed(now=1.0))
+
+
+def test_a_filler_then_its_answer_leaves_nothing_owed():
+    s = core()
+    ask(s, "What is 17 times 23?", now=0.1)
+    s.model_response(said("Let me think."), now=0.2)
+    s.model_response(LlmResponse(turn_complete=True, interaction_status=types.InteractionStatus.IN_PROGRESS), now=0.3)
+    s.model_response(said("391."), now=2.0)
+    s.model_response(LlmResponse(turn_complete=True, interaction_status=types.InteractionStatus.IDLE), now=2.1)
+    s.connection_lost()
+    assert s.connection_resumed(now=3.0) == []
+
+
+def test_a_takeover_without_a_handle_keeps_the_results_and_the_question_of_the_server_that_died():
+    """Another server carried the conversation and died before any handle: the
+    fresh connection is seeded with the transcript, which must now hold what
+    that server's tools returned, and end with what is owed an answer."""
+    first = core()
+    weather = types.FunctionCall(id="w1", name="get_weather", args={"city": "Rome"})
+    first.model_response(LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=weather)])), now=0.0)
+    first.tool_finished("w1", {"temp_c": 21}, now=0.5)  # its result never reached the model
+    ask(first, "And Oslo?", now=0.6)
+    snap = json.loads(json.dumps(first.snapshot()))
+    other = core()
+    other.restore(snap)
+    other.connection_lost()
+    seed = other.fresh_start(now=1.0)
+    history = "\n".join(part.text or "" for content in seed for part in content.parts)
+    assert "temp_c" in history and "And Oslo?" in history
+    assert seed[-1].role == "user" and other.awaiting_reply_since == 1.0
+    assert other.connection_resumed(now=1.1) == []  # seeded: nothing told twice
