@@ -84,6 +84,8 @@ class UpstreamQueue(Generic[T]):
         self._max_images = max(1, max_images)
         self._audio_bytes = 0
         self._control_bytes = 0
+        self._signals = 0  # realtime signals among the control items
+        self._signal_bytes = 0
         self._image_bytes = 0
         self._max_audio_bytes = max_audio_bytes
         self._max_control_bytes = max_control_bytes
@@ -113,6 +115,7 @@ class UpstreamQueue(Generic[T]):
         self.holding = on
         if on:
             self._waiting_as = None
+            self._space.set()  # held signals no longer count: content may have room
         else:
             self._ready.set()
 
@@ -174,18 +177,27 @@ class UpstreamQueue(Generic[T]):
         return dropped
 
     async def put_control(self, item: T, nbytes: int = 0, *, realtime: bool = False) -> None:
-        """Queue content, or a realtime signal (`realtime`: held with the audio)."""
-        while self._control >= self._max_control or (
-            self._max_control_bytes is not None
-            and self._control
-            and self._control_bytes >= self._max_control_bytes
-        ):
-            if self._space.is_set():
-                self._space = self._new_event()  # several producers may share one wait
-            await self._space.wait()
+        """Queue content, or a realtime signal (`realtime`: held with the audio).
+
+        While input is held, held signals count against a bound of their own
+        (`max_control` of them; beyond it the oldest is dropped and counted in
+        `dropped_while_held`) and never make a producer wait: the content that
+        ends the hold (a tool's result) may come from the same producer.
+        """
+        if realtime and self.holding:
+            if self._signals >= self._max_control:
+                self._drop_oldest_signal()
+        else:
+            while self._over_control_bound():
+                if self._space.is_set():
+                    self._space = self._new_event()  # several producers may share one wait
+                await self._space.wait()
         self._items.append((_SIGNAL if realtime else _CONTROL, item, nbytes))
         self._control += 1
         self._control_bytes += nbytes
+        if realtime:
+            self._signals += 1
+            self._signal_bytes += nbytes
         self._waiting_as = None
         self._ready.set()
 
@@ -216,6 +228,29 @@ class UpstreamQueue(Generic[T]):
         self._in_flight = len(run)
         return True, run
 
+    def _over_control_bound(self) -> bool:
+        """Whether content must wait: held signals do not count (see `put_control`)."""
+        count, size = self._control, self._control_bytes
+        if self.holding:
+            count -= self._signals
+            size -= self._signal_bytes
+        return count >= self._max_control or (
+            self._max_control_bytes is not None and count > 0 and size >= self._max_control_bytes
+        )
+
+    def _drop_oldest_signal(self) -> None:
+        items = self._items
+        for index in range(self._in_flight, len(items)):  # never one being sent
+            kind, _, nbytes = items[index]
+            if kind == _SIGNAL:
+                del items[index]
+                self._control -= 1
+                self._control_bytes -= nbytes
+                self._signals -= 1
+                self._signal_bytes -= nbytes
+                self.dropped_while_held += 1
+                return
+
     def _content_first(self) -> bool:
         """While holding: put the first content item at the head; False when there is none."""
         items = self._items
@@ -242,6 +277,9 @@ class UpstreamQueue(Generic[T]):
             else:
                 self._control -= 1
                 self._control_bytes -= nbytes
+                if kind == _SIGNAL:
+                    self._signals -= 1
+                    self._signal_bytes -= nbytes
                 self._space.set()
         self._in_flight = 0
 

@@ -209,3 +209,24 @@ async def test_a_joined_frame_stays_under_its_size_cap():
     while sum(sizes) < 30 * 1920:
         sizes.append(len(await outbox.get()))
     assert max(sizes) <= JOIN_AUDIO_BYTES and len(sizes) < 10
+
+
+async def test_signals_held_during_a_call_never_block_the_result_that_ends_the_hold():
+    """While input is held (a call owed, on a model that closes on realtime
+    input), a client pressing push-to-talk again and again must not fill the
+    bound the tool's result needs: held signals beyond it drop the oldest."""
+    queue: UpstreamQueue[str] = UpstreamQueue(max_control=4)
+    queue.hold(True)
+    with anyio.fail_after(1):
+        for n in range(6):
+            await queue.put_control(f"s{n}", realtime=True)
+        await queue.put_control("result")
+    assert queue.dropped_while_held == 2
+    assert await queue.peek_run(10) == (False, ["result"])  # it goes first
+    queue.commit()
+    queue.hold(False)
+    sent = []
+    for _ in range(4):
+        sent.append((await queue.peek_run(10))[1][0])
+        queue.commit()
+    assert sent == ["s2", "s3", "s4", "s5"]  # the newest, in order
