@@ -119,7 +119,16 @@ class ModelLink:
         transcript), and tell the new connection what the old one owed."""
         runner = self._runner
         await runner.apply(runner.core.connection_lost())
-        return await self._open_next(fresh=False, announce=False)
+        runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        if runner.core.resumption_handle is None:
+            return await self._open_next(fresh=True, announce=False)
+        try:
+            return await self._open_next(fresh=False, announce=False)
+        except LiveError as exc:
+            # The stored handle resumes nothing (expired, or the service lost the
+            # session): the stored transcript still carries the conversation.
+            log.info("session %s: its stored handle was refused (%s); starting fresh", runner.id, exc)
+            return await self._open_next(fresh=True, announce=False)
 
     def _request(
         self, history: Sequence[types.Content] = (), resume_handle: str | None = None
@@ -205,6 +214,7 @@ class ModelLink:
             runner.obs.reconnecting("go_away" if link.go_away_at is not None else "closed")
         await self._retire(link)
         await runner.apply(core.connection_lost())
+        runner.sync_hold()  # the new connection owes no call: nothing waits on it
         return await self._reconnect(step, supervisor)
 
     async def _reconnect(self, step: Resume, supervisor: Supervisor) -> Connection:
@@ -247,6 +257,7 @@ class ModelLink:
         await self._retire(link)
         core = runner.core
         await runner.apply(core.connection_lost())
+        runner.sync_hold()  # the new connection owes no call: nothing waits on it
         try:
             new = await self._open_next(fresh=False)
         except LiveError as exc:

@@ -727,16 +727,22 @@ class SimSession(double.ScriptedSession):
                 return
             self.gen = None
             events = []
-            if rng.random() < 0.5:
+            generated = rng.random() < 0.5
+            if generated:
                 events.append(double.generation_complete())
             if rng.random() < 0.3:
                 events.append(double.usage(prompt=10, response=20))
             events.append(double.turn_complete())
-            self.completes[id(events[-1])] = gen.gen
             if rng.random() < 0.2:
-                # The tail of the reply's transcript after its turnComplete (Gemini
-                # does not order them): it belongs to this reply, marked late.
-                events.append(double.output_transcript(f"g{gen.gen}.tail "))
+                # The tail of the reply's transcript after its generation ended
+                # (Gemini does not order them): it belongs to this reply, marked
+                # late; after turnComplete, or in its message (3.x bundles).
+                tail = double.output_transcript(f"g{gen.gen}.tail ")
+                if generated and rng.random() < 0.5:
+                    events[-1] = double.bundle(tail, events[-1])
+                else:
+                    events.append(tail)
+            self.completes[id(events[-1] if events[-1].server_content.turn_complete else events[-2])] = gen.gen
             for q in gen.answers:
                 sim.answered[q] = self.index
             sim.log(f"model {self.index}: g{gen.gen} complete")

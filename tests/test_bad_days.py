@@ -73,6 +73,35 @@ async def test_on_native_audio_what_the_user_says_while_a_tool_runs_waits_for_it
     assert any(isinstance(e, p.TranscriptOutput) and "Sunny" in e.text for e in events)
 
 
+async def test_a_hold_ends_with_the_connection_whose_call_it_waited_for():
+    """A call of a connection that dropped is owed to no one: the user's words
+    reach the new connection at once, not after the old call's tool is done."""
+    done = anyio.Event()
+
+    async def lookup(city: str) -> dict:
+        """Weather for a city."""
+        await done.wait()
+        return {"city": city}
+
+    agent = Agent(name="weather", model=NATIVE_AUDIO, tools=[lookup])
+    first = double.ScriptedSession(double.resumption_update("h1"))
+    first.after_audio_chunks(1, double.tool_call("lookup", {"city": "Oslo"}, id="c-1"))
+    second = double.ScriptedSession()
+    llm = Gemini(NATIVE_AUDIO, transport=double.DoubleTransport(first, second))
+    async with running(agent, llm) as (_, url), LiveClient.connect(url) as client:
+        for _ in range(2):  # the question, spoken: nothing typed is owed after the drop
+            await client.send_audio(FRAME)
+        await collect(client, lambda e: isinstance(e, p.ToolCallEvent))
+        first.drop(1011, "Internal error")
+        await collect(client, lambda e: isinstance(e, p.SessionResumed))
+        for _ in range(3):
+            await client.send_audio(FRAME)
+        with anyio.fail_after(3):
+            await second.wait_for(lambda m: second.audio_bytes >= 3 * len(FRAME))
+        done.set()
+    assert second.server_close is None
+
+
 async def test_a_hold_longer_than_its_bound_drops_the_oldest_and_says_how_many():
     async def lookup(city: str) -> dict:
         """Weather for a city."""

@@ -280,7 +280,11 @@ def test_the_last_transcript_fragments_arrive_after_turn_complete(model):
     messages = d.messages("serverContent")
     done = next(i for i, m in enumerate(messages) if m["serverContent"].get("turnComplete"))
     after = [m["serverContent"] for m in messages[done + 1 :]]
-    assert after == [{"outputTranscription": {"text": "re."}}, {"inputTranscription": {"text": " there"}}]
+    if model in (G31, G38):  # 3.x bundles: the first straggler comes in turnComplete's own message
+        assert messages[done]["serverContent"]["outputTranscription"] == {"text": "re."}
+        assert after == [{"inputTranscription": {"text": " there"}}]
+    else:
+        assert after == [{"outputTranscription": {"text": "re."}}, {"inputTranscription": {"text": " there"}}]
     before = [m["serverContent"] for m in messages[:done]]
     assert "".join(c["outputTranscription"]["text"] for c in before if "outputTranscription" in c) == "You said: hello the"
     # Switched off: every fragment before its turn's end.

@@ -5,6 +5,7 @@ front (a round-robin TCP proxy that skips servers refusing connections)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -164,6 +165,24 @@ async def test_a_server_killed_mid_conversation_is_taken_over_by_another(redis):
     resumed = [s for s in emu.sessions if s.resumed_from]
     assert resumed and resumed[-1].resumed_from in emu.sessions[0].handles  # the same Gemini session
     assert resumed[-1].user_turns == ["two"]
+
+
+async def test_a_takeover_whose_stored_handle_is_refused_starts_fresh_from_the_stored_transcript(redis):
+    """The dead server's handle resumes nothing (expired, or the service lost
+    the session): the server taking over seeds a fresh connection with the
+    conversation instead of ending it."""
+    async with fleet(redis, 2) as (emu, servers, url), LiveClient.connect(url) as client:
+        assert said(await say(client, "one"), "You said: one.")
+        await anyio.sleep(LEASE / 2)
+        first = holder(servers)
+        first.proc.send_signal(signal.SIGKILL)
+        emu.forget_handles()
+        await collect(client, lambda e: isinstance(e, p.SessionReattached), timeout=30)
+        assert said(await say(client, "two"), "You said: two.")
+    [fresh] = [s for s in emu.sessions[1:] if s.resumed_from is None and s.user_turns]
+    assert fresh.user_turns[-1] == "two"
+    seeded = json.dumps(fresh.frames)
+    assert "one" in seeded and "You said: one." in seeded  # the conversation so far went first
 
 
 async def test_sigterm_drains_and_no_conversation_is_lost(redis):

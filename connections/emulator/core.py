@@ -784,15 +784,19 @@ class EmulatorSession(Listening, FunctionCalls):
 
     def _turn_complete(self, usage: dict[str, Any] | None = None) -> None:
         """turnComplete (with interactionStatus where the family sends it), then
-        the transcripts that arrive after it."""
+        the transcripts that arrive after it (the first in its message, where
+        the family bundles)."""
         content: dict[str, Any] = {"turnComplete": True}
         if self.profile.interaction_status:
             self._in_progress = self._more_coming()
             content["interactionStatus"] = "IN_PROGRESS" if self._in_progress else "IDLE"
+        late, self._late = self._late, []
+        if self._bundle and late:
+            # Families that bundle put the first straggler in turnComplete's message.
+            content.update(late.pop(0)["serverContent"])
         message: dict[str, Any] = {"serverContent": content}
         if usage is not None:
             message["usageMetadata"] = usage
         self._send(message)
-        late, self._late = self._late, []
         for item in late:
             self._send(item)

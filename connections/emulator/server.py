@@ -84,6 +84,11 @@ class Emulator:
         self._ca = trustme.CA()
         self._server: Server | None = None
 
+    def forget_handles(self) -> None:
+        """Refuse every resumption handle issued so far, as the service does
+        once a session's state is gone (expired, or lost on its side)."""
+        self._shared.store.forget_all()
+
     # -- addresses and trust --------------------------------------------------
 
     @property

@@ -192,6 +192,10 @@ class HandleStore:
         entry = self._handles.get(handle)
         return copy.deepcopy(entry.snapshot) if entry is not None else None
 
+    def forget_all(self) -> None:
+        """Every handle resumes nothing from now on (the service lost its sessions)."""
+        self._handles.clear()
+
     def __contains__(self, handle: object) -> bool:
         return handle in self._handles
 
