@@ -74,6 +74,7 @@ from websockets.frames import Close as _CloseFrame
 
 from connections.gemini_mapping import is_gemini3
 from connections.gemini_wire import fits_template
+from live.families import family_of
 
 __all__ = [
     "Close",
@@ -647,7 +648,7 @@ class ScriptedSession:
         self.model = model
         self.config = config
         self._gemini3 = is_gemini3(model)
-        self._no_input_during_calls = "native-audio" in model
+        self._no_input_during_calls = not family_of(model).realtime_input_while_call_owed
         ric = config.realtime_input_config
         aad = ric.automatic_activity_detection if ric is not None else None
         self._aad_on = not (aad is not None and aad.disabled)

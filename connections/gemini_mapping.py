@@ -50,6 +50,7 @@ from typing import Any, Final
 
 from google.genai import types
 
+from live.families import family_of
 from live.llm import AudioStreamEnd, LlmResponse, RealtimeInput
 
 __all__ = [
@@ -71,7 +72,6 @@ GENERATED_ID_PREFIX: Final = "live-"
 """Prefix of tool-call ids we generate when the server sends none."""
 
 _DURATION = re.compile(r"\s*(-?\d+(?:\.\d*)?|-?\.\d+)\s*s?\s*")
-_GEMINI_MAJOR = re.compile(r"(?:models/)?gemini-(\d+)")
 
 _ONLY_SERVER_CONTENT: Final = frozenset({"server_content"})
 _ONLY_MODEL_TURN: Final = frozenset({"model_turn"})
@@ -359,10 +359,10 @@ def is_gemini3(model: str) -> bool:
     """Whether `model` is a Gemini 3 (or later) model, with or without `models/`.
 
     Those models take mid-session text through `realtime_input.text` and need
-    `historyConfig.initialHistoryInClientContent` to accept seeded history.
+    `historyConfig.initialHistoryInClientContent` to accept seeded history
+    (`live.families`).
     """
-    match = _GEMINI_MAJOR.match(model)
-    return bool(match) and int(match.group(1)) >= 3
+    return family_of(model).history_flag
 
 
 def prepare_connect_config(

@@ -27,41 +27,34 @@ class ModelFamily:
       is unanswered. Where it does not, the session holds that input until the
       result was sent (forum #114644, adk-python#4679, js-genai#1236).
     - `client_content_mid_session`: typed turns may go as `client_content`
-      after the first turn (3.1 takes them only as realtime text).
-    - `history_flag`: seeded history needs `initialHistoryInClientContent`.
-    - `non_blocking_calls`: function calls are non-blocking by default; a
-      result may carry `scheduling` (SILENT, WHEN_IDLE, INTERRUPT).
-    - `interaction_status`: a completed turn may not end the interaction
-      (`interactionStatus` IN_PROGRESS until IDLE): no hand-over meanwhile.
-    - `accepts_thinking_config`: `thinking_config` in the setup is accepted.
+      after the first turn (Gemini 3 takes them only as realtime text; 3.1
+      closes with 1007 on anything else).
+    - `history_flag`: seeded history needs `initialHistoryInClientContent`,
+      and is never answered by itself.
+
+    What else differs (non-blocking calls, `interactionStatus`) the session
+    reads from the messages themselves, on any model.
     """
 
     name: str
     realtime_input_while_call_owed: bool = True
     client_content_mid_session: bool = True
     history_flag: bool = False
-    non_blocking_calls: bool = False
-    interaction_status: bool = False
-    accepts_thinking_config: bool = True
 
 
 DEFAULT: Final = ModelFamily("default")
 """Models that are not Gemini (local/echo, local/voice): no restriction."""
 
+_GEMINI_3_ON = ModelFamily("gemini-3", client_content_mid_session=False, history_flag=True)
+
 # First match wins: the more specific names first.
 FAMILIES: Final[tuple[tuple[re.Pattern[str], ModelFamily], ...]] = (
-    (
-        re.compile(r"gemini-3\.8-live-extended-thinking"),
-        ModelFamily(
-            "gemini-3.8-extended-thinking", history_flag=True, non_blocking_calls=True,
-            interaction_status=True, accepts_thinking_config=False,
-        ),
-    ),
-    (
-        re.compile(r"gemini-3\.8"),
-        ModelFamily("gemini-3.8", history_flag=True, non_blocking_calls=True, accepts_thinking_config=False),
-    ),
-    (re.compile(r"gemini-3"), ModelFamily("gemini-3.1", client_content_mid_session=False, history_flag=True)),
+    (re.compile(r"^(?:models/)?gemini-3\.8-live-extended-thinking"),
+     dataclasses.replace(_GEMINI_3_ON, name="gemini-3.8-extended-thinking")),
+    (re.compile(r"^(?:models/)?gemini-3\.8"), dataclasses.replace(_GEMINI_3_ON, name="gemini-3.8")),
+    (re.compile(r"^(?:models/)?gemini-3\.1"), dataclasses.replace(_GEMINI_3_ON, name="gemini-3.1")),
+    # Gemini 3 and later: the rules of the newest family we know.
+    (re.compile(r"^(?:models/)?gemini-(?:[3-9]|[1-9]\d+)(?!\d)"), _GEMINI_3_ON),
     (re.compile(r"native-audio"), ModelFamily("gemini-2.5-native-audio", realtime_input_while_call_owed=False)),
     (re.compile(r"gemini"), ModelFamily("gemini-2.5")),
 )
