@@ -94,6 +94,7 @@ class Handover:
         parts = content.parts or []
         if not parts:
             return
+        self._sent_unseen = True
         note = self._take_note(content)
         if note is not None:
             # A context note: its calls are now told to this connection, until a
@@ -166,6 +167,7 @@ class Handover:
         self.user_speaking = False
         self._hearing_user = False
         self.interaction_busy = False  # the new connection has no interaction going on
+        self._sent_unseen = False  # what goes to the new connection is tracked anew
         self._generated = []  # answered: not to be asked again
         self.epoch += 1
         self._update_hold()  # the new connection owes nothing: it made no call yet

@@ -189,6 +189,9 @@ class SessionCore(Handover):
         self._owed: list[types.Content] = []
         self._answerable = 0  # how many of them the reply in progress answers
         self._generated: list[types.Content] = []  # answered by a generation whose turn is open
+        # Content went to the model and it has not acted since (no reply or call
+        # began): a handle now may predate that content.
+        self._sent_unseen = False
         # Contents on their way that tell of calls, by id: those calls, and the
         # typed turns joined to them (owed once sent). Each entry holds a weak
         # reference to its content and goes when the content does: an id is an
@@ -511,8 +514,14 @@ class SessionCore(Handover):
         return actions
 
     def _handle_issued(self, handle: str) -> None:
-        """A resumable handle: the state behind it holds everything sent so far."""
+        """A resumable handle: the state behind it holds everything sent so far,
+        once the model has acted on the last of it (a reply or a call began
+        after it was sent). Before that, the handle may have been taken as
+        that content was on its way: it is kept to resume from, and what was
+        sent stays owed."""
         self.resumption_handle = handle
+        if self._sent_unseen:
+            return
         self._owed.clear()
         self._answerable = 0
         for call in self.tools.values():
@@ -573,10 +582,12 @@ class SessionCore(Handover):
         """A reply begins: it can answer the typed turns sent before it, not later ones."""
         self.turn = TurnState.RESPONDING
         self._answerable = len(self._owed)
+        self._sent_unseen = False
 
     def _tool_call(self, call: types.FunctionCall) -> list[Action]:
         # A new call means a new generation: nothing late can follow the interrupted one.
         self._end_interruption()
+        self._sent_unseen = False
         call_id = call.id or f"live-{uuid.uuid4().hex[:12]}"
         if call.id != call_id:
             call = call.model_copy(update={"id": call_id})

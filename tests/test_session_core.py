@@ -211,13 +211,21 @@ def test_a_cut_reply_ends_for_the_client_and_an_unanswered_turn_is_sent_again():
     assert s.connection_resumed(now=2.0) == []  # once
 
 
-def test_a_turn_held_by_a_newer_handle_or_already_answered_is_not_sent_again():
+def test_a_handle_before_the_model_acted_on_a_turn_may_predate_it_so_the_turn_stays_owed():
+    """The service takes a handle's state when it issues it: one that crossed the
+    turn on the wire (a resumed connection's handle right after setup) does not
+    hold it. Only once a reply or a call began is the turn known to be in it."""
     s = core()
     [up] = s.client_text('{"type": "text", "text": "Hi"}', now=0.0)
     s.content_sent(up.item)
     s.model_response(LlmResponse(session_resumption_update=types.LiveServerSessionResumptionUpdate(new_handle="h", resumable=True)), now=0.1)
+    assert s.resumption_handle == "h"  # still the newest state to resume from
     s.connection_lost()
-    assert s.connection_resumed(now=1.0) == []
+    assert s.connection_resumed(now=1.0) == [ToUpstream(up.item)]
+
+
+def test_a_turn_already_answered_is_not_sent_again():
+    s = core()
     [up] = s.client_text('{"type": "text", "text": "Again"}', now=2.0)
     s.content_sent(up.item)
     s.model_response(audio(), now=2.1)
@@ -310,7 +318,9 @@ def test_a_result_a_handle_holds_is_not_told_again():
     s.model_response(call("get_weather", call_id="w1", city="Oslo"), now=0.0)
     [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=1.0)
     s.content_sent(up.item)
-    s.model_response(handle("h9"), now=1.5)
+    s.model_response(audio(), now=1.2)  # the model answers from the result ...
+    s.model_response(LlmResponse(turn_complete=True), now=1.4)
+    s.model_response(handle("h9"), now=1.5)  # ... so this handle holds it
     s.connection_lost()
     assert s.connection_resumed(now=2.0) == []
 

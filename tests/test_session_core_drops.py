@@ -145,3 +145,17 @@ def test_a_takeover_without_a_handle_keeps_the_results_and_the_question_of_the_s
     assert "temp_c" in history and "And Oslo?" in history
     assert seed[-1].role == "user" and other.awaiting_reply_since == 1.0
     assert other.connection_resumed(now=1.1) == []  # seeded: nothing told twice
+
+
+def test_a_result_whose_handle_crossed_it_on_the_wire_is_told_again():
+    """A resumed connection's handle comes right after setup, while the context
+    note about a call's result is on its way: that handle does not hold the
+    result, so a drop then tells it again."""
+    s = core()
+    weather = types.FunctionCall(id="w1", name="get_weather", args={"city": "Oslo"})
+    s.model_response(LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=weather)])), now=0.0)
+    [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=1.0)
+    s.content_sent(up.item)
+    s.model_response(handle("h9"), now=1.1)  # before the model acted on the result
+    s.connection_lost()
+    assert '"sky": "snow"' in texts(s.connection_resumed(now=2.0))
