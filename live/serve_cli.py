@@ -128,9 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
         "and the global session limit (default: $LIVE_REDIS_URL; none: this server alone)",
     )
     fleet.add_argument(
-        "--fleet-lease", type=_positive(float), default=6.0, metavar="SECONDS",
-        help="how long a server's hold on its sessions lasts without renewal: after it dies, "
-        "another server takes its sessions over this long later at most (default 6)",
+        "--fleet-lease", type=_positive(float), default=2.0, metavar="SECONDS",
+        help="how long a server's hold on its sessions lasts without renewal (renewed every third "
+        "of it): after it dies, another server takes its sessions over this long later at most "
+        "(default 2)",
     )
     fleet.add_argument(
         "--drain-timeout", type=_positive(float), default=30.0, metavar="SECONDS",
@@ -278,6 +279,7 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
             store,
             address="",
             lease_seconds=args.fleet_lease,
+            reattach_grace=args.reattach_grace,
             max_sessions_global=args.max_sessions_global,
         )
         try:

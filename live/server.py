@@ -56,6 +56,7 @@ from live.protocol import ErrorEvent, SessionResume, SessionStart, encode
 from live.reattach import token_matches
 from live.record import Recorder
 from live.runner import SessionRunner
+from live.store import StoreError
 from live.sockets import serve_with
 
 if TYPE_CHECKING:
@@ -261,27 +262,81 @@ class LiveServer:
             await session.client.serve_socket(ws)
             return None
         if self.fleet is not None and not self.stopping:
-            address, state = await self.fleet.locate(message.session_id)
+            return await self._reattach_in_fleet(temporary, message)
+        self._resume_expired(temporary, message)
+        return None
+
+    async def _reattach_in_fleet(
+        self, temporary: SessionRunner, message: SessionResume
+    ) -> dict[str, Any] | None:
+        """Find the session in the fleet, waiting (for at most a lease and a beat)
+        through what is only a moment: a holder that died but whose lease has not
+        run out yet, a holder re-establishing its facts after Redis came back
+        empty, Redis itself unreachable."""
+        fleet = self.fleet
+        assert fleet is not None
+        ws = temporary.ws
+        assert ws is not None
+        session_id = message.session_id
+        deadline = anyio.current_time() + fleet.lease_seconds * 4 / 3 + 0.5
+        store_down = False
+        while True:
+            try:
+                holder, address, state = await fleet.locate(session_id)
+                store_down = False
+            except StoreError:
+                holder = address = state = None
+                store_down = True
             if address is not None:
                 temporary.handed_off = True
-                await self._relay(ws, address, message)
-                return None
-            digest = (state or {}).get("resume_digest")
-            if state is not None and digest:
-                if not token_matches(message.resume_token, digest):
+                if await self._relay(ws, address, message):
+                    return None
+                temporary.handed_off = False  # the holder is gone: wait for its lease
+            elif holder is None and state is not None:
+                digest = state.get("resume_digest")
+                if not digest or not token_matches(message.resume_token, digest):
                     self._resume_unauthorized(temporary, message)
                     return None
-                if state.get("agent") == self.agent.name and await self.fleet.take_over(
-                    message.session_id
-                ):
+                if state.get("agent") != self.agent.name:
+                    break
+                if await fleet.take_over(session_id):
                     return state
+            if anyio.current_time() >= deadline:
+                break
+            await anyio.sleep(0.1)
+        if store_down:
+            text = "the servers cannot reach their shared store now: reattach again shortly"
+            log.info("resume of %s from %s deferred: store unavailable", session_id[:40], temporary.peer)
+            temporary.finish(text, CLOSE_TRY_LATER, ErrorEvent("store_unavailable", text))
+            return None
+        self._resume_expired(temporary, message)
+        return None
+
+    def _resume_expired(self, temporary: SessionRunner, message: SessionResume) -> None:
         text = (
             f"no session {message.session_id[:40]!r} to resume here: it ended, or the "
             "client stayed away longer than the server waits"
         )
         log.info("resume refused from %s: session_expired", temporary.peer)
         temporary.finish(text, CLOSE_NORMAL, ErrorEvent("session_expired", text, True))
-        return None
+
+    def _durable_state(self, session_id: str) -> dict[str, Any] | None:
+        session = self.live_sessions.get(session_id)
+        return None if session is None or session.core is None else session.durable_state()
+
+    def _lost_to_fleet(self, session_id: str) -> None:
+        """Another server holds this session now: stop driving it here at once;
+        its client reattaches there (its facts are that server's now)."""
+        session = self.live_sessions.get(session_id)
+        if session is not None:
+            session.let_go_to_fleet("another server of the fleet carries this session on")
+
+    def _unsure_in_fleet(self, session_id: str) -> None:
+        """This server could not renew its leases for most of a lease: a session
+        whose client is away may be taken over elsewhere, so it ends here."""
+        session = self.live_sessions.get(session_id)
+        if session is not None and session.client.ws is None:
+            session.let_go_to_fleet("its lease could not be renewed while its client was away")
 
     def _resume_unauthorized(self, temporary: SessionRunner, message: SessionResume) -> None:
         text = "session.resume: the resume token does not match this session"
@@ -291,26 +346,38 @@ class LiveServer:
         )
         temporary.finish(text, CLOSE_POLICY, ErrorEvent("unauthorized", text, True))
 
-    async def _relay(self, ws: WebSocket, address: str, message: SessionResume) -> None:
-        """Carry a client's socket to the server of the fleet that holds its session."""
+    async def _relay(self, ws: WebSocket, address: str, message: SessionResume) -> bool:
+        """Carry a client's socket to the server of the fleet that holds its session.
+
+        False when that server cannot be reached (it died, its lease is still
+        running): the socket is untouched, and the caller may wait to take over.
+        """
         log.info("relaying a resume of session %s to %s", message.session_id[:40], address)
         try:
-            async with ws_connect(address, max_size=None, compression=None, open_timeout=5) as upstream:
-                await upstream.send(encode(message))
-
-                async def pump(source: Any, sink: Any) -> None:
-                    with contextlib.suppress(ConnectionClosed):
-                        async for frame in source:
-                            await sink.send(frame)
-                    tg.cancel_scope.cancel()
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(pump, ws, upstream)
-                    tg.start_soon(pump, upstream, ws)
+            upstream = await ws_connect(address, max_size=None, compression=None, open_timeout=2)
         except (OSError, TimeoutError, InvalidHandshake) as exc:
-            log.warning("relay to %s failed: %s", address, exc)
+            log.info("relay to %s failed: %s", address, exc)
+            return False
+        try:
+            await upstream.send(encode(message))
+
+            async def pump(source: Any, sink: Any) -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    async for frame in source:
+                        await sink.send(frame)
+                tg.cancel_scope.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump, ws, upstream)
+                tg.start_soon(pump, upstream, ws)
+        except (OSError, ConnectionClosed) as exc:
+            log.warning("relay to %s broke: %s", address, exc)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await upstream.close()
         with contextlib.suppress(ConnectionClosed):
             await ws.close(CLOSE_SERVICE_RESTART, "reattach again")
+        return True
 
     @property
     def near_capacity_at(self) -> int:
@@ -444,8 +511,13 @@ class LiveServer:
             async with anyio.create_task_group() as tg:
                 if self.fleet is not None:
                     tg.start_soon(
-                        self.fleet.run,
-                        lambda: {i: s.durable_state() for i, s in self.live_sessions.items()},
+                        functools.partial(
+                            self.fleet.run,
+                            lambda: list(self.live_sessions),
+                            self._durable_state,
+                            on_lost=self._lost_to_fleet,
+                            on_unsure=self._unsure_in_fleet,
+                        )
                     )
                 await self._stop.wait()
                 if self.fleet is not None:
