@@ -90,6 +90,8 @@ class Fleet:
         self._renewed_at = clock()  # when the last heartbeat that succeeded was sent
         self._saved: dict[str, str] = {}  # session id -> the facts last written
         self._changed: set[str] = set()
+        # Sessions that ended while the store was away: let go at the next beat.
+        self._unreleased: dict[str, bool] = {}
         self._wake = anyio.Event()
 
     async def _safe(self, call: Callable[[], Awaitable[T]], fallback: T) -> T:
@@ -177,6 +179,12 @@ class Fleet:
             return
         self._store_answered()
         self._renewed_at = sent_at
+        for session_id, keep_state in list(self._unreleased.items()):
+            try:
+                await self._let_go(session_id, keep_state)
+            except StoreError:
+                break
+            del self._unreleased[session_id]
         gone: set[str] = set()
         for session_id in lost:
             if await self._reclaim(session_id):
@@ -249,12 +257,28 @@ class Fleet:
         """
         self._saved.pop(session_id, None)
         self._changed.discard(session_id)
+        try:
+            await self._let_go(session_id, keep_state)
+        except StoreError as exc:
+            # Reconciled by the heartbeat once the store answers again.
+            self._store_failed(exc)
+            self._unreleased[session_id] = keep_state
+            return
+        self._store_answered()
+
+    async def _let_go(self, session_id: str, keep_state: bool) -> None:
         store = self.store
-        released = await self._safe(
-            lambda: store.release(session_id, self.server_id, delete_state=not keep_state), False
-        )
-        if released and not keep_state and self.max_sessions_global is not None:
-            await self._safe(lambda: store.release_slot(session_id), None)
+        released = await store.release(session_id, self.server_id, delete_state=not keep_state)
+        if keep_state:
+            return
+        if not released:
+            # Our lease may just be gone (Redis restarted, or paused past it):
+            # unless another server holds the session, its traces go too.
+            if await store.holder(session_id) is not None:
+                return
+            await store.delete_state(session_id)
+        if self.max_sessions_global is not None:
+            await store.release_slot(session_id)
 
     async def locate(self, session_id: str) -> tuple[str | None, str | None, dict[str, Any] | None]:
         """Where a session lives: (its live holder, that holder's address or None

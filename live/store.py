@@ -67,6 +67,7 @@ can carry on as a single server and log a warning.
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import math
 import os
@@ -494,6 +495,13 @@ class RedisStore(SessionStore):
         try:
             return await method(*args, **kwargs)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot reach Redis at {self._url}: {_reason(exc)}") from None
+        except RuntimeError as exc:
+            # A pooled connection whose transport the event loop already closed
+            # (after a timeout mid-reply): drop the pool's connections, so the
+            # next call opens a fresh one.
+            with contextlib.suppress(Exception):
+                await self._client.connection_pool.disconnect()
             raise StoreUnavailable(f"cannot reach Redis at {self._url}: {_reason(exc)}") from None
 
     def _lease(self, session_id: str) -> str:

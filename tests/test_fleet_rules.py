@@ -130,3 +130,17 @@ async def test_a_takeover_keeps_the_conversation_counted_even_at_the_limit():
     assert await b.take_over("s1")
     assert await store.slots_in_use() == 1
     assert await b.admit("s2") is Admission.FULL
+
+
+async def test_a_session_that_ended_while_the_store_was_away_is_let_go_at_the_next_beat():
+    clock = Clock()
+    store = FlakyStore(clock)
+    a = fleet_on(store, clock, "A", max_sessions_global=1)
+    assert await a.admit("s1") is Admission.ADMITTED
+    await a.started("s1", {"handle": "h1"})
+    store.down = True
+    await a.ended("s1")
+    store.down = False
+    await a.beat([], lambda sid: None)
+    assert await store.slots_in_use() == 0
+    assert await store.load_state("s1") is None and await store.holder("s1") is None
