@@ -137,8 +137,10 @@ class LiveServer:
     def _refuse(
         self, request: Request, status: http.HTTPStatus, why: str, body: str
     ) -> Response:
-        # (The client's address is not known yet at this point of the handshake.)
-        log.warning("refused HTTP request for %r: %s (%d)", request.path[:100], why, status.value)
+        # The path without its query: a page may carry a token there (`/?token=...`),
+        # and no token is ever logged.
+        path = request.path.partition("?")[0].partition("#")[0]
+        log.warning("refused HTTP request for %r: %s (%d)", path[:100], why, status.value)
         return _response(status, body.encode())
 
     def _process_request(self, connection: WebSocket, request: Request) -> Response | None:

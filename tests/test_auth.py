@@ -106,6 +106,21 @@ async def test_a_dns_rebinding_page_is_refused_before_anything_else(caplog):
     assert any("evil.example" in r.getMessage() and "403" in r.getMessage() for r in caplog.records)
 
 
+async def test_a_refused_request_is_logged_without_its_query_string(caplog):
+    """The demo page takes a token as `/?token=...`: a refusal must not log it."""
+    caplog.set_level(logging.WARNING, "live.server")
+    secret_query = "token=eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl"
+    async with running(AGENT, echo()) as (_, url):
+        port = port_of(url)
+        status, _ = await raw_request(port, [f"GET /?{secret_query} HTTP/1.1", "Host: evil.example"])
+        assert status == 403
+        status, _ = await raw_request(port, handshake(f"/live?{secret_query}", "Host: 127.0.0.1", "Origin: http://evil.example"))
+        assert status == 403
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("refused HTTP request for '/'" in line or "refused HTTP request for '/live'" in line for line in lines) == 2
+    assert not any("eyJ" in line or "token=" in line for line in lines)
+
+
 async def test_malformed_host_headers_are_a_400_never_a_500(caplog):
     caplog.set_level(logging.WARNING)
     async with running(AGENT, echo()) as (_, url):
