@@ -40,9 +40,13 @@ class ServerConfig:
       host; `("*",)` allows any.
     - `token`: a static shared token (for development); when set,
       `session.start` may carry it.
-    - `token_secret`: when set, `session.start` (or the handshake's
-      `Authorization: Bearer`) must carry a JWT signed with it (`live.auth`);
-      with `token` also set, either opens a session.
+    - `token_secret`: when set, `session.start` and `session.resume` (or the
+      handshake's `Authorization: Bearer`) must carry a JWT signed with it
+      (`live.auth`); with `token` also set, either opens a session. A JWT opens
+      one session (its `jti`), and a resume needs one for the session's subject.
+    - `token_issuer`: when set, a JWT's `iss` must be this.
+    - `max_token_lifetime`: a JWT valid for longer than this (seconds, from its
+      `iat` or from now) is refused.
     - `start_timeout`: a socket that has not started a session this long after
       its handshake is closed (`idle_timeout`, close 1008).
     - `max_pending`: sockets waiting for `session.start` at once; one more gets
@@ -108,6 +112,8 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] = ()
     token: str | None = None
     token_secret: str | None = None
+    token_issuer: str | None = None
+    max_token_lifetime: float = 3600.0
     start_timeout: float = 10.0
     max_pending: int = 32
     max_sessions_per_ip: int = 10

@@ -113,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a Host name the server answers to besides its bind address (bound to loopback or 0.0.0.0: localhost, 127.0.0.1, [::1]); others get 403, which stops DNS rebinding (repeatable; .example.com allows subdomains)")
     limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser page Origin allowed besides pages on an allowed host, e.g. https://app.example (repeatable; * allows any)")
     limits.add_argument("--token-secret", default=os.environ.get("LIVE_TOKEN_SECRET"), help="secret (32+ bytes) that signs session tokens: session.start must carry a JWT minted with it (live token, live.auth.mint_token) (default: $LIVE_TOKEN_SECRET)")
+    limits.add_argument("--token-issuer", metavar="ISS", help="with --token-secret: a token's iss claim must be this (default: not checked)")
+    limits.add_argument("--max-token-lifetime", type=_positive(float), default=3600.0, metavar="SECONDS", help="with --token-secret: refuse tokens valid for longer than this, from their iat or from now (default 3600)")
     limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="a static shared token for development, accepted in session.start (default: $LIVE_TOKEN; none if unset)")
     limits.add_argument("--start-timeout", type=_positive(float), default=10.0, help="seconds a socket may take to send session.start (default 10)")
     limits.add_argument("--max-pending", type=_positive(int), default=32, help="sockets waiting for session.start at once (default 32)")
@@ -245,6 +247,8 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         allowed_origins=tuple(args.allow_origin),
         token=args.token or None,
         token_secret=token_secret,
+        token_issuer=args.token_issuer or None,
+        max_token_lifetime=args.max_token_lifetime,
         start_timeout=args.start_timeout,
         max_pending=args.max_pending,
         max_sessions_per_ip=args.max_sessions_per_ip,

@@ -38,7 +38,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.http11 import Request, Response
 
 from live.agent import Agent
-from live.auth import HostPolicy, host_name
+from live.auth import HostPolicy, SpentTokens, host_name
 from live.config import (
     CLOSE_NORMAL,
     CLOSE_POLICY,
@@ -118,6 +118,7 @@ class LiveServer:
         # Sockets that have not sent session.start yet, and sockets per address.
         self.pending: set[SessionRunner] = set()
         self.per_address: Counter[str] = Counter()
+        self.spent_tokens = SpentTokens()  # in this process (docs/access.md)
         self.port: int | None = None
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
         self.metrics_port: int | None = None
@@ -251,16 +252,32 @@ class LiveServer:
     ) -> dict[str, Any] | None:
         """A socket asks to take over a live session: attach it here, relay it to
         the server of the fleet that holds it, or (its holder gone) return the
-        session's stored facts for `temporary` to carry it on. None: handled."""
+        session's stored facts for `temporary` to carry it on. None: handled.
+
+        Authorized like a start when the server requires tokens (a valid token,
+        for the subject that opened the session); the resume token works once:
+        a new one goes with `session.reattached`."""
         ws = temporary.ws
         assert ws is not None
+        refusal = temporary.client.authorize(message.token, spend=False)
+        if refusal is not None:
+            log.warning(
+                "resume of session %s refused from %s: unauthorized: %s",
+                message.session_id[:40], temporary.peer, refusal,
+            )
+            temporary.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
+            return None
         session = self.live_sessions.get(message.session_id)
         if session is not None and session.end_reason is None and session.resume_digest:
-            if not token_matches(message.resume_token, session.resume_digest):
+            if not token_matches(message.resume_token, session.resume_digest) or not _same_principal(
+                session.client.principal, temporary.client.principal
+            ):
                 self._resume_unauthorized(temporary, message)
                 return None
+            # Rotated before anything awaits: a second socket with the same token loses.
+            resume_token = session.client.new_resume_token()
             temporary.handed_off = True
-            await session.client.attach(ws, message.last_seq)
+            await session.client.attach(ws, message.last_seq, resume_token)
             await session.client.serve_socket(ws)
             return None
         if self.fleet is not None and not self.stopping:
@@ -296,7 +313,11 @@ class LiveServer:
                 temporary.handed_off = False  # the holder is gone: wait for its lease
             elif holder is None and state is not None:
                 digest = state.get("resume_digest")
-                if not digest or not token_matches(message.resume_token, digest):
+                if (
+                    not digest
+                    or not token_matches(message.resume_token, digest)
+                    or not _same_principal(state.get("principal"), temporary.client.principal)
+                ):
                     self._resume_unauthorized(temporary, message)
                     return None
                 if state.get("agent") != self.agent.name:
@@ -341,7 +362,7 @@ class LiveServer:
             session.let_go_to_fleet("its lease could not be renewed while its client was away")
 
     def _resume_unauthorized(self, temporary: SessionRunner, message: SessionResume) -> None:
-        text = "session.resume: the resume token does not match this session"
+        text = "session.resume: the resume token (or the token's subject) does not match this session"
         log.warning(
             "resume of session %s refused from %s: wrong token",
             message.session_id[:40], temporary.peer,
@@ -553,6 +574,11 @@ class LiveServer:
     async def wait_stopping(self) -> None:
         await self._stop.wait()
 
+
+
+def _same_principal(session: str | None, resume: str | None) -> bool:
+    """A session opened with a signed token resumes only for that token's subject."""
+    return session is None or session == resume
 
 
 def tls_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:

@@ -635,7 +635,13 @@ async def serve(
     opened, accepted = anyio.create_memory_object_stream[WebSocket](ACCEPT_BACKLOG)
 
     def accept(upgrade: Any) -> Any:
-        request = Request(upgrade.path.decode("ascii", "surrogateescape"), Headers(list(upgrade.headers.items())))
+        try:
+            request = Request(upgrade.path.decode("ascii", "surrogateescape"), Headers(list(upgrade.headers.items())))
+        except (UnicodeError, ValueError, websockets.exceptions.InvalidHeader):
+            # A header that is not text (bytes that are not ASCII): a bad request, not a failure.
+            bad = http.HTTPStatus.BAD_REQUEST
+            body = b"bad request: a header is not valid text\n"
+            return _upgrade_response(Response(bad.value, bad.phrase, Headers(), body), server_header)
         ws = WebSocket(
             max_size=max_size, max_queue=max_queue, close_timeout=close_timeout, request=request,
             ping_interval=ping_interval, ping_timeout=ping_timeout,

@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect as ws_connect
 from clients.client import LiveClient, SessionRefused
 from live import protocol as p
 from live.agent import Agent
-from live.auth import HostPolicy, host_name, mint_token, verify_token
+from live.auth import HostPolicy, TokenRefused, host_name, mint_token, verify_token
 from live.cli import main as live_cli
 from live.registry import default_registry
 from serving import collect, running
@@ -272,6 +272,71 @@ async def test_a_tokens_max_duration_ends_the_session():
     error = next(e for e in events if isinstance(e, p.ErrorEvent))
     assert error.code == "session_expired" and error.fatal and "max_duration" in error.message
     assert 0.4 < lasted < 3
+
+
+async def test_a_token_opens_one_session_only():
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        token = mint_token(SECRET, subject="ann", ttl=60)
+        async with LiveClient.connect(url, token=token):
+            refusal = await refused(url, token)  # a copy of it, while the first session runs
+        assert refusal.code == "unauthorized" and "already used" in refusal.message
+        assert (await refused(url, token)).code == "unauthorized"  # and after it ended
+        async with LiveClient.connect(url, token=mint_token(SECRET, subject="ann", ttl=60)):
+            pass  # a new token for the same user works
+        # A token minted elsewhere without a jti cannot be told apart from its copies.
+        no_jti = jwt.encode({"exp": int(time.time()) + 60, "sub": "ann"}, SECRET, algorithm="HS256")
+        assert "no 'jti' claim" in (await refused(url, no_jti)).message
+
+
+async def test_a_token_valid_for_longer_than_the_ceiling_is_refused():
+    century = mint_token(SECRET, ttl=100 * 365 * 86400, subject="ann")
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        refusal = await refused(url, century)
+        assert refusal.code == "unauthorized"
+        assert "longer than the 60 minutes this server accepts" in refusal.message, refusal.message
+        async with LiveClient.connect(url, token=mint_token(SECRET, ttl=3000)):
+            pass
+    async with running(AGENT, echo(), token_secret=SECRET, max_token_lifetime=30) as (_, url):
+        assert "longer than the 30 s" in (await refused(url, mint_token(SECRET, ttl=300))).message
+    # A token issued long ago is as long-lived as its claims say, whatever is left of it.
+    old = mint_token(SECRET, ttl=7200, now=time.time() - 7000)
+    with pytest.raises(TokenRefused, match="longer than"):
+        verify_token(old, SECRET)
+
+
+async def test_the_issuer_is_checked_when_the_server_names_one():
+    issuer = "https://app.example"
+    async with running(AGENT, echo(), token_secret=SECRET, token_issuer=issuer) as (_, url):
+        assert "no 'iss' claim" in (await refused(url, mint_token(SECRET))).message
+        wrong = await refused(url, mint_token(SECRET, issuer="https://evil.example"))
+        assert wrong.code == "unauthorized" and "issuer" in wrong.message
+        async with LiveClient.connect(url, token=mint_token(SECRET, issuer=issuer)):
+            pass
+
+
+async def test_text_that_is_not_utf8_in_a_token_is_a_clean_refusal(caplog):
+    """A lone surrogate is valid JSON (an escape) but no text: refused, never a traceback."""
+    caplog.set_level(logging.DEBUG)
+    assert pytest.raises(TokenRefused, verify_token, "\ud800", SECRET).value.args[0].startswith("the token is not")
+    async with running(AGENT, echo(), token_secret=SECRET, token="dev-token") as (server, url):
+        async with ws_connect(url) as ws:
+            await ws.send('{"type": "session.start", "token": "\\ud800"}')
+            event = await first_event(ws)
+            assert event["type"] == "error" and event["code"] == "invalid_field" and "token" in event["message"]
+            await ws.send('{"type": "session.resume", "session_id": "x", "resume_token": "\\udfff"}')
+            event = await first_event(ws)
+            assert event["code"] == "invalid_field" and "resume_token" in event["message"]
+            # The socket goes on, and a good token still opens the session on it.
+            await ws.send(json.dumps({"type": "session.start", "token": mint_token(SECRET)}))
+            assert (await first_event(ws))["type"] == "session.started"
+        # Bytes that are not UTF-8 in the Authorization header.
+        port = port_of(url)
+        status, _ = await raw_request(port, handshake("/live", "Host: 127.0.0.1"))
+        assert status == 101
+        status, body = await raw_request(port, handshake("/live", "Host: 127.0.0.1", "Authorization: Bearer caf\xe9"))
+        assert status in (400, 101), (status, body)  # refused as a bad header, or then as a bad token
+        assert (await raw_request(port, ["GET /healthz HTTP/1.1", "Host: 127.0.0.1"]))[0] == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 def test_live_token_prints_a_token_the_server_accepts(capsys):

@@ -13,6 +13,7 @@ from connections import double
 from connections.gemini import Gemini
 from live import protocol as p
 from live.agent import Agent
+from live.auth import mint_token
 from live.reattach import ReplayBuffer, token_digest, token_matches, with_seq
 from serving import collect, running
 
@@ -130,3 +131,40 @@ def test_the_replay_buffer_drops_reply_audio_before_events():
 def test_resume_tokens_are_kept_as_digests_only():
     assert token_matches("abc", token_digest("abc")) and not token_matches("abd", token_digest("abc"))
     assert "abc" not in token_digest("abc")
+
+
+async def test_a_resume_token_works_once_and_the_next_comes_with_session_reattached():
+    session = double.ScriptedSession(double.resumption_update("h1"))
+    session.on_client_content(double.output_transcript("Hello there."), double.turn_complete(), times=None)
+    async with running(AGENT, gemini(session)) as (server, url), LiveClient.connect(url) as client:
+        first = client.session.resume_token
+        cut(client)
+        await collect(client, lambda e: isinstance(e, p.SessionReattached))
+        second = client.session.resume_token
+        assert second and second != first
+        # The token a leak would give away no longer opens the conversation.
+        async with ws_connect(url) as ws:
+            await ws.send(p.encode(p.SessionResume(client.session.session_id, first)))
+            event = p.parse_server_event(await ws.recv())
+            assert isinstance(event, p.ErrorEvent) and event.code == "unauthorized"
+        await client.send_text("still mine?")
+        await collect(client, lambda e: isinstance(e, p.TurnComplete))
+        assert client.reattaches == 1
+
+
+async def test_a_resume_needs_a_token_for_the_subject_that_started_the_session():
+    secret = "a-test-secret-that-is-long-enough-for-hs256"
+    session = double.ScriptedSession(double.resumption_update("h1"))
+    async with running(AGENT, gemini(session), token_secret=secret) as (server, url):
+        tokens = iter(mint_token(secret, subject="ann", ttl=60) for _ in range(10))
+        async with LiveClient.connect(url, token=lambda: next(tokens)) as client:
+            sid = client.session.session_id
+            for token, why in ((None, "needs a token"), (mint_token(secret, subject="eve"), "does not match")):
+                async with ws_connect(url) as ws:
+                    await ws.send(p.encode(p.SessionResume(sid, client.session.resume_token, 0, token)))
+                    event = p.parse_server_event(await ws.recv())
+                    assert event.code == "unauthorized" and why in event.message, event
+            # Ann's client comes back with a fresh token of hers by itself.
+            cut(client)
+            seen = await collect(client, lambda e: isinstance(e, p.SessionReattached))
+            assert client.reattaches == 1 and seen
