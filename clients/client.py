@@ -269,6 +269,9 @@ class LiveClient:
             if isinstance(event, SessionReattached):
                 self._ws = ws
                 self.reattaches += 1
+                # Frames the server no longer had are numbered all the same: the
+                # replay after this goes on from past them.
+                self.last_seq += event.missed
                 if event.resume_token:  # the one just used works no more
                     self.session = dataclasses.replace(self.session, resume_token=event.resume_token)
                 self._up.set()

@@ -168,3 +168,32 @@ async def test_a_resume_needs_a_token_for_the_subject_that_started_the_session()
             cut(client)
             seen = await collect(client, lambda e: isinstance(e, p.SessionReattached))
             assert client.reattaches == 1 and seen
+
+
+async def test_after_a_replay_that_lost_frames_the_client_counts_them():
+    """`missed` frames are numbered all the same: the next resume starts after them."""
+    session = double.ScriptedSession(double.resumption_update("h1"))
+    chunk = b"\x01\x00" * 240  # 10 ms
+    reply = [double.audio(chunk), double.Pause(0.2)]
+    for _ in range(30):
+        reply += [double.audio(chunk), double.Pause(0.01)]  # each its own frame
+    session.on_client_content(*reply, double.Pause(1.0), double.turn_complete())
+    async with running(AGENT, gemini(session), reattach_audio_seconds=0.1) as (server, url):
+        async with LiveClient.connect(url) as client:
+            await client.send_text("talk")
+            await collect(client, lambda e: isinstance(e, AudioFrame))
+            cut(client)
+            replay = server.live_sessions[client.session.session_id].client.replay
+            with anyio.fail_after(5):  # the rest of the reply overflows what is kept for a replay
+                while replay.last_seq < client.last_seq + 30:
+                    await anyio.sleep(0.02)
+            seen: list = []
+            with anyio.fail_after(5):
+                async for event in client.events():
+                    seen.append(event)
+                    news = next((e for e in seen if isinstance(e, p.SessionReattached)), None)
+                    if news is not None and len(seen) - seen.index(news) - 1 == news.replayed:
+                        break
+            assert news.missed > 0 and news.replayed > 0
+            # Every frame of the replay was audio: only the client's count says where it is.
+            assert client.last_seq == replay.last_seq
