@@ -4,11 +4,11 @@ A session has at most one client socket at a time. Before the session starts,
 `await_opening` reads the door's opening (with the client's credential, checked
 here). While it runs, `read_client` feeds what the client sends to the session
 and `write_client` sends the session's stream, numbered and kept for a replay.
-When the socket drops without `session.close` and the door can reattach, the
-session goes on without a socket for the reattach grace; a new socket that
-brings the session's resume token (and, when the server requires tokens, one
-for the same subject) takes it over (`attach`), first gets what it missed, and
-a new resume token: each works once.
+When the socket drops without `session.close` or a normal close (1000) and
+the door can reattach, the session goes on without a socket for the reattach
+grace; a new socket that brings the session's resume token (and, when the
+server requires tokens, one for the same subject) takes it over (`attach`),
+first gets what it missed, and a new resume token: each works once.
 """
 
 from __future__ import annotations
@@ -286,7 +286,8 @@ class ClientAttachment:
         if lane is not None:
             ws.take_binary = lane
         try:
-            async for frame in ws:
+            while True:
+                frame = await ws.recv()
                 self.frames_read += 1
                 if len(frame) > max_frame:
                     if isinstance(frame, str) and is_image_message(frame):
@@ -299,8 +300,12 @@ class ClientAttachment:
                     client_audio(frame, behind=waiting() > 0)
                 else:
                     await runner.client_frame(frame, behind=waiting() > 0)
-        except ConnectionClosed:
-            pass
+        except ConnectionClosed as closed:
+            if runner.end_reason is None and self.ws is ws and _closed_normally(closed):
+                # The client said goodbye (1000): nothing to come back to. Its slot
+                # and model connection are freed now, not after the reattach grace.
+                runner.finish("client closed the connection")
+                return
         finally:
             if lane is not None and ws.take_binary is lane:
                 ws.take_binary = None
@@ -406,6 +411,12 @@ def _frames_waiting(ws: WebSocket) -> Callable[[], int]:
     """How many frames were read from the client's socket and not yet taken, as
     a function; always 0 where the socket does not say (e.g. a test's fake)."""
     return getattr(ws, "frames_waiting", None) or (lambda: 0)
+
+
+def _closed_normally(closed: ConnectionClosed) -> bool:
+    """The peer closed with 1000 (normal closure): it is done, not cut off."""
+    received = closed.rcvd
+    return received is not None and received.code == CLOSE_NORMAL
 
 
 def peer_address(connection: WebSocket) -> str:

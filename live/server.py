@@ -118,6 +118,8 @@ class LiveServer:
         # Sockets that have not sent session.start yet, and sockets per address.
         self.pending: set[SessionRunner] = set()
         self.per_address: Counter[str] = Counter()
+        # Sockets counted against the limits (a reattaching socket hands its count back).
+        self._counted: set[SessionRunner] = set()
         self.spent_tokens = SpentTokens()  # in this process (docs/access.md)
         self.port: int | None = None
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
@@ -247,6 +249,23 @@ class LiveServer:
 
     # ------------------------------------------------------------------ sockets
 
+    def _count(self, session: SessionRunner) -> None:
+        self.sessions.add(session)
+        self.pending.add(session)
+        self._counted.add(session)
+        self.per_address[session.peer] += 1
+
+    def _release(self, session: SessionRunner) -> None:
+        """Stop counting a socket's session; once, whoever asks first."""
+        self.sessions.discard(session)
+        self.pending.discard(session)
+        if session not in self._counted:
+            return
+        self._counted.discard(session)
+        self.per_address[session.peer] -= 1
+        if self.per_address[session.peer] <= 0:
+            del self.per_address[session.peer]
+
     async def reattach(
         self, temporary: SessionRunner, message: SessionResume
     ) -> dict[str, Any] | None:
@@ -277,6 +296,7 @@ class LiveServer:
             # Rotated before anything awaits: a second socket with the same token loses.
             resume_token = session.client.new_resume_token()
             temporary.handed_off = True
+            self._release(temporary)  # the conversation is counted once, as it was
             await session.client.attach(ws, message.last_seq, resume_token)
             await session.client.serve_socket(ws)
             return None
@@ -477,19 +497,13 @@ class LiveServer:
             await ws.close(CLOSE_TRY_LATER, refusal.code)
             session.obs.ended(refusal.code, refusal)
             return
-        self.sessions.add(session)
-        self.pending.add(session)
-        self.per_address[session.peer] += 1
+        self._count(session)
         try:
             if self._stop.is_set():
                 session.shutdown()
             await session.run()
         finally:
-            self.sessions.discard(session)
-            self.pending.discard(session)
-            self.per_address[session.peer] -= 1
-            if self.per_address[session.peer] <= 0:
-                del self.per_address[session.peer]
+            self._release(session)
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until `stop()`; then tell and close every session, and return.

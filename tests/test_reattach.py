@@ -149,7 +149,7 @@ async def test_a_resume_token_works_once_and_the_next_comes_with_session_reattac
             assert isinstance(event, p.ErrorEvent) and event.code == "unauthorized"
         await client.send_text("still mine?")
         await collect(client, lambda e: isinstance(e, p.TurnComplete))
-        assert client.reattaches == 1
+        assert client.reattaches == 1 and len(server.sessions) == 1  # one conversation, counted once
 
 
 async def test_a_resume_needs_a_token_for_the_subject_that_started_the_session():
@@ -168,6 +168,7 @@ async def test_a_resume_needs_a_token_for_the_subject_that_started_the_session()
             cut(client)
             seen = await collect(client, lambda e: isinstance(e, p.SessionReattached))
             assert client.reattaches == 1 and seen
+            assert len(server.sessions) == 1  # one conversation, counted once
 
 
 async def test_after_a_replay_that_lost_frames_the_client_counts_them():
@@ -197,3 +198,25 @@ async def test_after_a_replay_that_lost_frames_the_client_counts_them():
             assert news.missed > 0 and news.replayed > 0
             # Every frame of the replay was audio: only the client's count says where it is.
             assert client.last_seq == replay.last_seq
+
+
+async def test_a_normal_close_ends_the_session_at_once_a_cut_keeps_it():
+    session = double.ScriptedSession(double.resumption_update("h1"))
+    async with running(AGENT, gemini(session), reattach_grace=30) as (server, url):
+        async with ws_connect(url) as ws:
+            await ws.send(p.encode(p.SessionStart()))
+            assert p.parse_server_event(await ws.recv()).type == "session.started"
+        # Closed with 1000 and no session.close: the slot and the model connection go now.
+        with anyio.fail_after(2):
+            await session.wait_closed()
+            while server.sessions or server.live_sessions:
+                await anyio.sleep(0.02)
+        for code in (1001, 4000):
+            other = double.ScriptedSession(double.resumption_update("h2"))
+            async with running(AGENT, gemini(other), reattach_grace=30) as (server, url):
+                ws = await ws_connect(url)
+                await ws.send(p.encode(p.SessionStart()))
+                await ws.recv()
+                await ws.close(code)
+                await anyio.sleep(0.3)
+                assert len(server.live_sessions) == 1, code  # waiting for the client to come back
