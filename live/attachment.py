@@ -56,7 +56,7 @@ class ClientAttachment:
         self._runner = runner
         self.ws: WebSocket | None = ws
         self.door = door
-        self.peer = peer_address(ws)
+        self.peer = runner.server.client_address(ws)
         self.grant: Grant | None = None
         # Who the session belongs to: None when it was not opened with a signed
         # token; else its subject ("" for none). A resume must be for the same.
@@ -392,7 +392,7 @@ class ClientAttachment:
             runner.tg.start_soon(old.close, CLOSE_NORMAL, "replaced by a newer connection")
         log.info(
             "session %s reattached from %s: %d frame(s) replayed, %d missed",
-            runner.id, peer_address(ws), len(frames), missed,
+            runner.id, runner.server.client_address(ws), len(frames), missed,
         )
         runner.tg.start_soon(self.read_client, ws)
 

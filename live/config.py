@@ -52,7 +52,11 @@ class ServerConfig:
     - `max_pending`: sockets waiting for `session.start` at once; one more gets
       `pending_limit` and close 1013.
     - `max_sessions_per_ip`: sockets (pending or in a session) per client
-      address; one more gets `address_limit` and close 1013.
+      address (an IPv6 client by its /64); one more gets `address_limit` and
+      close 1013. A conversation counts once, whichever socket it is on.
+    - `forwarded_allow_ips`: proxies (addresses, CIDRs, `*` for any) whose
+      `X-Forwarded-For` names the client: the client's address is its rightmost
+      hop that is not one of them; a trusted proxy itself is never limited.
     - `audio_queue_frames`, `audio_queue_bytes`: client audio waiting for the
       model (two seconds of 20 ms frames, enough to cover a change of model
       connection; the bytes: two seconds at 48 kHz); beyond either the oldest is
@@ -117,6 +121,7 @@ class ServerConfig:
     start_timeout: float = 10.0
     max_pending: int = 32
     max_sessions_per_ip: int = 10
+    forwarded_allow_ips: tuple[str, ...] = ("127.0.0.1",)
     audio_queue_frames: int = 100
     audio_queue_bytes: int = 192_000
     control_queue_bytes: int = 128 << 10

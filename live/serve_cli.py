@@ -32,6 +32,7 @@ from live.fleet import Fleet
 from live.loop import CHOICES as LOOPS, LoopUnavailable, backend_options
 from live.protocol import image_bytes_fitting
 from live.registry import LlmRegistry, default_registry
+from live.addresses import AddressSet
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.server import LiveServer, ServerConfig, tls_context, tune_gc_for_serving
@@ -118,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="a static shared token for development, accepted in session.start (default: $LIVE_TOKEN; none if unset)")
     limits.add_argument("--start-timeout", type=_positive(float), default=10.0, help="seconds a socket may take to send session.start (default 10)")
     limits.add_argument("--max-pending", type=_positive(int), default=32, help="sockets waiting for session.start at once (default 32)")
-    limits.add_argument("--max-sessions-per-ip", type=_positive(int), default=10, help="sockets per client address (default 10)")
+    limits.add_argument("--max-sessions-per-ip", type=_positive(int), default=10, help="sockets per client address, an IPv6 client by its /64 (default 10; behind a proxy see --forwarded-allow-ips)")
+    limits.add_argument("--forwarded-allow-ips", default="127.0.0.1", metavar="IPS", help="comma-separated proxy addresses or networks whose X-Forwarded-For names the client (* for any; default 127.0.0.1): the client is the rightmost hop that is not one of them, and the per-address limit applies to it, not to the proxy")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--reattach-grace", type=_non_negative, default=30.0, metavar="SECONDS", help="how long a session whose client's socket dropped waits, model connection open, for the client to come back with session.resume (default 30; 0: end it at once)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
@@ -224,6 +226,11 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             check_secret(token_secret)
         except ValueError as exc:
             raise UsageError(f"--token-secret: {exc}") from None
+    for flag, value in (("--forwarded-allow-ips", args.forwarded_allow_ips),):
+        try:
+            AddressSet.parse([value])
+        except ValueError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
     try:
         llm = registry.resolve(agent.model)
     except (UnknownModelError, AmbiguousModelError, LiveError, MissingExtra) as exc:
@@ -252,6 +259,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         start_timeout=args.start_timeout,
         max_pending=args.max_pending,
         max_sessions_per_ip=args.max_sessions_per_ip,
+        forwarded_allow_ips=tuple(args.forwarded_allow_ips.split(",")),
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
         stall_timeout=args.stall_timeout,
         reattach_grace=args.reattach_grace,

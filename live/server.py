@@ -38,6 +38,8 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.http11 import Request, Response
 
 from live.agent import Agent
+from live.addresses import AddressSet, address_key, forwarded_client
+from live.attachment import peer_address
 from live.auth import HostPolicy, SpentTokens, host_name
 from live.config import (
     CLOSE_NORMAL,
@@ -118,9 +120,10 @@ class LiveServer:
         # Sockets that have not sent session.start yet, and sockets per address.
         self.pending: set[SessionRunner] = set()
         self.per_address: Counter[str] = Counter()
-        # Sockets counted against the limits (a reattaching socket hands its count back).
-        self._counted: set[SessionRunner] = set()
+        # Sessions counted against the limits (a reattaching socket hands its count back).
+        self._counted: dict[SessionRunner, str | None] = {}
         self.spent_tokens = SpentTokens()  # in this process (docs/access.md)
+        self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
         self.port: int | None = None
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
         self.metrics_port: int | None = None
@@ -249,11 +252,28 @@ class LiveServer:
 
     # ------------------------------------------------------------------ sockets
 
+    def client_address(self, ws: WebSocket) -> str:
+        """The client's address: the socket's peer, or behind a trusted proxy the
+        client its `X-Forwarded-For` names (`live.addresses`)."""
+        return self._client(ws)[0]
+
+    def _client(self, ws: WebSocket) -> tuple[str, bool]:
+        peer = peer_address(ws)
+        request = getattr(ws, "request", None)
+        forwarded = request.headers.get_all("X-Forwarded-For") if request is not None else []
+        return forwarded_client(peer, forwarded, self.trusted_proxies)
+
     def _count(self, session: SessionRunner) -> None:
+        """Count a socket against the per-address limit (a trusted proxy's own
+        sockets, with no client named, are not limited)."""
+        ws = session.ws
+        client, via_proxy = self._client(ws) if ws is not None else ("?", False)
+        key = None if via_proxy and client == peer_address(ws) else address_key(client)
         self.sessions.add(session)
         self.pending.add(session)
-        self._counted.add(session)
-        self.per_address[session.peer] += 1
+        self._counted[session] = key
+        if key is not None:
+            self.per_address[key] += 1
 
     def _release(self, session: SessionRunner) -> None:
         """Stop counting a socket's session; once, whoever asks first."""
@@ -261,10 +281,20 @@ class LiveServer:
         self.pending.discard(session)
         if session not in self._counted:
             return
-        self._counted.discard(session)
-        self.per_address[session.peer] -= 1
-        if self.per_address[session.peer] <= 0:
-            del self.per_address[session.peer]
+        key = self._counted.pop(session)
+        if key is not None:
+            self.per_address[key] -= 1
+            if self.per_address[key] <= 0:
+                del self.per_address[key]
+
+    def _address_full(self, session: SessionRunner) -> bool:
+        ws = session.ws
+        if ws is None:
+            return False
+        client, via_proxy = self._client(ws)
+        if via_proxy and client == peer_address(ws):
+            return False
+        return self.per_address[address_key(client)] >= self.config.max_sessions_per_ip
 
     async def reattach(
         self, temporary: SessionRunner, message: SessionResume
@@ -477,7 +507,7 @@ class LiveServer:
                 "try again later",
                 True,
             )
-        if self.per_address[session.peer] >= config.max_sessions_per_ip:
+        if self._address_full(session):
             return ErrorEvent(
                 "address_limit",
                 f"your address already has {config.max_sessions_per_ip} sessions open "

@@ -7,6 +7,7 @@ or meant for someone else.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -17,9 +18,11 @@ import pytest
 
 from live.logs import FRAME_TRACERS
 from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
 
 from clients.client import LiveClient, SessionRefused
 from live import protocol as p
+from live.addresses import AddressSet, address_key, forwarded_client
 from live.agent import Agent
 from live.auth import HostPolicy, TokenRefused, host_name, mint_token, verify_token
 from live.cli import main as live_cli
@@ -380,7 +383,9 @@ async def test_a_socket_that_never_starts_is_closed_after_the_start_timeout(capl
 
 async def test_pending_sockets_and_sockets_per_address_are_limited(caplog):
     caplog.set_level(logging.WARNING, "live.server")
-    async with running(AGENT, echo(), max_pending=2, max_sessions_per_ip=3, reattach_grace=0) as (server, url):
+    # No proxy trusted: 127.0.0.1 is a client like any other here.
+    limits = dict(max_pending=2, max_sessions_per_ip=3, reattach_grace=0, forwarded_allow_ips=())
+    async with running(AGENT, echo(), **limits) as (server, url):
         async with ws_connect(url) as a, ws_connect(url) as b:
             async with ws_connect(url) as c:
                 event = await first_event(c)
@@ -424,3 +429,55 @@ def test_live_serve_never_shows_the_frame_tracing_of_its_sockets_even_at_debug()
         root.setLevel(level)
         for name, was in tracers.items():
             logging.getLogger(name).setLevel(was)
+
+
+# ---------------------------------------------------------------------- client addresses
+
+
+def test_an_ipv6_client_is_counted_by_its_64_and_a_proxy_hop_only_when_trusted():
+    assert address_key("2001:db8:1:2::1") == address_key("[2001:db8:1:2:ffff:ffff:ffff:ffff]")
+    assert address_key("2001:db8:1:2::1") != address_key("2001:db8:1:3::1")
+    assert address_key("203.0.113.7") == "203.0.113.7" != address_key("203.0.113.8")
+    assert address_key("::ffff:203.0.113.7") == "203.0.113.7"
+    proxies = AddressSet.parse(["127.0.0.1, 10.0.0.0/8"])
+    # The client is the rightmost hop no trusted proxy added; what it wrote itself comes first.
+    assert forwarded_client("10.1.2.3", ["6.6.6.6, 203.0.113.7", "10.0.0.5"], proxies) == ("203.0.113.7", True)
+    assert forwarded_client("198.51.100.9", ["203.0.113.7"], proxies) == ("198.51.100.9", False)
+    assert forwarded_client("127.0.0.1", [], proxies) == ("127.0.0.1", True)
+    assert forwarded_client("127.0.0.1", ["not-an-address"], proxies) == ("127.0.0.1", True)
+    assert forwarded_client("198.51.100.9", ["203.0.113.7"], AddressSet.parse(["*"]))[0] == "203.0.113.7"
+    with pytest.raises(ValueError, match="'nope' is not an IP address"):
+        AddressSet.parse(["10.0.0.1,nope"])
+
+
+async def start_as(url: str, forwarded_for: str | None) -> dict:
+    headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
+    ws = await ws_connect(url, additional_headers=headers)
+    with contextlib.suppress(ConnectionClosed):  # a refusal may come first
+        await ws.send(json.dumps({"type": "session.start"}))
+    event = await first_event(ws)
+    event["ws"] = ws
+    return event
+
+
+async def test_behind_a_trusted_proxy_the_limit_is_per_client_not_per_proxy():
+    # The default trusts a proxy on 127.0.0.1 (the tests' own address).
+    async with running(AGENT, echo(), max_sessions_per_ip=2, reattach_grace=0) as (server, url):
+        opened = [await start_as(url, f"203.0.113.{i}") for i in range(1, 6)]
+        opened += [await start_as(url, None) for _ in range(3)]  # the proxy's own checks
+        assert all(e["type"] == "session.started" for e in opened)
+        same = [await start_as(url, "198.51.100.1, 203.0.113.9") for _ in range(3)]
+        assert [e["type"] for e in same] == ["session.started", "session.started", "error"]
+        assert same[2]["code"] == "address_limit"
+        # One IPv6 client, any address of its /64.
+        six = [await start_as(url, f"2001:db8:aa:bb::{i}") for i in range(1, 4)]
+        assert [e.get("code") for e in six] == [None, None, "address_limit"]
+        assert server.per_address["203.0.113.9"] == 2
+        for event in opened + same + six:
+            await event["ws"].close()
+    # A proxy that is not trusted cannot name its clients: they are all its own address.
+    async with running(AGENT, echo(), max_sessions_per_ip=2, forwarded_allow_ips=("10.0.0.0/8",)) as (_, url):
+        spoofed = [await start_as(url, f"203.0.113.{i}") for i in range(1, 4)]
+        assert [e.get("code") for e in spoofed] == [None, None, "address_limit"]
+        for event in spoofed:
+            await event["ws"].close()
