@@ -102,7 +102,10 @@ class ServerConfig:
     - `reuse_port`: share the port with other server processes (SO_REUSEPORT,
       Linux): the kernel spreads new connections across them.
     - `metrics_port`: serve `/metrics` on this port (0: a free one) instead of
-      the serving port, so it can stay private.
+      the serving port, so it can stay private; on `metrics_host` (loopback by
+      default), with the Host check of the serving port.
+    - `metrics_allow_ips`: who may read `/metrics` (addresses, CIDRs, `*`),
+      by the socket's peer address; loopback always may.
     - `sockets`: the WebSocket layer: `picows` (compiled framing), `websockets`,
       or `auto` (picows where it can be imported; `live.sockets`).
     """
@@ -144,6 +147,8 @@ class ServerConfig:
     certfile: str | None = None
     keyfile: str | None = None
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_allow_ips: tuple[str, ...] = ()
     sockets: str = "auto"
 
     def __post_init__(self) -> None:

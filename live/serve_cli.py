@@ -167,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     seeing = parser.add_argument_group("seeing what it does")
     seeing.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port instead of the serving port (0 picks a free one)")
+    seeing.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="interface --metrics-port listens on (default 127.0.0.1)")
+    seeing.add_argument("--metrics-allow-ips", default="", metavar="IPS", help="comma-separated addresses or networks that may read /metrics besides loopback (* for any; by the connection's address, never the Host header)")
     seeing.add_argument("--record", metavar="DIR", help="write a record of every session to DIR (events as JSONL, audio as WAV); read one with `live record show`")
     seeing.add_argument("--record-session-mb", type=_positive(float), default=50.0, help="a session's record stops at this size (default 50 MB)")
     seeing.add_argument("--record-total-mb", type=_positive(float), default=1024.0, help="no new session is recorded while DIR holds this much (default 1024 MB)")
@@ -226,7 +228,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             check_secret(token_secret)
         except ValueError as exc:
             raise UsageError(f"--token-secret: {exc}") from None
-    for flag, value in (("--forwarded-allow-ips", args.forwarded_allow_ips),):
+    for flag, value in (("--forwarded-allow-ips", args.forwarded_allow_ips), ("--metrics-allow-ips", args.metrics_allow_ips)):
         try:
             AddressSet.parse([value])
         except ValueError as exc:
@@ -260,12 +262,14 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         max_pending=args.max_pending,
         max_sessions_per_ip=args.max_sessions_per_ip,
         forwarded_allow_ips=tuple(args.forwarded_allow_ips.split(",")),
+        metrics_allow_ips=tuple(args.metrics_allow_ips.split(",")),
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
         stall_timeout=args.stall_timeout,
         reattach_grace=args.reattach_grace,
         drain_timeout=args.drain_timeout,
         reuse_port=args.workers > 1,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         sockets=args.sockets,
         certfile=args.certfile,
         keyfile=args.keyfile,
@@ -349,7 +353,9 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
             flush=True,
         )
         if server.metrics_port is not None:
-            print(f"live: metrics on http://{shown}:{server.metrics_port}/metrics", flush=True)
+            metrics_host = server.config.metrics_host
+            metrics_shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host
+            print(f"live: metrics on http://{metrics_shown}:{server.metrics_port}/metrics", flush=True)
         tg.start_soon(_stop_workers_with, server, workers)
         if server.agent.model == DEFAULT_MODEL and (
             os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")

@@ -38,7 +38,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.http11 import Request, Response
 
 from live.agent import Agent
-from live.addresses import AddressSet, address_key, forwarded_client
+from live.addresses import AddressSet, address_key, forwarded_client, parse_ip
 from live.attachment import peer_address
 from live.auth import HostPolicy, SpentTokens, host_name
 from live.config import (
@@ -124,6 +124,8 @@ class LiveServer:
         self._counted: dict[SessionRunner, str | None] = {}
         self.spent_tokens = SpentTokens()  # in this process (docs/access.md)
         self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
+        self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
+        self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
         self.port: int | None = None
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
         self.metrics_port: int | None = None
@@ -149,8 +151,13 @@ class LiveServer:
         log.warning("refused HTTP request for %r: %s (%d)", path[:100], why, status.value)
         return _response(status, body.encode())
 
-    def _process_request(self, connection: WebSocket, request: Request) -> Response | None:
-        """Check the Host, then the Origin, then route; refusals come before anything else."""
+    @functools.cached_property
+    def metrics_host_policy(self) -> HostPolicy:
+        """The Host names `--metrics-port` answers to, as for the serving port."""
+        return HostPolicy.for_bind(self.config.metrics_host, self.config.allowed_hosts)
+
+    def _host(self, request: Request) -> str | Response:
+        """The request's Host name, or the answer to a request without one good Host."""
         hosts = request.headers.get_all("Host")
         if len(hosts) != 1:
             why = "no Host header" if not hosts else f"{len(hosts)} Host headers"
@@ -159,6 +166,28 @@ class LiveServer:
         if host is None:
             why = f"malformed Host header {hosts[0][:100]!r}"
             return self._refuse(request, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+        return host
+
+    def _metrics_for(self, connection: WebSocket, request: Request) -> Response:
+        """`/metrics`, for a peer on this machine or one `--metrics-allow-ips` names:
+        by the connection's own address, never by the Host it names (which anyone
+        can write)."""
+        peer = parse_ip(peer_address(connection))
+        if peer is None or not (peer.is_loopback or peer in self.metrics_readers):
+            return self._refuse(
+                request,
+                http.HTTPStatus.FORBIDDEN,
+                f"/metrics asked from {peer_address(connection)}",
+                "/metrics is served to this machine only (start the server with "
+                "--metrics-allow-ips to name others)\n",
+            )
+        return self.metrics_response()
+
+    def _process_request(self, connection: WebSocket, request: Request) -> Response | None:
+        """Check the Host, then the Origin, then route; refusals come before anything else."""
+        host = self._host(request)
+        if isinstance(host, Response):
+            return host
         path = urlsplit(request.path).path
         policy = self.host_policy
         if not policy.host_allowed(host):
@@ -211,7 +240,7 @@ class LiveServer:
         if path.startswith("/client/"):
             return self._static(path.removeprefix("/client/"))
         if path == "/metrics" and self.config.metrics_on_serving_port:
-            return self.metrics_response()
+            return self._metrics_for(connection, request)
         return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
 
     def record_header(self, start: SessionStart) -> dict[str, Any]:
@@ -235,9 +264,21 @@ class LiveServer:
         return _response(http.HTTPStatus.OK, body, content_type)
 
     def _metrics_only(self, connection: WebSocket, request: Request) -> Response:
-        """The `--metrics-port` listener: `/metrics` and nothing else."""
+        """The `--metrics-port` listener: `/metrics` and nothing else, with the
+        Host check of the serving port (for its own bind) and the peer check."""
+        host = self._host(request)
+        if isinstance(host, Response):
+            return host
+        policy = self.metrics_host_policy
+        if not policy.host_allowed(host):
+            return self._refuse(
+                request,
+                http.HTTPStatus.FORBIDDEN,
+                f"Host {host[:100]!r} not allowed",
+                f"Host {host[:100]!r} is not allowed here (allowed: {policy.describe()})\n",
+            )
         if urlsplit(request.path).path == "/metrics":
-            return self.metrics_response()
+            return self._metrics_for(connection, request)
         return _response(http.HTTPStatus.NOT_FOUND, b"not found: this port serves /metrics\n")
 
     def _static(self, name: str) -> Response:
@@ -564,7 +605,7 @@ class LiveServer:
                 metrics_server = await stack.enter_async_context(
                     serve(
                         self._refuse_socket,
-                        config.host,
+                        config.metrics_host,
                         config.metrics_port,
                         process_request=self._metrics_only,
                         server_header="live",

@@ -39,9 +39,9 @@ def echo():
     return default_registry().resolve("local/echo")
 
 
-async def raw_request(port: int, lines: list[str]) -> tuple[int, str]:
+async def raw_request(port: int, lines: list[str], host: str = "127.0.0.1") -> tuple[int, str]:
     """Send an HTTP/1.1 request line by line; the status code and body of the answer."""
-    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+    async with await anyio.connect_tcp(host, port) as stream:
         await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
         data = b""
         with anyio.fail_after(5):
@@ -481,3 +481,49 @@ async def test_behind_a_trusted_proxy_the_limit_is_per_client_not_per_proxy():
         assert [e.get("code") for e in spoofed] == [None, None, "address_limit"]
         for event in spoofed:
             await event["ws"].close()
+
+
+# ---------------------------------------------------------------------- /metrics
+
+
+def this_machines_address() -> str | None:
+    """An address of this machine that is not loopback (where a remote client comes from)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: it only picks the interface
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+async def test_metrics_answer_only_this_machine_whatever_host_a_remote_client_names(caplog):
+    caplog.set_level(logging.WARNING, "live.server")
+    address = this_machines_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    scrape = ["GET /metrics HTTP/1.1", "Host: localhost"]
+    async with running(AGENT, echo(), host="0.0.0.0") as (_, url):
+        port = port_of(url)
+        assert (await raw_request(port, scrape))[0] == 200  # from this machine
+        status, body = await raw_request(port, scrape, host=address)  # from "outside", Host: localhost
+        assert status == 403 and "--metrics-allow-ips" in body and "live_" not in body
+        assert (await raw_request(port, ["GET /healthz HTTP/1.1", "Host: localhost"], host=address))[0] == 200
+    async with running(AGENT, echo(), host="0.0.0.0", metrics_allow_ips=(f"{address}/32",)) as (_, url):
+        assert (await raw_request(port_of(url), scrape, host=address))[0] == 200
+    assert any("/metrics asked from" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_metrics_port_listens_on_loopback_and_checks_the_host():
+    address = this_machines_address()
+    async with running(AGENT, echo(), host="0.0.0.0", metrics_port=0) as (server, _):
+        port = server.metrics_port
+        assert (await raw_request(port, ["GET /metrics HTTP/1.1", "Host: 127.0.0.1"]))[0] == 200
+        status, body = await raw_request(port, ["GET /metrics HTTP/1.1", "Host: evil.example"])
+        assert status == 403 and "evil.example" in body  # a rebinding page gets nothing
+        assert (await raw_request(port, ["GET /metrics HTTP/1.1"]))[0] == 400
+        if address is not None:
+            with pytest.raises(OSError):  # not listening there at all
+                await raw_request(port, ["GET /metrics HTTP/1.1", "Host: localhost"], host=address)
