@@ -13,6 +13,7 @@ its sessions to the fleet when it drains.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import http
@@ -39,7 +40,7 @@ from websockets.http11 import Request, Response
 
 from live.agent import Agent
 from live.addresses import AddressSet, address_key, forwarded_client, parse_ip
-from live.attachment import peer_address
+from live.attachment import bearer_token, peer_address
 from live.auth import HostPolicy, SpentTokens, host_name
 from live.config import (
     CLOSE_NORMAL,
@@ -399,6 +400,10 @@ class LiveServer:
                 store_down = True
             if address is not None:
                 temporary.handed_off = True
+                if message.token is None:
+                    # The holder checks the token again; one sent on this handshake
+                    # would not reach it otherwise.
+                    message = dataclasses.replace(message, token=bearer_token(ws))
                 if await self._relay(ws, address, message):
                     return None
                 temporary.handed_off = False  # the holder is gone: wait for its lease

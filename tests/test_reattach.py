@@ -220,3 +220,44 @@ async def test_a_normal_close_ends_the_session_at_once_a_cut_keeps_it():
                 await ws.close(code)
                 await anyio.sleep(0.3)
                 assert len(server.live_sessions) == 1, code  # waiting for the client to come back
+
+
+async def test_a_resume_relayed_to_the_server_holding_the_session_is_authorized_there():
+    """Behind a balancer the resume may land on another server of the fleet, which
+    relays it to the holder: the token the client sent on its handshake goes along."""
+    from live.fleet import Fleet
+    from live.registry import default_registry
+    from live.server import LiveServer, ServerConfig
+    from live.store import MemoryStore
+
+    secret = "a-test-secret-that-is-long-enough-for-hs256"
+    store = MemoryStore()
+    agent = Agent(name="a", model="local/echo")
+    servers = [
+        LiveServer(
+            agent,
+            default_registry().resolve("local/echo"),
+            ServerConfig(port=0, token_secret=secret, audio_lead=None),
+            fleet=Fleet(store, address=""),
+        )
+        for _ in range(2)
+    ]
+    async with anyio.create_task_group() as tg:
+        ports = [await tg.start(server.serve) for server in servers]
+        holder_url, other_url = (f"ws://127.0.0.1:{port}/live" for port in ports)
+        token = mint_token(secret, subject="ann", ttl=60)
+        async with LiveClient.connect(holder_url, token=token, reattach_for=0) as client:
+            sid = client.session.session_id
+            with anyio.fail_after(5):
+                while (await servers[1].fleet.locate(sid))[0] is None:
+                    await anyio.sleep(0.05)
+            for headers, expected in (({}, "error"), ({"Authorization": f"Bearer {token}"}, "session.reattached")):
+                async with ws_connect(other_url, additional_headers=headers) as ws:
+                    await ws.send(p.encode(p.SessionResume(sid, client.session.resume_token, client.last_seq)))
+                    with anyio.fail_after(5):
+                        event = json.loads(await ws.recv())
+                    assert event["type"] == expected, event
+                    if expected == "error":
+                        assert event["code"] == "unauthorized"
+        for server in servers:
+            server.stop()
