@@ -211,15 +211,27 @@ async def test_a_normal_close_ends_the_session_at_once_a_cut_keeps_it():
             await session.wait_closed()
             while server.sessions or server.live_sessions:
                 await anyio.sleep(0.02)
-        for code in (1001, 4000):
-            other = double.ScriptedSession(double.resumption_update("h2"))
-            async with running(AGENT, gemini(other), reattach_grace=30) as (server, url):
-                ws = await ws_connect(url)
-                await ws.send(p.encode(p.SessionStart()))
-                await ws.recv()
-                await ws.close(code)
-                await anyio.sleep(0.3)
-                assert len(server.live_sessions) == 1, code  # waiting for the client to come back
+    # session.close, the socket left open: the same, at once.
+    closing = double.ScriptedSession(double.resumption_update("h3"))
+    async with running(AGENT, gemini(closing), reattach_grace=30) as (server, url):
+        async with ws_connect(url) as ws:
+            await ws.send(p.encode(p.SessionStart()))
+            await ws.recv()
+            await ws.send(p.encode(p.SessionClose()))
+            with anyio.fail_after(2):
+                await closing.wait_closed()
+                while server.sessions or server.live_sessions:
+                    await anyio.sleep(0.02)
+    # Going away (1001) or any other close: the session waits for the client.
+    for code in (1001, 4000):
+        other = double.ScriptedSession(double.resumption_update("h2"))
+        async with running(AGENT, gemini(other), reattach_grace=30) as (server, url):
+            ws = await ws_connect(url)
+            await ws.send(p.encode(p.SessionStart()))
+            await ws.recv()
+            await ws.close(code)
+            await anyio.sleep(0.3)
+            assert len(server.live_sessions) == 1, code  # waiting for the client to come back
 
 
 async def test_a_resume_relayed_to_the_server_holding_the_session_is_authorized_there():
