@@ -348,6 +348,9 @@ def test_live_token_prints_a_token_the_server_accepts(capsys):
     grant = verify_token(token, SECRET, agent="test")
     assert grant.subject == "ann" and grant.agent == "test"
     assert grant.expires_at is not None and 50 < grant.expires_at - time.time() <= 60
+    assert live_cli(["token", "--secret", SECRET, "--issuer", "https://app.example"]) == 0
+    issued = capsys.readouterr().out.strip()
+    assert verify_token(issued, SECRET, issuer="https://app.example").token_id
     assert live_cli(["token", "--secret", "short"]) == 2
     assert "at least 32 bytes" in capsys.readouterr().err
 
