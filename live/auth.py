@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import heapq
 import ipaddress
 import os
-import heapq
 import re
 import secrets
 import sys

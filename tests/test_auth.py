@@ -321,7 +321,7 @@ async def test_text_that_is_not_utf8_in_a_token_is_a_clean_refusal(caplog):
     """A lone surrogate is valid JSON (an escape) but no text: refused, never a traceback."""
     caplog.set_level(logging.DEBUG)
     assert pytest.raises(TokenRefused, verify_token, "\ud800", SECRET).value.args[0].startswith("the token is not")
-    async with running(AGENT, echo(), token_secret=SECRET, token="dev-token") as (server, url):
+    async with running(AGENT, echo(), token_secret=SECRET, token="dev-token") as (_, url):
         async with ws_connect(url) as ws:
             await ws.send('{"type": "session.start", "token": "\\ud800"}')
             event = await first_event(ws)
@@ -387,7 +387,7 @@ async def test_a_socket_that_never_starts_is_closed_after_the_start_timeout(capl
 async def test_pending_sockets_and_sockets_per_address_are_limited(caplog):
     caplog.set_level(logging.WARNING, "live.server")
     # No proxy trusted: 127.0.0.1 is a client like any other here.
-    limits = dict(max_pending=2, max_sessions_per_ip=3, reattach_grace=0, forwarded_allow_ips=())
+    limits = {"max_pending": 2, "max_sessions_per_ip": 3, "reattach_grace": 0, "forwarded_allow_ips": ()}
     async with running(AGENT, echo(), **limits) as (server, url):
         async with ws_connect(url) as a, ws_connect(url) as b:
             async with ws_connect(url) as c:

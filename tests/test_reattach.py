@@ -179,25 +179,27 @@ async def test_after_a_replay_that_lost_frames_the_client_counts_them():
     for _ in range(30):
         reply += [double.audio(chunk), double.Pause(0.01)]  # each its own frame
     session.on_client_content(*reply, double.Pause(1.0), double.turn_complete())
-    async with running(AGENT, gemini(session), reattach_audio_seconds=0.1) as (server, url):
-        async with LiveClient.connect(url) as client:
-            await client.send_text("talk")
-            await collect(client, lambda e: isinstance(e, AudioFrame))
-            cut(client)
-            replay = server.live_sessions[client.session.session_id].client.replay
-            with anyio.fail_after(5):  # the rest of the reply overflows what is kept for a replay
-                while replay.last_seq < client.last_seq + 30:
-                    await anyio.sleep(0.02)
-            seen: list = []
-            with anyio.fail_after(5):
-                async for event in client.events():
-                    seen.append(event)
-                    news = next((e for e in seen if isinstance(e, p.SessionReattached)), None)
-                    if news is not None and len(seen) - seen.index(news) - 1 == news.replayed:
-                        break
-            assert news.missed > 0 and news.replayed > 0
-            # Every frame of the replay was audio: only the client's count says where it is.
-            assert client.last_seq == replay.last_seq
+    async with (
+        running(AGENT, gemini(session), reattach_audio_seconds=0.1) as (server, url),
+        LiveClient.connect(url) as client,
+    ):
+        await client.send_text("talk")
+        await collect(client, lambda e: isinstance(e, AudioFrame))
+        cut(client)
+        replay = server.live_sessions[client.session.session_id].client.replay
+        with anyio.fail_after(5):  # the rest of the reply overflows what is kept for a replay
+            while replay.last_seq < client.last_seq + 30:
+                await anyio.sleep(0.02)
+        seen: list = []
+        with anyio.fail_after(5):
+            async for event in client.events():
+                seen.append(event)
+                news = next((e for e in seen if isinstance(e, p.SessionReattached)), None)
+                if news is not None and len(seen) - seen.index(news) - 1 == news.replayed:
+                    break
+        assert news.missed > 0 and news.replayed > 0
+        # Every frame of the replay was audio: only the client's count says where it is.
+        assert client.last_seq == replay.last_seq
 
 
 async def test_a_normal_close_ends_the_session_at_once_a_cut_keeps_it():
@@ -213,15 +215,14 @@ async def test_a_normal_close_ends_the_session_at_once_a_cut_keeps_it():
                 await anyio.sleep(0.02)
     # session.close, the socket left open: the same, at once.
     closing = double.ScriptedSession(double.resumption_update("h3"))
-    async with running(AGENT, gemini(closing), reattach_grace=30) as (server, url):
-        async with ws_connect(url) as ws:
-            await ws.send(p.encode(p.SessionStart()))
-            await ws.recv()
-            await ws.send(p.encode(p.SessionClose()))
-            with anyio.fail_after(2):
-                await closing.wait_closed()
-                while server.sessions or server.live_sessions:
-                    await anyio.sleep(0.02)
+    async with running(AGENT, gemini(closing), reattach_grace=30) as (server, url), ws_connect(url) as ws:
+        await ws.send(p.encode(p.SessionStart()))
+        await ws.recv()
+        await ws.send(p.encode(p.SessionClose()))
+        with anyio.fail_after(2):
+            await closing.wait_closed()
+            while server.sessions or server.live_sessions:
+                await anyio.sleep(0.02)
     # Going away (1001) or any other close: the session waits for the client.
     for code in (1001, 4000):
         other = double.ScriptedSession(double.resumption_update("h2"))
