@@ -470,7 +470,28 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
     if parser is None:
         known = ", ".join(_CLIENT_PARSERS)
         raise ProtocolError("unknown_type", f"unknown message type {kind!r}; known types: {known}")
-    return parser(obj)
+    message = parser(obj)
+    if _SURROGATE_ESCAPE.search(raw if isinstance(raw, str) else raw.decode("ascii", "replace")) and not _is_text(obj):
+        # JSON can spell half of a UTF-16 pair (\ud800) on its own: no text holds
+        # that, and nothing could send it on (to the model, back to the client).
+        raise ProtocolError(
+            "invalid_json",
+            f"{kind}: the message holds a lone surrogate escape (such as \\ud800), which is "
+            "not text; it was dropped",
+        )
+    return message
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _is_text(obj: Any) -> bool:
+    """Whether every string in a parsed JSON value is text that UTF-8 can carry."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- server -> client

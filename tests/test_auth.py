@@ -332,6 +332,15 @@ async def test_text_that_is_not_utf8_in_a_token_is_a_clean_refusal(caplog):
             # The socket goes on, and a good token still opens the session on it.
             await ws.send(json.dumps({"type": "session.start", "token": mint_token(SECRET)}))
             assert (await first_event(ws))["type"] == "session.started"
+            # In the session, a typed turn that is not text is dropped with an error;
+            # the session goes on (it used to end with an internal error).
+            await ws.send('{"type": "text", "text": "\\ud800 hello"}')
+            event = await first_event(ws)
+            assert event["code"] == "invalid_json" and not event["fatal"] and "surrogate" in event["message"]
+            await ws.send(json.dumps({"type": "text", "text": "hello"}))
+            with anyio.fail_after(5):
+                while "hello" not in json.dumps(event):
+                    event = await first_event(ws)
         # Bytes that are not UTF-8 in the Authorization header.
         port = port_of(url)
         status, _ = await raw_request(port, handshake("/live", "Host: 127.0.0.1"))
