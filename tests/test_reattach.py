@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import anyio
 import pytest
@@ -274,3 +275,72 @@ async def test_a_resume_relayed_to_the_server_holding_the_session_is_authorized_
                         assert event["code"] == "unauthorized"
         for server in servers:
             server.stop()
+
+
+async def test_a_tokens_max_duration_still_counts_from_the_start_after_a_reattach():
+    secret = "a-test-secret-that-is-long-enough-for-hs256"
+    session = double.ScriptedSession(double.resumption_update("h1"))
+    async with running(AGENT, gemini(session), token_secret=secret) as (_, url):
+        token = mint_token(secret, subject="ann", max_duration=1.0)
+        async with LiveClient.connect(url, token=token) as client:
+            started = time.monotonic()
+            await anyio.sleep(0.3)
+            cut(client)
+            seen = await collect(client, lambda e: isinstance(e, p.SessionClosed), timeout=5)
+            lasted = time.monotonic() - started
+    assert any(isinstance(e, p.SessionReattached) for e in seen)
+    error = next(e for e in seen if isinstance(e, p.ErrorEvent))
+    assert error.code == "session_expired" and "max_duration" in error.message
+    assert 0.9 < lasted < 1.8  # not a new second from the reattach
+
+
+async def test_a_session_taken_over_by_another_server_keeps_its_users_and_its_max_duration():
+    from live.fleet import Fleet
+    from live.registry import default_registry
+    from live.server import LiveServer, ServerConfig
+    from live.store import MemoryStore
+
+    secret = "a-test-secret-that-is-long-enough-for-hs256"
+    store = MemoryStore()
+    agent = Agent(name="a", model="local/echo")
+    servers = [
+        LiveServer(
+            agent,
+            default_registry().resolve("local/echo"),
+            ServerConfig(port=0, token_secret=secret, audio_lead=None, drain_timeout=1),
+            fleet=Fleet(store, address=""),
+        )
+        for _ in range(2)
+    ]
+    async with anyio.create_task_group() as tg:
+        first_url, second_url = [f"ws://127.0.0.1:{await tg.start(s.serve)}/live" for s in servers]
+        token = mint_token(secret, subject="ann", ttl=60, max_duration=2.0)
+        async with LiveClient.connect(first_url, token=token, reattach_for=0) as client:
+            started = time.monotonic()
+            sid, resume_token = client.session.session_id, client.session.resume_token
+            await anyio.sleep(0.5)
+            servers[0].stop()  # drains: the session goes to the fleet
+            with anyio.fail_after(5):
+                while servers[0].live_sessions:
+                    await anyio.sleep(0.05)
+            async with ws_connect(second_url) as ws:  # someone else, with the resume token alone
+                eve = mint_token(secret, subject="eve", ttl=60)
+                await ws.send(p.encode(p.SessionResume(sid, resume_token, client.last_seq, eve)))
+                assert json.loads(await ws.recv())["code"] == "unauthorized"
+            async with ws_connect(second_url) as ws:
+                # A fresh token of hers, with a longer limit of its own: the session's stays.
+                fresh = mint_token(secret, subject="ann", ttl=60, max_duration=30)
+                await ws.send(p.encode(p.SessionResume(sid, resume_token, client.last_seq, fresh)))
+                with anyio.fail_after(5):
+                    reattached = json.loads(await ws.recv())
+                assert reattached["type"] == "session.reattached", reattached
+                assert reattached["resume_token"] != resume_token
+                with anyio.fail_after(5):
+                    while True:
+                        event = json.loads(await ws.recv())
+                        if event.get("code") == "session_expired":
+                            break
+                lasted = time.monotonic() - started
+                assert "max_duration" in event["message"]
+        assert 1.8 < lasted < 3.0  # from the start on the first server, not from the takeover
+        servers[1].stop()
