@@ -450,3 +450,23 @@ async def test_after_a_replay_that_lost_frames_the_page_counts_them_and_takes_th
         )
         token = await page.evaluate("window.live.session.resume_token")
         assert token and token != first_token and token == news["resume_token"]
+
+
+async def test_on_a_server_that_requires_tokens_the_page_reattaches_with_its_token(tmp_path):
+    """A resume is authorized like a start: the page sends its token along."""
+    from live.auth import mint_token
+
+    secret = "a-test-secret-that-is-long-enough-for-hs256"
+    wav, _ = speech_wav(tmp_path)
+    llm, _ = scripted()
+    async with running(AGENT, llm, token_secret=secret) as (server, url), chromium_page(wav) as page:
+        await page.goto(http_root(url) + "?token=" + mint_token(secret, subject="ann", ttl=60))
+        await press_talk(page)
+        await page.evaluate(
+            "window.reattached = null; window.live.on('session.reattached', (e) => { window.reattached = e; }); 0"
+        )
+        [live] = list(server.live_sessions.values())
+        live.ws.transport.abort()  # the page's network goes away: no close frame
+        await wait_until(lambda: page.evaluate("window.reattached !== null"), 10, "the page to reattach")
+        assert await page.evaluate("window.live.state.connection") == "open"
+        assert list(server.live_sessions.values()) == [live]  # the same conversation
