@@ -126,7 +126,6 @@ class LiveServer:
         self.spent_tokens = SpentTokens()  # in this process (docs/access.md)
         self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
         self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
-        self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
         self.port: int | None = None
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
         self.metrics_port: int | None = None
