@@ -77,7 +77,6 @@ from live.protocol import (
     encode,
 )
 from live.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
-from live.reattach import new_resume_token, token_digest
 from live.record import SessionRecord, current_record
 from live.session import SessionCore
 from live.tool_tasks import ToolTasks
@@ -253,7 +252,9 @@ class SessionRunner:
                 async with anyio.create_task_group() as tg:
                     self.tg = tg
                     grant = client.grant
-                    if grant is not None and grant.max_duration is not None:
+                    # A session taken over keeps the end the token that opened it set
+                    # (`ends_at`, stored), not one from the token its resume carried.
+                    if self.adopted is None and grant is not None and grant.max_duration is not None:
                         self.ends_at = time.time() + grant.max_duration
                     if self.ends_at is not None:
                         tg.start_soon(self._limit_duration, self.ends_at)
@@ -335,8 +336,7 @@ class SessionRunner:
             link = await self.link.open_first(start.history)
             resume_token = None
             if self.config.reattach_grace > 0 and self.door.capabilities.reattach:
-                resume_token = new_resume_token()
-                client.resume_digest = token_digest(resume_token)
+                resume_token = client.new_resume_token()
                 self.server.live_sessions[self.id] = self
             await client.send_now(
                 SessionStarted(
@@ -354,7 +354,11 @@ class SessionRunner:
             self.server.live_sessions[self.id] = self
             stored_seq = int(self.adopted.get("last_seq") or 0)
             replay = client.replay
-            await client.send_now(SessionReattached(self.id, 0, max(0, stored_seq - replay.last_seq)))
+            # The stored token worked once; the client gets the next.
+            resume_token = client.new_resume_token()
+            await client.send_now(
+                SessionReattached(self.id, 0, max(0, stored_seq - replay.last_seq), resume_token)
+            )
             replay.last_seq = max(stored_seq, replay.last_seq)
             log.info("session %s taken over from the fleet (handle from the store)", self.id)
         if fleet is not None:
@@ -405,6 +409,7 @@ class SessionRunner:
             "input_rate": int(core.input_mime.rsplit("=", 1)[1]) if core else 16000,
             "turn_taking": "manual" if self.manual_activity else "auto",
             "resume_digest": self.client.resume_digest,
+            "principal": self.client.principal,
             "last_seq": self.client.replay.last_seq,
             "ends_at": self.ends_at,
             "core": core.snapshot() if core is not None else {},
@@ -431,6 +436,8 @@ class SessionRunner:
         ends_at = state.get("ends_at")
         self.ends_at = float(ends_at) if isinstance(ends_at, (int, float)) else None
         self.client.resume_digest = state.get("resume_digest")
+        principal = state.get("principal")
+        self.client.principal = principal if isinstance(principal, str) else None
         self.client.replay.last_seq = message.last_seq
         return SessionStart(
             input_rate=int(state.get("input_rate") or DEFAULT_INPUT_RATE),

@@ -13,6 +13,7 @@ its sessions to the fleet when it drains.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import http
@@ -38,7 +39,9 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.http11 import Request, Response
 
 from live.agent import Agent
-from live.auth import HostPolicy, host_name
+from live.addresses import AddressSet, address_key, forwarded_client, parse_ip
+from live.attachment import bearer_token, peer_address
+from live.auth import HostPolicy, SpentTokens, host_name
 from live.config import (
     CLOSE_NORMAL,
     CLOSE_POLICY,
@@ -118,6 +121,11 @@ class LiveServer:
         # Sockets that have not sent session.start yet, and sockets per address.
         self.pending: set[SessionRunner] = set()
         self.per_address: Counter[str] = Counter()
+        # Sessions counted against the limits (a reattaching socket hands its count back).
+        self._counted: dict[SessionRunner, str | None] = {}
+        self.spent_tokens = SpentTokens()  # in this process (docs/access.md)
+        self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
+        self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
         self.port: int | None = None
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
         self.metrics_port: int | None = None
@@ -137,12 +145,19 @@ class LiveServer:
     def _refuse(
         self, request: Request, status: http.HTTPStatus, why: str, body: str
     ) -> Response:
-        # (The client's address is not known yet at this point of the handshake.)
-        log.warning("refused HTTP request for %r: %s (%d)", request.path[:100], why, status.value)
+        # The path without its query: a page may carry a token there (`/?token=...`),
+        # and no token is ever logged.
+        path = request.path.partition("?")[0].partition("#")[0]
+        log.warning("refused HTTP request for %r: %s (%d)", path[:100], why, status.value)
         return _response(status, body.encode())
 
-    def _process_request(self, connection: WebSocket, request: Request) -> Response | None:
-        """Check the Host, then the Origin, then route; refusals come before anything else."""
+    @functools.cached_property
+    def metrics_host_policy(self) -> HostPolicy:
+        """The Host names `--metrics-port` answers to, as for the serving port."""
+        return HostPolicy.for_bind(self.config.metrics_host, self.config.allowed_hosts)
+
+    def _host(self, request: Request) -> str | Response:
+        """The request's Host name, or the answer to a request without one good Host."""
         hosts = request.headers.get_all("Host")
         if len(hosts) != 1:
             why = "no Host header" if not hosts else f"{len(hosts)} Host headers"
@@ -151,6 +166,28 @@ class LiveServer:
         if host is None:
             why = f"malformed Host header {hosts[0][:100]!r}"
             return self._refuse(request, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+        return host
+
+    def _metrics_for(self, connection: WebSocket, request: Request) -> Response:
+        """`/metrics`, for a peer on this machine or one `--metrics-allow-ips` names:
+        by the connection's own address, never by the Host it names (which anyone
+        can write)."""
+        peer = parse_ip(peer_address(connection))
+        if peer is None or not (peer.is_loopback or peer in self.metrics_readers):
+            return self._refuse(
+                request,
+                http.HTTPStatus.FORBIDDEN,
+                f"/metrics asked from {peer_address(connection)}",
+                "/metrics is served to this machine only (start the server with "
+                "--metrics-allow-ips to name others)\n",
+            )
+        return self.metrics_response()
+
+    def _process_request(self, connection: WebSocket, request: Request) -> Response | None:
+        """Check the Host, then the Origin, then route; refusals come before anything else."""
+        host = self._host(request)
+        if isinstance(host, Response):
+            return host
         path = urlsplit(request.path).path
         policy = self.host_policy
         if not policy.host_allowed(host):
@@ -203,7 +240,7 @@ class LiveServer:
         if path.startswith("/client/"):
             return self._static(path.removeprefix("/client/"))
         if path == "/metrics" and self.config.metrics_on_serving_port:
-            return self.metrics_response()
+            return self._metrics_for(connection, request)
         return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
 
     def record_header(self, start: SessionStart) -> dict[str, Any]:
@@ -227,9 +264,21 @@ class LiveServer:
         return _response(http.HTTPStatus.OK, body, content_type)
 
     def _metrics_only(self, connection: WebSocket, request: Request) -> Response:
-        """The `--metrics-port` listener: `/metrics` and nothing else."""
+        """The `--metrics-port` listener: `/metrics` and nothing else, with the
+        Host check of the serving port (for its own bind) and the peer check."""
+        host = self._host(request)
+        if isinstance(host, Response):
+            return host
+        policy = self.metrics_host_policy
+        if not policy.host_allowed(host):
+            return self._refuse(
+                request,
+                http.HTTPStatus.FORBIDDEN,
+                f"Host {host[:100]!r} not allowed",
+                f"Host {host[:100]!r} is not allowed here (allowed: {policy.describe()})\n",
+            )
         if urlsplit(request.path).path == "/metrics":
-            return self.metrics_response()
+            return self._metrics_for(connection, request)
         return _response(http.HTTPStatus.NOT_FOUND, b"not found: this port serves /metrics\n")
 
     def _static(self, name: str) -> Response:
@@ -244,21 +293,82 @@ class LiveServer:
 
     # ------------------------------------------------------------------ sockets
 
+    def client_address(self, ws: WebSocket) -> str:
+        """The client's address: the socket's peer, or behind a trusted proxy the
+        client its `X-Forwarded-For` names (`live.addresses`)."""
+        return self._client(ws)[0]
+
+    def _client(self, ws: WebSocket) -> tuple[str, bool]:
+        peer = peer_address(ws)
+        request = getattr(ws, "request", None)
+        forwarded = request.headers.get_all("X-Forwarded-For") if request is not None else []
+        return forwarded_client(peer, forwarded, self.trusted_proxies)
+
+    def _count(self, session: SessionRunner) -> None:
+        """Count a socket against the per-address limit (a trusted proxy's own
+        sockets, with no client named, are not limited)."""
+        ws = session.ws
+        client, via_proxy = self._client(ws) if ws is not None else ("?", False)
+        key = None if via_proxy and client == peer_address(ws) else address_key(client)
+        self.sessions.add(session)
+        self.pending.add(session)
+        self._counted[session] = key
+        if key is not None:
+            self.per_address[key] += 1
+
+    def _release(self, session: SessionRunner) -> None:
+        """Stop counting a socket's session; once, whoever asks first."""
+        self.sessions.discard(session)
+        self.pending.discard(session)
+        if session not in self._counted:
+            return
+        key = self._counted.pop(session)
+        if key is not None:
+            self.per_address[key] -= 1
+            if self.per_address[key] <= 0:
+                del self.per_address[key]
+
+    def _address_full(self, session: SessionRunner) -> bool:
+        ws = session.ws
+        if ws is None:
+            return False
+        client, via_proxy = self._client(ws)
+        if via_proxy and client == peer_address(ws):
+            return False
+        return self.per_address[address_key(client)] >= self.config.max_sessions_per_ip
+
     async def reattach(
         self, temporary: SessionRunner, message: SessionResume
     ) -> dict[str, Any] | None:
         """A socket asks to take over a live session: attach it here, relay it to
         the server of the fleet that holds it, or (its holder gone) return the
-        session's stored facts for `temporary` to carry it on. None: handled."""
+        session's stored facts for `temporary` to carry it on. None: handled.
+
+        Authorized like a start when the server requires tokens (a valid token,
+        for the subject that opened the session); the resume token works once:
+        a new one goes with `session.reattached`."""
         ws = temporary.ws
         assert ws is not None
+        refusal = temporary.client.authorize(message.token, spend=False)
+        if refusal is not None:
+            log.warning(
+                "resume of session %s refused from %s: unauthorized: %s",
+                message.session_id[:40], temporary.peer, refusal,
+            )
+            temporary.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
+            return None
         session = self.live_sessions.get(message.session_id)
         if session is not None and session.end_reason is None and session.resume_digest:
-            if not token_matches(message.resume_token, session.resume_digest):
+            if not token_matches(message.resume_token, session.resume_digest) or not _same_principal(
+                session.client.principal, temporary.client.principal
+            ):
                 self._resume_unauthorized(temporary, message)
                 return None
+            # Rotated before anything awaits: a second socket with the same token loses.
+            resume_token = session.client.new_resume_token()
             temporary.handed_off = True
-            await session.client.attach(ws, message.last_seq)
+            self._release(temporary)  # the conversation is counted once, as it was
+            await session.client.attach(ws, message.last_seq, resume_token)
             await session.client.serve_socket(ws)
             return None
         if self.fleet is not None and not self.stopping:
@@ -289,12 +399,20 @@ class LiveServer:
                 store_down = True
             if address is not None:
                 temporary.handed_off = True
+                if message.token is None:
+                    # The holder checks the token again; one sent on this handshake
+                    # would not reach it otherwise.
+                    message = dataclasses.replace(message, token=bearer_token(ws))
                 if await self._relay(ws, address, message):
                     return None
                 temporary.handed_off = False  # the holder is gone: wait for its lease
             elif holder is None and state is not None:
                 digest = state.get("resume_digest")
-                if not digest or not token_matches(message.resume_token, digest):
+                if (
+                    not digest
+                    or not token_matches(message.resume_token, digest)
+                    or not _same_principal(state.get("principal"), temporary.client.principal)
+                ):
                     self._resume_unauthorized(temporary, message)
                     return None
                 if state.get("agent") != self.agent.name:
@@ -339,7 +457,7 @@ class LiveServer:
             session.let_go_to_fleet("its lease could not be renewed while its client was away")
 
     def _resume_unauthorized(self, temporary: SessionRunner, message: SessionResume) -> None:
-        text = "session.resume: the resume token does not match this session"
+        text = "session.resume: the resume token (or the token's subject) does not match this session"
         log.warning(
             "resume of session %s refused from %s: wrong token",
             message.session_id[:40], temporary.peer,
@@ -434,7 +552,7 @@ class LiveServer:
                 "try again later",
                 True,
             )
-        if self.per_address[session.peer] >= config.max_sessions_per_ip:
+        if self._address_full(session):
             return ErrorEvent(
                 "address_limit",
                 f"your address already has {config.max_sessions_per_ip} sessions open "
@@ -454,19 +572,13 @@ class LiveServer:
             await ws.close(CLOSE_TRY_LATER, refusal.code)
             session.obs.ended(refusal.code, refusal)
             return
-        self.sessions.add(session)
-        self.pending.add(session)
-        self.per_address[session.peer] += 1
+        self._count(session)
         try:
             if self._stop.is_set():
                 session.shutdown()
             await session.run()
         finally:
-            self.sessions.discard(session)
-            self.pending.discard(session)
-            self.per_address[session.peer] -= 1
-            if self.per_address[session.peer] <= 0:
-                del self.per_address[session.peer]
+            self._release(session)
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until `stop()`; then tell and close every session, and return.
@@ -497,7 +609,7 @@ class LiveServer:
                 metrics_server = await stack.enter_async_context(
                     serve(
                         self._refuse_socket,
-                        config.host,
+                        config.metrics_host,
                         config.metrics_port,
                         process_request=self._metrics_only,
                         server_header="live",
@@ -551,6 +663,11 @@ class LiveServer:
     async def wait_stopping(self) -> None:
         await self._stop.wait()
 
+
+
+def _same_principal(session: str | None, resume: str | None) -> bool:
+    """A session opened with a signed token resumes only for that token's subject."""
+    return session is None or session == resume
 
 
 def tls_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:
