@@ -43,6 +43,7 @@ from live.addresses import AddressSet, address_key, forwarded_client, parse_ip
 from live.attachment import bearer_token, peer_address
 from live.auth import HostPolicy, SpentTokens, host_name
 from live.config import (
+    CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
     CLOSE_POLICY,
     CLOSE_SERVICE_RESTART,
@@ -476,13 +477,23 @@ class LiveServer:
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             log.info("relay to %s failed: %s", address, exc)
             return False
+        # How the client left is how the holder hears it left: a goodbye (1000)
+        # ends the session there, a drop keeps its reattach grace.
+        client_close = CLOSE_GOING_AWAY
         try:
             await upstream.send(encode(message))
 
             async def pump(source: Any, sink: Any) -> None:
-                with contextlib.suppress(ConnectionClosed):
+                nonlocal client_close
+                try:
                     async for frame in source:
                         await sink.send(frame)
+                except ConnectionClosed as closed:
+                    if source is ws and closed.rcvd is not None and closed.rcvd.code == CLOSE_NORMAL:
+                        client_close = CLOSE_NORMAL
+                else:
+                    if source is ws and getattr(ws, "close_code", None) == CLOSE_NORMAL:
+                        client_close = CLOSE_NORMAL
                 tg.cancel_scope.cancel()
 
             async with anyio.create_task_group() as tg:
@@ -492,7 +503,7 @@ class LiveServer:
             log.warning("relay to %s broke: %s", address, exc)
         finally:
             with anyio.CancelScope(shield=True):
-                await upstream.close()
+                await upstream.close(client_close)
         with contextlib.suppress(ConnectionClosed):
             await ws.close(CLOSE_SERVICE_RESTART, "reattach again")
         return True
