@@ -473,7 +473,12 @@ class LiveServer:
         """
         log.info("relaying a resume of session %s to %s", message.session_id[:40], address)
         try:
-            upstream = await ws_connect(address, max_size=None, compression=None, open_timeout=2)
+            # The client's address goes along: a holder that trusts this server
+            # (--forwarded-allow-ips) counts the socket against the client, not us.
+            headers = {"X-Forwarded-For": self.client_address(ws)}
+            upstream = await ws_connect(
+                address, max_size=None, compression=None, open_timeout=2, additional_headers=headers
+            )
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             log.info("relay to %s failed: %s", address, exc)
             return False

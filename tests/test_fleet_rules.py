@@ -144,3 +144,16 @@ async def test_a_session_that_ended_while_the_store_was_away_is_let_go_at_the_ne
     await a.beat([], lambda sid: None)
     assert await store.slots_in_use() == 0
     assert await store.load_state("s1") is None and await store.holder("s1") is None
+
+
+async def test_a_dead_servers_session_can_be_taken_over_within_the_reattach_grace_and_not_after():
+    clock = Clock()
+    store = FlakyStore(clock)
+    a = fleet_on(store, clock, "A", reattach_grace=30)
+    b = fleet_on(store, clock, "B", reattach_grace=30)
+    await a.started("s1", {"handle": "h1"})
+    await a.beat(["s1"], lambda sid: {"handle": "h1"})  # A's last heartbeat: it dies
+    clock.now += 3 + 25  # the lease ran out; the client is back 25 s later
+    assert (await b.locate("s1"))[2] == {"handle": "h1"}
+    clock.now += 10  # 35 s: longer than the grace
+    assert await b.locate("s1") == (None, None, None)
