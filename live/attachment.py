@@ -181,6 +181,10 @@ class ClientAttachment:
                 try:
                     opening = self.door.opening(frame)
                 except ProtocolError as exc:
+                    if exc.fatal:
+                        log.warning("session %s refused from %s: %s", runner.id, self.peer, exc.code)
+                        runner.finish(exc.message, CLOSE_POLICY, ErrorEvent(exc.code, exc.message, True))
+                        return None
                     await self.send_now(ErrorEvent(exc.code, exc.message))
                     continue
                 if opening is None:

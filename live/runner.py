@@ -286,7 +286,9 @@ class SessionRunner:
                     await client.send_now(self._final_error)
                 await client.send_now(SessionClosed(reason))
                 if ws is not None:
-                    await ws.close(self.close_code, reason[:120])
+                    code, text = self.door.closing(self.close_code, reason, self._final_error)
+                    # A close frame carries at most 123 bytes of reason.
+                    await ws.close(code, text.encode()[:123].decode("utf-8", "ignore"))
             fleet = self.server.fleet
             if fleet is not None and self.core is not None:
                 await fleet.ended(self.id, keep_state=self.to_fleet)
@@ -539,7 +541,11 @@ class SessionRunner:
         try:
             inputs = self.door.inputs(frame)
         except ProtocolError as exc:
-            await self.apply([SendEvent(ErrorEvent(exc.code, exc.message, exc.fatal))])
+            error = ErrorEvent(exc.code, exc.message, exc.fatal)
+            if exc.fatal:
+                self.finish(exc.message, CLOSE_POLICY, error)
+            else:
+                await self.apply([SendEvent(error)])
             return
         for item in inputs:
             if type(item) is bytes:

@@ -18,7 +18,9 @@ nothing more:
 - `audio(pcm)`: how reply audio (PCM16 mono at 24 kHz, already paced to real
   time by the session) is written: format, rate, frame size;
 - `capabilities`: what the client can do (reattach after a drop, run tools,
-  send images), which the session honours.
+  send images), which the session honours;
+- `closing(code, reason, error)`: the close code and reason this client is
+  told its session ended with (by default the server's own).
 
 A door holds per-connection state (a carrier's stream id, a resampler), so the
 server makes one per socket, from the door's route. It does no I/O: a test
@@ -104,3 +106,10 @@ class FrontDoor(abc.ABC):
     @abc.abstractmethod
     def audio(self, pcm: bytes) -> Sequence[str | bytes]:
         """The frames that carry reply audio (PCM16 mono, 24 kHz) to this client."""
+
+    def closing(self, code: int, reason: str, error: ErrorEvent | None) -> tuple[int, str]:
+        """The close code and reason that tell this client how its session
+        ended: `code` and `reason` are the server's, `error` the fatal error
+        that ended it (None for a plain end). A door whose clients expect
+        another service's codes and words says them here."""
+        return code, reason
