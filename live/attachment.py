@@ -182,6 +182,11 @@ class ClientAttachment:
                     opening = self.door.opening(frame)
                 except ProtocolError as exc:
                     if exc.fatal:
+                        # A stranger learns that it is not let in, and nothing
+                        # of what the server would refuse a client it lets in.
+                        refusal = self.authorize(self.door.credential(), spend=False)
+                        if refusal is not None:
+                            exc = ProtocolError("unauthorized", refusal, fatal=True)
                         log.warning("session %s refused from %s: %s", runner.id, self.peer, exc.code)
                         runner.finish(exc.message, CLOSE_POLICY, ErrorEvent(exc.code, exc.message, True))
                         return None

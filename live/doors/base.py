@@ -107,6 +107,11 @@ class FrontDoor(abc.ABC):
     def audio(self, pcm: bytes) -> Sequence[str | bytes]:
         """The frames that carry reply audio (PCM16 mono, 24 kHz) to this client."""
 
+    def credential(self) -> str | None:
+        """The client's token as its handshake carries it, if the door reads one
+        there (None: in its opening, or `Authorization: Bearer`)."""
+        return None
+
     def closing(self, code: int, reason: str, error: ErrorEvent | None) -> tuple[int, str]:
         """The close code and reason that tell this client how its session
         ended: `code` and `reason` are the server's, `error` the fatal error
