@@ -366,7 +366,9 @@ class SessionRunner:
         if fleet is not None:
             await fleet.started(self.id, self.durable_state())
         self.obs.started(self.clock())
-        log.info("session %s started model=%s input_rate=%d", self.id, self.model, start.input_rate)
+        log.info(
+            "session %s started model=%s input_rate=%d door=%s", self.id, self.model, start.input_rate, self.door.name
+        )
         self._log_started = True
         tg = self.tg
         tg.start_soon(client.read_client, client.ws)
@@ -470,7 +472,8 @@ class SessionRunner:
         recorder = self.server.recorder
         if recorder is None:
             return
-        self.record = recorder.start(self.id, self.server.record_header(start), input_rate=start.input_rate)
+        header = {**self.server.record_header(start), "door": self.door.name}
+        self.record = recorder.start(self.id, header, input_rate=start.input_rate)
         if self.record is not None:
             current_record.set(self.record)  # read by Recorded(llm) in this session's tasks
             self.record.client_event(start.to_json())
