@@ -35,7 +35,8 @@ from live.registry import LlmRegistry, default_registry
 from live.addresses import AddressSet
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
-from live.server import LiveServer, ServerConfig, tls_context, tune_gc_for_serving
+from live.doors.gemini_live import gemini_doors
+from live.server import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
 from live.store import StoreError, open_store
 
 DEFAULT_MODEL = "local/echo"
@@ -147,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="concurrent sessions across every server on the same --redis, e.g. the Gemini project's "
         "quota; a dead server's sessions stop counting when its lease runs out (default: no global limit)",
     )
+    gemini = parser.add_argument_group("the Live API's own endpoint (see docs/gemini-endpoint.md)")
+    gemini.add_argument("--gemini-endpoint", action="store_true", help="also serve the Live API's WebSocket paths (/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent and the v1alpha ones), so google-genai and @google/genai apps connect with only their base URL changed; the key they send is one of this server's tokens (serve it over TLS: --certfile)")
+    gemini.add_argument("--gemini-model", action="append", default=[], metavar="PATTERN", help="with --gemini-endpoint: a model name (fnmatch pattern, without models/) a client may ask for in its setup; the session runs the server's model whichever it names (repeatable; default: the server's model)")
     tls = parser.add_argument_group("TLS (so browsers on other machines may use the microphone)")
     tls.add_argument("--certfile", help="PEM certificate chain: serve https:// and wss:// directly")
     tls.add_argument("--keyfile", help="PEM private key of --certfile (if not in the same file)")
@@ -284,7 +288,12 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             )
         except OSError as exc:
             raise UsageError(f"--record {args.record}: {exc.strerror or exc}") from None
-    return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent)
+    doors = None
+    if args.gemini_endpoint:
+        doors = {**DEFAULT_DOORS, **gemini_doors(args.gemini_model or [agent.model.removeprefix("models/")])}
+    elif args.gemini_model:
+        raise UsageError("--gemini-model needs --gemini-endpoint")
+    return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors)
 
 
 async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:

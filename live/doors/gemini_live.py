@@ -1,0 +1,369 @@
+"""The Live API's own WebSocket protocol, so existing Gemini Live apps connect unchanged.
+
+A client written against google-genai or @google/genai dials
+`/ws/google.ai.generativelanguage.{v1beta,v1alpha}.GenerativeService.BidiGenerateContent`
+(or `...Constrained`, where ephemeral tokens go) with its key where the SDK puts
+one. Here that key is one of this server's session tokens; the server talks to
+Google with its own key, which never leaves it.
+
+What the door speaks, as the service does:
+
+- the first frame is `setup`; its model must be one the server allows; the
+  answer is `setupComplete` (with the session's id) once the model's connection
+  is open;
+- `realtimeInput` (audio, text, activityStart/End, audioStreamEnd),
+  `clientContent` (text turns) and `toolResponse` become session inputs;
+- the session's events go out as `serverContent` (audio and text parts,
+  transcriptions, interrupted, generationComplete, turnComplete), `toolCall`,
+  `toolCallCancellation` and `usageMetadata`;
+- what the service would refuse ends the socket with the service's close code
+  and words (1008 for a bad key or an unknown model, 1007 for a frame it cannot
+  read).
+
+The server's own recovery stays invisible: a go-away or a drop upstream is
+handled by the session, and this client never hears of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+from connections.emulator.wire import (
+    BAD_KEY,
+    BAD_TOKEN,
+    INVALID,
+    TOP_LEVEL,
+    UNREGISTERED,
+    b64decode,
+    get_field,
+    not_found,
+    rate_of,
+)
+from live.config import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
+from live.doors.base import Capabilities, FrontDoor, Input, Opening
+from live.protocol import (
+    DEFAULT_INPUT_RATE,
+    MAX_TEXT_CHARS,
+    OUTPUT_RATE,
+    ActivityEnd,
+    ActivityStart,
+    AudioEnd,
+    ErrorEvent,
+    GenerationComplete,
+    ProtocolError,
+    ServerEvent,
+    SessionStart,
+    SessionStarted,
+    Text,
+    TextEvent,
+    ToolCallEvent,
+    ToolCancelled,
+    ToolResult,
+    TranscriptInput,
+    TranscriptOutput,
+    TurnComplete,
+    TurnInterrupted,
+    Usage,
+)
+
+__all__ = ["CLOSE_INVALID", "GEMINI_PATHS", "GeminiLiveDoor", "gemini_doors"]
+
+CLOSE_INVALID = 1007  # the service's close for a frame it cannot read
+
+_SERVICE = "/ws/google.ai.generativelanguage.{version}.GenerativeService.{method}"
+# The paths google-genai and @google/genai dial for the Gemini API's Live sessions.
+GEMINI_PATHS = (
+    _SERVICE.format(version="v1beta", method="BidiGenerateContent"),
+    _SERVICE.format(version="v1alpha", method="BidiGenerateContent"),
+    _SERVICE.format(version="v1alpha", method="BidiGenerateContentConstrained"),
+)
+
+_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+# Our usage kinds, as the service names its per-modality details.
+_USAGE_DETAILS = {
+    "prompt": "promptTokensDetails",
+    "response": "responseTokensDetails",
+    "cached": "cacheTokensDetails",
+    "tool_use_prompt": "toolUsePromptTokensDetails",
+}
+
+
+class GeminiLiveDoor(FrontDoor):
+    """One Live API client's socket (see the module's docstring)."""
+
+    name = "gemini"
+    # The Live API's client runs the tools it is called for; it cannot come
+    # back to a session after a drop (the SDKs open a new one).
+    capabilities = Capabilities(client_tools=True)
+    # fnmatch patterns of the model names a client may ask for in `setup`
+    # (without "models/"); set per server by `gemini_doors`.
+    allowed_models: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, request: Any = None) -> None:
+        super().__init__(request)
+        path = urlsplit(request.path) if request is not None else None
+        self.constrained = path is not None and path.path.endswith("Constrained")
+        self.version = "v1alpha" if path is not None and ".v1alpha." in path.path else "v1beta"
+        self.model: str | None = None  # as the client named it in setup
+
+    # ------------------------------------------------------------------ opening
+
+    def credential(self) -> str | None:
+        """The client's token, where the SDKs put a key or an ephemeral token."""
+        request = self.request
+        if request is None:
+            return None
+        headers = request.headers
+        query = parse_qs(urlsplit(request.path).query)
+        auth = headers.get("Authorization") or ""
+        scheme, _, value = auth.partition(" ")
+        candidates = (
+            headers.get("x-goog-api-key"),
+            (query.get("key") or [None])[0],
+            (query.get("access_token") or [None])[0],
+            value.strip() if scheme.lower() in ("token", "bearer") else None,
+        )
+        return next((c.strip() for c in candidates if c and c.strip()), None)
+
+    def opening(self, frame: str | bytes) -> Opening | ErrorEvent | None:
+        message = _message(frame)
+        if "setup" not in message:
+            raise _invalid(INVALID)
+        setup = message["setup"]
+        if not isinstance(setup, Mapping):
+            raise _invalid(INVALID)
+        model = get_field(setup, "model")
+        if not isinstance(model, str) or not model.startswith("models/"):
+            raise ProtocolError("model_not_found", not_found(str(model or "models/"), self.version), fatal=True)
+        name = model.removeprefix("models/")
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in self.allowed_models):
+            raise ProtocolError("model_not_found", not_found(model, self.version), fatal=True)
+        self.model = model
+        detection = get_field(get_field(setup, "realtimeInputConfig", {}), "automaticActivityDetection", {})
+        manual = get_field(detection, "disabled") is True
+        return SessionStart(
+            token=self.credential(),
+            input_rate=DEFAULT_INPUT_RATE,
+            turn_taking="manual" if manual else "auto",
+        )
+
+    # ------------------------------------------------------------------ inputs
+
+    def inputs(self, frame: str | bytes) -> Iterable[Input]:
+        message = _message(frame)
+        if len(message) != 1:
+            raise _invalid(INVALID)
+        ((key, body),) = message.items()
+        kind = TOP_LEVEL.get(key)
+        if kind is None:
+            raise _invalid(f'Invalid JSON payload received. Unknown name "{key[:60]}": Cannot find field.')
+        if not isinstance(body, Mapping):
+            raise _invalid(INVALID)
+        if kind == "realtimeInput":
+            return self._realtime(body)
+        if kind == "clientContent":
+            return self._client_content(body)
+        if kind == "toolResponse":
+            return self._tool_response(body)
+        if kind == "setup":
+            raise _invalid(INVALID)  # setup comes once, first
+        return ()  # contextUpdate: not carried to the session yet
+
+    def _realtime(self, body: Mapping[str, Any]) -> list[Input]:
+        out: list[Input] = []
+        chunks = list(get_field(body, "mediaChunks") or [])
+        audio = get_field(body, "audio")
+        if audio is not None:
+            chunks.append(audio)
+        for chunk in chunks:
+            out.append(_audio(chunk))
+        text = get_field(body, "text")
+        if text is not None:
+            out.append(Text(_text(text)))
+        if get_field(body, "activityStart") is not None:
+            out.append(ActivityStart())
+        if get_field(body, "activityEnd") is not None:
+            out.append(ActivityEnd())
+        if get_field(body, "audioStreamEnd"):
+            out.append(AudioEnd())
+        if get_field(body, "video") is not None:
+            raise _invalid("Video input is not accepted by this endpoint.")
+        return out
+
+    def _client_content(self, body: Mapping[str, Any]) -> list[Input]:
+        # A turn of typed text from the user goes to the session as a typed
+        # turn; earlier turns, the model's turns and other parts cannot be
+        # seeded mid-session yet.
+        texts: list[str] = []
+        turns = get_field(body, "turns") or []
+        if not isinstance(turns, list):
+            raise _invalid(INVALID)
+        for turn in turns:
+            if not isinstance(turn, Mapping):
+                raise _invalid(INVALID)
+            if (get_field(turn, "role") or "user") != "user":
+                raise _invalid("Only the user's turns are accepted in clientContent by this endpoint.")
+            for part in get_field(turn, "parts") or []:
+                text = get_field(part, "text")
+                if not isinstance(text, str):
+                    raise _invalid("Only text parts are accepted in clientContent by this endpoint.")
+                texts.append(text)
+        return [Text(_text("".join(texts)))] if texts else []
+
+    def _tool_response(self, body: Mapping[str, Any]) -> list[Input]:
+        out: list[Input] = []
+        for response in get_field(body, "functionResponses") or []:
+            call_id = get_field(response, "id")
+            name = get_field(response, "name")
+            result = get_field(response, "response")
+            if not isinstance(call_id, str) or not call_id:
+                raise _invalid("Function response is missing its call id.")
+            if result is None:
+                result = {}
+            if not isinstance(result, Mapping) or not isinstance(name, (str, type(None))):
+                raise _invalid(INVALID)
+            out.append(ToolResult(id=call_id, name=name or "", response=dict(result)))
+        return out
+
+    # ------------------------------------------------------------------ events
+
+    def event(self, event: ServerEvent) -> str | None:
+        if isinstance(event, SessionStarted):
+            return _DUMPS({"setupComplete": {"sessionId": event.session_id}})
+        if isinstance(event, TextEvent):
+            return _content({"modelTurn": {"parts": [{"text": event.text}]}})
+        # Transcripts go out as the service sends them: fragments. The whole
+        # text the session puts together at a turn's end (final) and its
+        # estimate of what was heard of a cut reply are ours, not the
+        # service's: a client that joins the fragments would get them twice.
+        if isinstance(event, TranscriptOutput):
+            if event.final or event.heard:
+                return None
+            return _content({"outputTranscription": {"text": event.text}})
+        if isinstance(event, TranscriptInput):
+            if event.final:
+                return None
+            return _content({"inputTranscription": {"text": event.text}})
+        if isinstance(event, TurnInterrupted):
+            return _content({"interrupted": True})
+        if isinstance(event, GenerationComplete):
+            return _content({"generationComplete": True})
+        if isinstance(event, TurnComplete):
+            body: dict[str, Any] = {"turnComplete": True}
+            if event.reason:
+                body["turnCompleteReason"] = event.reason
+            return _content(body)
+        if isinstance(event, ToolCallEvent):
+            if event.runs_on != "client":
+                return None  # the server runs it: the client has nothing to answer
+            call = {"id": event.id, "name": event.name, "args": event.args}
+            return _DUMPS({"toolCall": {"functionCalls": [call]}})
+        if isinstance(event, ToolCancelled):
+            return _DUMPS({"toolCallCancellation": {"ids": list(event.ids)}})
+        if isinstance(event, Usage):
+            return _DUMPS({"usageMetadata": _usage(event)})
+        # Our own recovery (session.reconnecting, session.resumed, go-aways),
+        # errors the session goes on after, the session's end (the close says
+        # it) and what the Live API has no message for: this client hears none.
+        return None
+
+    def audio(self, pcm: bytes) -> Sequence[str]:
+        data = base64.b64encode(pcm).decode("ascii")
+        part = {"inlineData": {"mimeType": f"audio/pcm;rate={OUTPUT_RATE}", "data": data}}
+        return (_content({"modelTurn": {"parts": [part]}}),)
+
+    # ------------------------------------------------------------------ the end
+
+    def closing(self, code: int, reason: str, error: ErrorEvent | None) -> tuple[int, str]:
+        """The service's close for how the session ended."""
+        if error is None:
+            return code, reason if code == CLOSE_NORMAL else ""
+        if error.code == "unauthorized":
+            if self.credential() is None:
+                return CLOSE_POLICY, UNREGISTERED
+            return CLOSE_POLICY, BAD_TOKEN if self.constrained else BAD_KEY
+        if error.code == "model_not_found":
+            return CLOSE_POLICY, error.message
+        if error.code == "invalid_argument":
+            return CLOSE_INVALID, error.message
+        if error.code == "session_expired":
+            return CLOSE_NORMAL, error.message
+        if code == CLOSE_INTERNAL:
+            return CLOSE_INTERNAL, "Internal error encountered."
+        return code, error.message
+
+
+def gemini_doors(allowed_models: Iterable[str]) -> dict[str, type[GeminiLiveDoor]]:
+    """The Live API's paths, each with a door that allows these model patterns."""
+    door = type("GeminiLiveDoor", (GeminiLiveDoor,), {"allowed_models": tuple(allowed_models)})
+    return dict.fromkeys(GEMINI_PATHS, door)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _invalid(reason: str) -> ProtocolError:
+    return ProtocolError("invalid_argument", reason, fatal=True)
+
+
+def _message(frame: str | bytes) -> dict[str, Any]:
+    """A client frame as the service reads it: one JSON object (binary frames too)."""
+    try:
+        obj = json.loads(frame)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise _invalid("Invalid JSON payload received. Unexpected token.") from None
+    if not isinstance(obj, dict):
+        raise _invalid(INVALID)
+    return obj
+
+
+def _audio(chunk: Any) -> bytes:
+    mime = get_field(chunk, "mimeType")
+    if not isinstance(mime, str) or not mime.startswith("audio/pcm"):
+        raise _invalid(f"Unsupported MIME type for realtimeInput.audio: {str(mime)[:60]!r}.")
+    if rate_of(mime) != DEFAULT_INPUT_RATE:
+        raise _invalid(
+            f"This endpoint takes audio at {DEFAULT_INPUT_RATE} Hz (audio/pcm;rate={DEFAULT_INPUT_RATE})."
+        )
+    try:
+        pcm = b64decode(get_field(chunk, "data"))
+    except ValueError:
+        raise _invalid("Invalid value at 'realtime_input.audio.data' (TYPE_BYTES), Base64 decoding failed.") from None
+    if len(pcm) % 2:
+        raise _invalid("Audio data must be whole 16-bit samples.")
+    return pcm
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > MAX_TEXT_CHARS:
+        raise _invalid(INVALID)
+    return value
+
+
+def _content(body: dict[str, Any]) -> str:
+    return _DUMPS({"serverContent": body})
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field, value in (
+        ("promptTokenCount", usage.prompt_tokens),
+        ("responseTokenCount", usage.response_tokens),
+        ("totalTokenCount", usage.total_tokens),
+        ("cachedContentTokenCount", usage.cached_tokens),
+        ("thoughtsTokenCount", usage.thoughts_tokens),
+        ("toolUsePromptTokenCount", usage.tool_use_prompt_tokens),
+    ):
+        if value is not None:
+            out[field] = value
+    for kind, modalities in (usage.by_modality or {}).items():
+        name = _USAGE_DETAILS.get(kind)
+        if name is not None:
+            out[name] = [{"modality": m, "tokenCount": n} for m, n in modalities.items()]
+    return out
