@@ -326,3 +326,29 @@ def test_live_serve_mounts_the_endpoint_beside_live_only_when_asked():
     assert door.allowed_models == ("local/echo",)
     with pytest.raises(UsageError, match="--gemini-endpoint"):
         serve("--gemini-model", "x")
+
+
+def test_any_shape_of_frame_is_read_or_refused_in_the_services_terms_never_a_crash():
+    door = gemini_doors(["*"])[GEMINI_PATHS[0]](_Request(GEMINI_PATHS[0], {}))
+    values = [None, 1, "x", [], {}, [1], ["x"], [{}], {"a": 1}, True, [None]]
+    fields = ["audio", "mediaChunks", "text", "activityStart", "audioStreamEnd", "video", "turns", "functionResponses"]
+    frames = [
+        {kind: {field: value}}
+        for kind in ("realtimeInput", "clientContent", "toolResponse", "setup", "contextUpdate")
+        for field in fields
+        for value in values
+    ]
+    frames += [{"clientContent": {"turns": [{"parts": v}]}} for v in values]
+    frames += [{"toolResponse": {"functionResponses": [v]}} for v in values]
+    frames += [{"realtimeInput": {"mediaChunks": [v]}} for v in values]
+    for frame in frames:
+        try:
+            list(door.inputs(json.dumps(frame)))
+        except p.ProtocolError as exc:
+            assert exc.fatal and door.closing(1008, exc.message, p.ErrorEvent(exc.code, exc.message, True))[0] == 1007
+    for value in values:
+        for setup in (value, {"model": "models/x", "realtimeInputConfig": value}, {"model": value}):
+            try:
+                door.opening(json.dumps({"setup": setup}))
+            except p.ProtocolError as exc:
+                assert exc.fatal

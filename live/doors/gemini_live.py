@@ -177,7 +177,7 @@ class GeminiLiveDoor(FrontDoor):
 
     def _realtime(self, body: Mapping[str, Any]) -> list[Input]:
         out: list[Input] = []
-        chunks = list(get_field(body, "mediaChunks") or [])
+        chunks = _list(get_field(body, "mediaChunks"))
         audio = get_field(body, "audio")
         if audio is not None:
             chunks.append(audio)
@@ -201,15 +201,12 @@ class GeminiLiveDoor(FrontDoor):
         # turn; earlier turns, the model's turns and other parts cannot be
         # seeded mid-session yet.
         texts: list[str] = []
-        turns = get_field(body, "turns") or []
-        if not isinstance(turns, list):
-            raise _invalid(INVALID)
-        for turn in turns:
+        for turn in _list(get_field(body, "turns")):
             if not isinstance(turn, Mapping):
                 raise _invalid(INVALID)
             if (get_field(turn, "role") or "user") != "user":
                 raise _invalid("Only the user's turns are accepted in clientContent by this endpoint.")
-            for part in get_field(turn, "parts") or []:
+            for part in _list(get_field(turn, "parts")):
                 text = get_field(part, "text")
                 if not isinstance(text, str):
                     raise _invalid("Only text parts are accepted in clientContent by this endpoint.")
@@ -218,7 +215,7 @@ class GeminiLiveDoor(FrontDoor):
 
     def _tool_response(self, body: Mapping[str, Any]) -> list[Input]:
         out: list[Input] = []
-        for response in get_field(body, "functionResponses") or []:
+        for response in _list(get_field(body, "functionResponses")):
             call_id = get_field(response, "id")
             name = get_field(response, "name")
             result = get_field(response, "response")
@@ -310,6 +307,15 @@ def gemini_doors(allowed_models: Iterable[str]) -> dict[str, type[GeminiLiveDoor
 
 def _invalid(reason: str) -> ProtocolError:
     return ProtocolError("invalid_argument", reason, fatal=True)
+
+
+def _list(value: Any) -> list[Any]:
+    """A repeated field: absent is empty; anything but a list is refused."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _invalid(INVALID)
+    return value
 
 
 def _message(frame: str | bytes) -> dict[str, Any]:
