@@ -143,6 +143,13 @@ async def test_a_text_turn_is_answered_with_audio_and_its_transcript(ca, cert_fi
                 turns=types.Content(role="user", parts=[types.Part(text="hello")]), turn_complete=True
             )
             messages = await turn(session)
+            # What the turn cost: the message after its turnComplete (the
+            # service bundles the two in one).
+            with anyio.fail_after(5):
+                async for message in session.receive():
+                    if message.usage_metadata:
+                        break
+            assert message.usage_metadata.total_token_count > 0
         assert said(messages) == "Hello from the other side."
         assert len(reply_audio(messages)) > 24_000  # more than half a second of speech
         assert messages[-1].server_content.turn_complete
@@ -233,6 +240,49 @@ async def test_an_upstream_1011_mid_conversation_never_reaches_the_client(ca, ce
         assert not any(m.go_away or m.session_resumption_update for m in everything)
 
 
+async def test_an_upstream_go_away_is_handled_by_the_server_and_never_reaches_the_client(ca, cert_files):
+    # The go-away comes after the first answer; the connection closes soon after.
+    script = Script(speed=20, replies=["Before.", "After."], go_away_after=2.0, go_away_time_left=0.5)
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="one")
+            first = await turn(session)
+            with anyio.fail_after(10):
+                while len(emu.sessions) < 2:  # the server moved to a new connection upstream
+                    await anyio.sleep(0.05)
+            await session.send_realtime_input(text="two")
+            second = await turn(session)
+        assert (said(first), said(second)) == ("Before.", "After.")
+        assert not any(m.go_away or m.session_resumption_update for m in first + second)
+
+
+async def test_the_user_barging_in_cuts_the_reply_with_interrupted(ca, cert_files):
+    script = Script(speed=2, replies=["a long answer that keeps going for quite a while, on and on"])
+    async with serving(script, **cert_files) as (_, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="talk")
+            seen = []
+            with anyio.fail_after(10):
+                async for message in session.receive():
+                    seen.append(message)
+                    if reply_audio([message]):
+                        break
+                speech = tone(0.3)
+                for i in range(0, len(speech), 3200):
+                    await session.send_realtime_input(
+                        audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000")
+                    )
+                    await anyio.sleep(0.02)
+                async for message in session.receive():
+                    seen.append(message)
+                    if message.server_content and message.server_content.interrupted:
+                        break
+        assert seen[-1].server_content.interrupted
+        assert not any(m.server_content and m.server_content.turn_complete for m in seen[:-1])
+
+
 async def refused(url: str, ca: trustme.CA, key: str, model: str = MODEL) -> tuple[int, str]:
     client = sdk_client(url, ca, key)
     with pytest.raises(errors.APIError) as caught:
@@ -294,6 +344,10 @@ def test_our_own_recovery_and_errors_never_reach_a_live_api_client():
     ):
         assert door.event(event) is None, event
     assert json.loads(door.event(p.TurnInterrupted())) == {"serverContent": {"interrupted": True}}
+    # A turn the server ended itself (its connection upstream was lost) carries
+    # none of our reasons: the SDKs read turnCompleteReason as the service's enum.
+    assert json.loads(door.event(p.TurnComplete("connection_lost"))) == {"serverContent": {"turnComplete": True}}
+    assert json.loads(door.event(p.TurnComplete("NEED_MORE_INPUT")))["serverContent"]["turnCompleteReason"] == "NEED_MORE_INPUT"
     assert json.loads(door.event(p.ToolCancelled(("c1",)))) == {"toolCallCancellation": {"ids": ["c1"]}}
 
 

@@ -33,6 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
+from google.genai import types
+
 from connections.emulator.wire import (
     BAD_KEY,
     BAD_TOKEN,
@@ -83,6 +85,7 @@ GEMINI_PATHS = (
     _SERVICE.format(version="v1alpha", method="BidiGenerateContentConstrained"),
 )
 
+_TURN_COMPLETE_REASONS = frozenset(reason.value for reason in types.TurnCompleteReason)
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 # Our usage kinds, as the service names its per-modality details.
@@ -253,8 +256,8 @@ class GeminiLiveDoor(FrontDoor):
             return _content({"generationComplete": True})
         if isinstance(event, TurnComplete):
             body: dict[str, Any] = {"turnComplete": True}
-            if event.reason:
-                body["turnCompleteReason"] = event.reason
+            if event.reason in _TURN_COMPLETE_REASONS:
+                body["turnCompleteReason"] = event.reason  # the service's; never one of ours
             return _content(body)
         if isinstance(event, ToolCallEvent):
             if event.runs_on != "client":
