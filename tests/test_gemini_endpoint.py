@@ -5,6 +5,7 @@ Google's service, over TLS, with the server's own key."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import re
@@ -198,6 +199,24 @@ async def test_a_spoken_turn_is_heard_and_answered_with_audio(ca, cert_files, la
         assert len(reply_audio(messages)) > 24_000
         [upstream] = emu.sessions
         assert len(upstream.audio) == len(speech)  # every sample reached the model
+
+
+async def test_audio_at_another_rate_is_resampled_for_the_model(ca, cert_files):
+    script = Script(speed=20, user_says=["what time is it"], replies=["Half past nine."])
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+            speech = tone(0.4, rate=24_000) + silence(0.8, rate=24_000)
+            for i in range(0, len(speech), 4800):  # 100 ms chunks at 24 kHz, as a browser may send
+                await session.send_realtime_input(
+                    audio=types.Blob(data=speech[i : i + 4800], mime_type="audio/pcm;rate=24000")
+                )
+                await anyio.sleep(0.02)
+            messages = await turn(session, timeout=5)
+        assert said(messages) == "Half past nine."
+        [upstream] = emu.sessions
+        # 1.2 s at the model's 16 kHz, less what the resampler still holds (a few ms).
+        assert 38_400 - 640 <= len(upstream.audio) <= 38_400
 
 
 async def test_a_tool_call_goes_to_the_client_and_its_response_to_the_model(ca, cert_files):
@@ -406,3 +425,16 @@ def test_any_shape_of_frame_is_read_or_refused_in_the_services_terms_never_a_cra
                 door.opening(json.dumps({"setup": setup}))
             except p.ProtocolError as exc:
                 assert exc.fatal
+
+
+def test_the_end_of_the_audio_stream_lets_go_of_what_the_resampler_holds():
+    door = gemini_doors(["*"])[GEMINI_PATHS[0]](_Request(GEMINI_PATHS[0], {}))
+    sent = tone(0.5, rate=48_000)
+    chunk = {"mimeType": "audio/pcm;rate=48000", "data": base64.b64encode(sent).decode()}
+    first = list(door.inputs(json.dumps({"realtimeInput": {"audio": chunk}})))
+    last = list(door.inputs(json.dumps({"realtimeInput": {"audioStreamEnd": True}})))
+    assert isinstance(last[-1], p.AudioEnd)
+    pcm = b"".join(x for x in first + last if isinstance(x, bytes))
+    assert len(pcm) == 16_000  # 0.5 s at 16 kHz, none of it kept back
+    with pytest.raises(p.ProtocolError):
+        list(door.inputs(json.dumps({"realtimeInput": {"audio": {**chunk, "mimeType": "audio/pcm;rate=96000"}}})))

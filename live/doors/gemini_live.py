@@ -33,6 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
+import numpy as np
+import soxr
 from google.genai import types
 
 from connections.emulator.wire import (
@@ -50,7 +52,9 @@ from live.config import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
 from live.protocol import (
     DEFAULT_INPUT_RATE,
+    MAX_INPUT_RATE,
     MAX_TEXT_CHARS,
+    MIN_INPUT_RATE,
     OUTPUT_RATE,
     ActivityEnd,
     ActivityStart,
@@ -114,6 +118,9 @@ class GeminiLiveDoor(FrontDoor):
         self.constrained = path is not None and path.path.endswith("Constrained")
         self.version = "v1alpha" if path is not None and ".v1alpha." in path.path else "v1beta"
         self.model: str | None = None  # as the client named it in setup
+        # Audio at another rate than the session's, resampled as it comes:
+        # the rate and its stream (soxr keeps a little of each chunk for the next).
+        self._resampler: tuple[int, soxr.ResampleStream] | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -185,7 +192,7 @@ class GeminiLiveDoor(FrontDoor):
         if audio is not None:
             chunks.append(audio)
         for chunk in chunks:
-            out.append(_audio(chunk))
+            out.append(self._audio(chunk))
         text = get_field(body, "text")
         if text is not None:
             out.append(Text(_text(text)))
@@ -194,6 +201,10 @@ class GeminiLiveDoor(FrontDoor):
         if get_field(body, "activityEnd") is not None:
             out.append(ActivityEnd())
         if get_field(body, "audioStreamEnd"):
+            if self._resampler is not None:  # what the resampler still holds, first
+                _, stream = self._resampler
+                out.append(stream.resample_chunk(np.zeros(0, "<i2"), last=True).astype("<i2").tobytes())
+                self._resampler = None
             out.append(AudioEnd())
         if get_field(body, "video") is not None:
             raise _invalid("Video input is not accepted by this endpoint.")
@@ -230,6 +241,16 @@ class GeminiLiveDoor(FrontDoor):
                 raise _invalid(INVALID)
             out.append(ToolResult(id=call_id, name=name or "", response=dict(result)))
         return out
+
+    def _audio(self, chunk: Any) -> bytes:
+        """A chunk's audio at the session's rate (16 kHz), whatever rate it declares."""
+        pcm, rate = _pcm(chunk)
+        if rate == DEFAULT_INPUT_RATE:
+            return pcm
+        if self._resampler is None or self._resampler[0] != rate:
+            self._resampler = (rate, soxr.ResampleStream(rate, DEFAULT_INPUT_RATE, 1, dtype="int16"))
+        samples = np.frombuffer(pcm, "<i2")
+        return self._resampler[1].resample_chunk(samples).astype("<i2").tobytes()
 
     # ------------------------------------------------------------------ events
 
@@ -332,21 +353,21 @@ def _message(frame: str | bytes) -> dict[str, Any]:
     return obj
 
 
-def _audio(chunk: Any) -> bytes:
+def _pcm(chunk: Any) -> tuple[bytes, int]:
+    """A realtime audio chunk's PCM16 and its rate, as the service reads them."""
     mime = get_field(chunk, "mimeType")
     if not isinstance(mime, str) or not mime.startswith("audio/pcm"):
         raise _invalid(f"Unsupported MIME type for realtimeInput.audio: {str(mime)[:60]!r}.")
-    if rate_of(mime) != DEFAULT_INPUT_RATE:
-        raise _invalid(
-            f"This endpoint takes audio at {DEFAULT_INPUT_RATE} Hz (audio/pcm;rate={DEFAULT_INPUT_RATE})."
-        )
+    rate = rate_of(mime)
+    if not MIN_INPUT_RATE <= rate <= MAX_INPUT_RATE:
+        raise _invalid(f"Unsupported sample rate {rate} for realtimeInput.audio ({MIN_INPUT_RATE} to {MAX_INPUT_RATE} Hz).")
     try:
         pcm = b64decode(get_field(chunk, "data"))
     except ValueError:
         raise _invalid("Invalid value at 'realtime_input.audio.data' (TYPE_BYTES), Base64 decoding failed.") from None
     if len(pcm) % 2:
         raise _invalid("Audio data must be whole 16-bit samples.")
-    return pcm
+    return pcm, rate
 
 
 def _text(value: Any) -> str:
