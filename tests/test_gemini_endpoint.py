@@ -10,6 +10,7 @@ import dataclasses
 import json
 import re
 import ssl
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from google.genai import errors, types
 from serving import running
 
 from connections.emulator import Fault, Script, running_emulator
-from connections.emulator.wire import BAD_KEY, UNREGISTERED, not_found
+from connections.emulator.wire import BAD_KEY, BAD_TOKEN, UNREGISTERED, not_found
 from live import protocol as p
 from live.agent import Agent
 from live.auth import mint_token
@@ -302,8 +303,8 @@ async def test_the_user_barging_in_cuts_the_reply_with_interrupted(ca, cert_file
         assert not any(m.server_content and m.server_content.turn_complete for m in seen[:-1])
 
 
-async def refused(url: str, ca: trustme.CA, key: str, model: str = MODEL) -> tuple[int, str]:
-    client = sdk_client(url, ca, key)
+async def refused(url: str, ca: trustme.CA, key: str, model: str = MODEL, api_version: str = "v1beta") -> tuple[int, str]:
+    client = sdk_client(url, ca, key, api_version)
     with pytest.raises(errors.APIError) as caught:
         with anyio.fail_after(10):
             async with client.aio.live.connect(model=model, config=CONFIG) as session:
@@ -319,6 +320,19 @@ async def test_a_wrong_token_is_the_services_bad_key_close(ca, cert_files):
         # A stranger is told it is not let in before anything about the models served.
         assert await refused(url, ca, "not-a-token", model="gemini-2.0-flash-exp") == (1008, BAD_KEY)
         assert emu.sessions == []  # nothing reached Google
+
+
+async def test_an_app_built_for_ephemeral_tokens_uses_ours_on_the_constrained_path(ca, cert_files):
+    script = Script(speed=20, replies=["Hello."])
+    async with serving(script, **cert_files) as (_, _, url):
+        client = sdk_client(url, ca, "auth_tokens/" + token(), api_version="v1alpha")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", errors.ExperimentalWarning)  # the SDK's, on every ephemeral token
+            async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+                await session.send_realtime_input(text="hello")
+                messages = await turn(session)
+            assert said(messages) == "Hello."
+            assert await refused(url, ca, "auth_tokens/not-ours", api_version="v1alpha") == (1008, BAD_TOKEN)
 
 
 async def test_a_model_the_policy_does_not_allow_is_the_services_not_found_close(ca, cert_files):
@@ -346,6 +360,7 @@ def test_the_door_reads_the_token_wherever_the_sdks_put_it():
     assert GeminiLiveDoor(_Request(path + "?key=t2", {})).credential() == "t2"
     assert GeminiLiveDoor(_Request(GEMINI_PATHS[2] + "?access_token=t3", {})).credential() == "t3"
     assert GeminiLiveDoor(_Request(GEMINI_PATHS[2], {"Authorization": "Token t4"})).credential() == "t4"
+    assert GeminiLiveDoor(_Request(GEMINI_PATHS[2], {"Authorization": "Token auth_tokens/t5"})).credential() == "t5"
     door = GeminiLiveDoor(_Request(path, {}))
     assert door.credential() is None
     assert door.closing(1008, "needs a token", p.ErrorEvent("unauthorized", "x", True)) == (1008, UNREGISTERED)

@@ -77,7 +77,7 @@ from live.protocol import (
     Usage,
 )
 
-__all__ = ["CLOSE_INVALID", "GEMINI_PATHS", "GeminiLiveDoor", "gemini_doors"]
+__all__ = ["CLOSE_INVALID", "EPHEMERAL_PREFIX", "GEMINI_PATHS", "GeminiLiveDoor", "gemini_doors"]
 
 CLOSE_INVALID = 1007  # the service's close for a frame it cannot read
 
@@ -87,7 +87,12 @@ GEMINI_PATHS = (
     _SERVICE.format(version="v1beta", method="BidiGenerateContent"),
     _SERVICE.format(version="v1alpha", method="BidiGenerateContent"),
     _SERVICE.format(version="v1alpha", method="BidiGenerateContentConstrained"),
+    _SERVICE.format(version="v1beta", method="BidiGenerateContentConstrained"),
 )
+# How an ephemeral token's name starts: google-genai sends a key with this
+# prefix as an ephemeral token (on the Constrained method). A backend hands an
+# app one of our tokens as "auth_tokens/TOKEN" to use that path.
+EPHEMERAL_PREFIX = "auth_tokens/"
 
 _TURN_COMPLETE_REASONS = frozenset(reason.value for reason in types.TurnCompleteReason)
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -139,7 +144,8 @@ class GeminiLiveDoor(FrontDoor):
             (query.get("access_token") or [None])[0],
             value.strip() if scheme.lower() in ("token", "bearer") else None,
         )
-        return next((c.strip() for c in candidates if c and c.strip()), None)
+        found = next((c.strip() for c in candidates if c and c.strip()), None)
+        return found.removeprefix(EPHEMERAL_PREFIX) if found else None
 
     def opening(self, frame: str | bytes) -> Opening | ErrorEvent | None:
         message = _message(frame)
