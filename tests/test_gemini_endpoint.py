@@ -24,7 +24,13 @@ from google.genai import errors, types
 from serving import running
 
 from connections.emulator import Fault, Script, running_emulator
-from connections.emulator.wire import BAD_KEY, BAD_TOKEN, UNREGISTERED, not_found
+from connections.emulator.wire import (
+    BAD_KEY,
+    BAD_TOKEN,
+    UNREGISTERED,
+    get_field,
+    not_found,
+)
 from live import protocol as p
 from live.agent import Agent
 from live.auth import mint_token
@@ -200,6 +206,33 @@ async def test_a_spoken_turn_is_heard_and_answered_with_audio(ca, cert_files, la
         assert len(reply_audio(messages)) > 24_000
         [upstream] = emu.sessions
         assert len(upstream.audio) == len(speech)  # every sample reached the model
+
+
+async def test_an_app_that_marks_its_turns_itself_is_answered_when_it_says_so(ca, cert_files):
+    script = Script(speed=20, user_says=["what time is it"], replies=["Half past nine."])
+    config = CONFIG.model_copy(
+        update={
+            "realtime_input_config": types.RealtimeInputConfig(
+                automatic_activity_detection=types.AutomaticActivityDetection(disabled=True)
+            )
+        }
+    )
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_realtime_input(activity_start=types.ActivityStart())
+            speech = tone(0.3)  # no silence after it: only activityEnd ends the turn
+            for i in range(0, len(speech), 3200):
+                await session.send_realtime_input(
+                    audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000")
+                )
+                await anyio.sleep(0.02)
+            await session.send_realtime_input(activity_end=types.ActivityEnd())
+            messages = await turn(session, timeout=5)
+        assert said(messages) == "Half past nine."
+        [upstream] = emu.sessions
+        detection = get_field(get_field(upstream.setup, "realtimeInputConfig"), "automaticActivityDetection")
+        assert get_field(detection, "disabled") is True  # the server turned the model's detection off for it
 
 
 async def test_audio_at_another_rate_is_resampled_for_the_model(ca, cert_files):
