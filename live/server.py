@@ -189,7 +189,7 @@ class LiveServer:
         host = self._host(request)
         if isinstance(host, Response):
             return host
-        path = urlsplit(request.path).path
+        path = route_path(request.path)
         policy = self.host_policy
         if not policy.host_allowed(host):
             if path in ("/healthz", "/livez"):
@@ -579,7 +579,7 @@ class LiveServer:
 
     async def _handle(self, ws: WebSocket) -> None:
         request = getattr(ws, "request", None)
-        path = urlsplit(request.path).path if request is not None else "/live"
+        path = route_path(request.path) if request is not None else "/live"
         session = SessionRunner(self, ws, self.doors[path](request))
         refusal = self._admission(session)
         if refusal is not None:
@@ -679,6 +679,13 @@ class LiveServer:
     async def wait_stopping(self) -> None:
         await self._stop.wait()
 
+
+
+def route_path(target: str) -> str:
+    """The path a request target routes by: without its query, and with one
+    leading slash (@google/genai dials `wss://host//ws/...` for a base URL
+    without a path; read as a URL, `//ws` would be a host)."""
+    return "/" + target.split("?", 1)[0].lstrip("/")
 
 
 def _same_principal(session: str | None, resume: str | None) -> bool:
