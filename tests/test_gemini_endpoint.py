@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import re
+import shutil
 import ssl
 import warnings
 from pathlib import Path
@@ -336,6 +338,40 @@ async def test_the_user_barging_in_cuts_the_reply_with_interrupted(ca, cert_file
         assert not any(m.server_content and m.server_content.turn_complete for m in seen[:-1])
 
 
+BROWSER = Path(__file__).resolve().parent / "browser"
+
+
+async def genai_js(url: str, ca: trustme.CA, tmp_path: Path, key: str, model: str = MODEL) -> dict:
+    """One turn with @google/genai under Node (tests/browser/genai_live.mjs)."""
+    if shutil.which("node") is None or not (BROWSER / "node_modules" / "@google" / "genai").exists():
+        pytest.skip("@google/genai is not installed (./test runs npm ci in tests/browser)")
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    env = {**os.environ, "NODE_EXTRA_CA_CERTS": str(ca_file), "NO_PROXY": "127.0.0.1,localhost"}
+    with anyio.fail_after(30):
+        done = await anyio.run_process(
+            ["node", "genai_live.mjs", f"https://127.0.0.1:{port}", key, model, "hello"], cwd=BROWSER, env=env
+        )
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
+async def test_google_genai_for_javascript_under_node_talks_to_it_unmodified(ca, cert_files, tmp_path, caplog):
+    caplog.set_level("DEBUG")
+    script = Script(speed=20, replies=["Hello from Node."])
+    async with serving(script, **cert_files) as (emu, _, url):
+        key = token()
+        result = await genai_js(url, ca, tmp_path, key)
+        assert result["setupComplete"] and result["turnComplete"], result
+        assert result["said"] == "Hello from Node."
+        assert result["audioBytes"] > 24_000
+        # Its key rides in the query (?key=); a wrong one is the service's close.
+        refused = await genai_js(url, ca, tmp_path, "not-a-token")
+        assert refused["close"] == {"code": 1008, "reason": BAD_KEY}
+        assert len(emu.sessions) == 1
+    assert key not in caplog.text and "not-a-token" not in caplog.text  # a key in the query is never logged
+
+
 async def refused(url: str, ca: trustme.CA, key: str, model: str = MODEL, api_version: str = "v1beta") -> tuple[int, str]:
     client = sdk_client(url, ca, key, api_version)
     with pytest.raises(errors.APIError) as caught:
@@ -486,3 +522,12 @@ def test_the_end_of_the_audio_stream_lets_go_of_what_the_resampler_holds():
     assert len(pcm) == 16_000  # 0.5 s at 16 kHz, none of it kept back
     with pytest.raises(p.ProtocolError):
         list(door.inputs(json.dumps({"realtimeInput": {"audio": {**chunk, "mimeType": "audio/pcm;rate=96000"}}})))
+
+
+def test_a_request_routes_by_its_path_with_one_leading_slash_and_no_query():
+    from live.server import route_path
+
+    assert route_path(GEMINI_PATHS[0]) == GEMINI_PATHS[0]
+    assert route_path("/" + GEMINI_PATHS[0] + "?key=secret") == GEMINI_PATHS[0]  # @google/genai's //ws/...
+    assert route_path("/live?token=x") == "/live"
+    assert route_path("") == "/"
