@@ -134,9 +134,12 @@ class ModelLink:
         self, history: Sequence[types.Content] = (), resume_handle: str | None = None
     ) -> LlmRequest:
         runner = self._runner
-        return runner.server.agent.request(
+        request = runner.server.agent.request(
             history, resume_handle=resume_handle, manual_activity=runner.manual_activity
         )
+        if runner.client_config is not None:
+            request.live_connect_config = with_client_config(request.live_connect_config, runner.client_config)
+        return request
 
     # ------------------------------------------------------------------ supervising
 
@@ -423,3 +426,18 @@ class ModelLink:
             link.end(exc)
             return
         link.end(CLOSED)
+
+
+def with_client_config(
+    config: types.LiveConnectConfig, client: types.LiveConnectConfig
+) -> types.LiveConnectConfig:
+    """The agent's connection config with what a client's own setup asked: its
+    set fields replace the agent's; its tools are declared besides the agent's."""
+    update = {
+        name: getattr(client, name)
+        for name in client.model_fields_set
+        if getattr(client, name) is not None and name != "tools"
+    }
+    if client.tools:
+        update["tools"] = [*(config.tools or []), *client.tools]
+    return config.model_copy(update=update)

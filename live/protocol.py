@@ -110,6 +110,11 @@ class SessionStart:
     input_rate: int = DEFAULT_INPUT_RATE
     turn_taking: str = "auto"
     reports_playback: bool = False
+    # What the client's own setup asks of the model connections (a door for
+    # another service's clients reads it from that service's setup): set
+    # fields replace the agent's, and its tools are declared besides the
+    # agent's (run by the client). Not on this protocol's wire.
+    config: types.LiveConnectConfig | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}

@@ -118,6 +118,7 @@ class SessionRunner:
         )
         self.core: SessionCore = cast(SessionCore, None)  # set once the session starts
         self.manual_activity = False
+        self.client_config: types.LiveConnectConfig | None = None  # from the client's setup, if its door reads one
         self.handed_off = False  # this socket's handler gave it to another session
         self.adopted: dict[str, Any] | None = None  # facts of a session taken over from the fleet
         self.to_fleet = False  # handed to another server of the fleet: its state stays stored
@@ -224,6 +225,7 @@ class SessionRunner:
                     return
                 start = self._adopt(start, adopted)
             self.manual_activity = start.turn_taking == "manual" or self.server.agent_manual_activity
+            self.client_config = start.config
             self._start_record(start)
             self.reports_playback = start.reports_playback
             agent = self.server.agent
