@@ -276,6 +276,62 @@ async def test_a_tool_call_goes_to_the_client_and_its_response_to_the_model(ca, 
         assert len(upstream.tool_responses) == 1
 
 
+async def test_the_apps_own_instruction_and_tools_reach_the_model_and_its_tool_is_called_on_it(ca, cert_files):
+    script = Script(speed=20, tool_args={"find_recipe": {"dish": "soup"}})
+    recipe = types.FunctionDeclaration(
+        name="find_recipe",
+        description="A recipe for a dish.",
+        parameters=types.Schema(type="OBJECT", properties={"dish": types.Schema(type="STRING")}),
+    )
+    config = CONFIG.model_copy(
+        update={
+            "system_instruction": "You are a chef.",
+            "tools": [types.Tool(function_declarations=[recipe])],
+            "speech_config": types.SpeechConfig(
+                voice_config=types.VoiceConfig(prebuilt_voice_config=types.PrebuiltVoiceConfig(voice_name="Puck"))
+            ),
+        }
+    )
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_realtime_input(text="please find_recipe for soup")
+            with anyio.fail_after(10):
+                async for message in session.receive():
+                    if message.tool_call:
+                        break
+            [call] = message.tool_call.function_calls
+            assert (call.name, call.args) == ("find_recipe", {"dish": "soup"})
+            await session.send_tool_response(
+                function_responses=[types.FunctionResponse(id=call.id, name=call.name, response={"steps": 3})]
+            )
+            messages = await turn(session)
+        assert "3" in said(messages)
+        [upstream] = emu.sessions
+        setup = upstream.setup
+        instruction = get_field(setup, "systemInstruction")
+        assert [get_field(part, "text") for part in get_field(instruction, "parts")] == ["You are a chef."]
+        declared = [
+            get_field(d, "name") for tool in get_field(setup, "tools") for d in get_field(tool, "functionDeclarations")
+        ]
+        assert declared == ["check_stock", "find_recipe"]  # the agent's, and the app's besides them
+        voice = get_field(get_field(get_field(setup, "generationConfig"), "speechConfig"), "voiceConfig")
+        assert get_field(get_field(voice, "prebuiltVoiceConfig"), "voiceName") == "Puck"
+
+
+async def test_an_app_that_asks_for_text_gets_text(ca, cert_files):
+    script = Script(speed=20, replies=["Written, not spoken."])
+    async with serving(script, **cert_files) as (_, _, url):
+        client = sdk_client(url, ca, token())
+        config = types.LiveConnectConfig(response_modalities=[types.Modality.TEXT])
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_realtime_input(text="write to me")
+            messages = await turn(session)
+        written = "".join(m.text or "" for m in messages if m.server_content and m.server_content.model_turn)
+        assert written == "Written, not spoken."
+        assert reply_audio(messages) == b""
+
+
 async def test_an_upstream_1011_mid_conversation_never_reaches_the_client(ca, cert_files):
     script = Script(speed=20, replies=["First answer.", "Second answer."], faults=[Fault("after_turn", code=1011)])
     async with serving(script, **cert_files) as (emu, _, url):
@@ -504,7 +560,15 @@ def test_any_shape_of_frame_is_read_or_refused_in_the_services_terms_never_a_cra
         except p.ProtocolError as exc:
             assert exc.fatal and door.closing(1008, exc.message, p.ErrorEvent(exc.code, exc.message, True))[0] == 1007
     for value in values:
-        for setup in (value, {"model": "models/x", "realtimeInputConfig": value}, {"model": value}):
+        for setup in (
+            value,
+            {"model": value},
+            *({"model": "models/x", field: value} for field in ("realtimeInputConfig", "systemInstruction", "tools")),
+            {"model": "models/x", "tools": [{"functionDeclarations": value}]},
+            {"model": "models/x", "generationConfig": value},
+            {"model": "models/x", "generationConfig": {"responseModalities": value}},
+            {"model": "models/x", "generationConfig": {"speechConfig": value}},
+        ):
             try:
                 door.opening(json.dumps({"setup": setup}))
             except p.ProtocolError as exc:

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
+import pydantic
 import soxr
 from google.genai import types
 
@@ -167,6 +168,7 @@ class GeminiLiveDoor(FrontDoor):
             token=self.credential(),
             input_rate=DEFAULT_INPUT_RATE,
             turn_taking="manual" if manual else "auto",
+            config=_client_config(setup),
         )
 
     # ------------------------------------------------------------------ inputs
@@ -337,6 +339,40 @@ def gemini_doors(allowed_models: Iterable[str]) -> dict[str, type[GeminiLiveDoor
 
 def _invalid(reason: str) -> ProtocolError:
     return ProtocolError("invalid_argument", reason, fatal=True)
+
+
+def _client_config(setup: Mapping[str, Any]) -> types.LiveConnectConfig | None:
+    """What of an app's setup its session honours: its system instruction, its
+    function tools (the app runs them), its response modalities and voice."""
+    fields: dict[str, Any] = {}
+    try:
+        instruction = get_field(setup, "systemInstruction")
+        if instruction is not None:
+            if isinstance(instruction, str):
+                instruction = {"parts": [{"text": instruction}]}
+            fields["system_instruction"] = types.Content.model_validate(instruction)
+        declarations = [
+            types.FunctionDeclaration.model_validate(declaration)
+            for tool in _list(get_field(setup, "tools"))
+            for declaration in _list(get_field(tool, "functionDeclarations"))
+        ]
+        if declarations:
+            fields["tools"] = [types.Tool(function_declarations=declarations)]
+        generation = get_field(setup, "generationConfig") or {}
+        if not isinstance(generation, Mapping):
+            raise _invalid(INVALID)
+        modalities = get_field(generation, "responseModalities")
+        if modalities:
+            names = [m.upper() if isinstance(m, str) else m for m in _list(modalities)]
+            if not all(name in ("AUDIO", "TEXT") for name in names):
+                raise _invalid(INVALID)
+            fields["response_modalities"] = [types.Modality(name) for name in names]
+        speech = get_field(generation, "speechConfig")
+        if speech is not None:
+            fields["speech_config"] = types.SpeechConfig.model_validate(speech)
+    except (pydantic.ValidationError, ValueError, TypeError, AttributeError):
+        raise _invalid(INVALID) from None
+    return types.LiveConnectConfig(**fields) if fields else None
 
 
 def _list(value: Any) -> list[Any]:
