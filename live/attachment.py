@@ -214,6 +214,8 @@ class ClientAttachment:
         """
         runner = self._runner
         config = runner.config
+        if self.door.checks_own_credentials:
+            return self.door.authorize(token)
         if config.token is None and config.token_secret is None:
             return None
         if token is None and self.ws is not None:
