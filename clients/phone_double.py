@@ -1,0 +1,310 @@
+"""A phone carrier double: places calls to the server as Twilio does, from its public documentation.
+
+It does what Twilio's side of a call does, and shares nothing with the
+server's code: it POSTs the voice webhook as a signed form
+(`X-Twilio-Signature`: base64 HMAC-SHA1, keyed with the account's auth token,
+of the URL followed by each form field's name and value, sorted by name),
+reads the TwiML answer, opens the `<Connect><Stream>` WebSocket and speaks
+Media Streams on it: `connected`, `start` (the `<Parameter>`s as
+`customParameters`), `media` every 20 ms (base64 μ-law; silence while the
+caller says nothing), `dtmf`, `stop`. What the server sends back plays at real
+time: a `mark` is echoed when the audio before it has played, and `clear`
+drops what is buffered and echoes the marks it dropped.
+
+    double = TwilioDouble(auth_token)
+    async with double.call("http://127.0.0.1:8766/twilio/voice") as call:
+        await call.speak(question_ulaw)
+        await call.wait_for_reply()
+        heard = call.played()  # the μ-law the caller heard
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import hashlib
+import hmac
+import json
+import secrets
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import AsyncIterator, Mapping
+from urllib.parse import urlencode, urlsplit
+
+import anyio
+import h11
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+__all__ = ["CallRefused", "TwilioCall", "TwilioDouble", "twilio_signature"]
+
+FRAME = 160  # 20 ms of μ-law at 8 kHz
+FRAME_SECONDS = 0.02
+ULAW_SILENCE = b"\xff" * FRAME
+
+
+class CallRefused(Exception):
+    """The server did not take the call: its webhook answer, or the stream's close."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"{status}: {body[:200]}")
+        self.status = status
+        self.body = body
+
+
+def twilio_signature(auth_token: str, url: str, params: Mapping[str, str]) -> str:
+    """`X-Twilio-Signature` as Twilio's security documentation defines it."""
+    data = url + "".join(name + params[name] for name in sorted(params))
+    digest = hmac.new(auth_token.encode(), data.encode(), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
+
+
+async def http_post(url: str, form: Mapping[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
+    """One POST of a form over HTTP/1.1 (the webhook's transport)."""
+    parts = urlsplit(url)
+    body = urlencode(form).encode()
+    conn = h11.Connection(h11.CLIENT)
+    request = h11.Request(method="POST", target=(parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=[
+        ("Host", parts.netloc), ("Content-Type", "application/x-www-form-urlencoded"),
+        ("Content-Length", str(len(body))), ("User-Agent", "TwilioProxy/1.1"), *headers.items(),
+    ])
+    async with await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 80) as stream:
+        await stream.send(conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+        status, answer = 0, bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await stream.receive())
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                answer += event.data
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                return status, bytes(answer)
+
+
+def _sid(prefix: str) -> str:
+    return prefix + secrets.token_hex(16)
+
+
+@dataclasses.dataclass
+class Heard:
+    """What reached the caller's side, with the double's clock (seconds since the call began)."""
+
+    media: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)  # received frames
+    clears: list[float] = dataclasses.field(default_factory=list)
+    marks_echoed: list[str] = dataclasses.field(default_factory=list)
+    frames: list[dict] = dataclasses.field(default_factory=list)  # every message, as received
+
+
+class TwilioCall:
+    """One call in progress: the caller's mouth (`speak`, `press`) and ear (`heard`)."""
+
+    def __init__(self, ws, stream_sid: str, call_sid: str, started: float) -> None:
+        self.ws = ws
+        self.stream_sid = stream_sid
+        self.call_sid = call_sid
+        self.started = started
+        self.heard = Heard()
+        self.closed: tuple[int | None, str] | None = None
+        self._sequence = 2
+        self._chunk = 0
+        self._talking = anyio.Lock()
+        # The caller's playback buffer: frames and marks in the order received.
+        self._buffer: list[tuple[str, bytes | str]] = []
+        self._played: list[bytes] = []
+        self._sent_speech_end: float | None = None
+        self._got_audio = anyio.Event()
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    async def _send(self, message: dict) -> None:
+        message.setdefault("sequenceNumber", str(self._sequence))
+        self._sequence += 1
+        await self.ws.send(json.dumps(message))
+
+    async def _media(self, ulaw: bytes) -> None:
+        self._chunk += 1
+        await self._send({
+            "event": "media", "streamSid": self.stream_sid,
+            "media": {"track": "inbound", "chunk": str(self._chunk), "timestamp": str(self._chunk * 20),
+                      "payload": base64.b64encode(ulaw).decode()},
+        })
+
+    async def speak(self, ulaw: bytes, *, silence_after: float = 0.0) -> None:
+        """Say `ulaw` in 20 ms frames at real time (the last frame padded with silence)."""
+        async with self._talking:
+            deadline = time.monotonic()
+            for i in range(0, len(ulaw), FRAME):
+                frame = ulaw[i : i + FRAME]
+                await self._media(frame + ULAW_SILENCE[len(frame):])
+                deadline += FRAME_SECONDS
+                await anyio.sleep(max(0.0, deadline - time.monotonic()))
+            self._sent_speech_end = self.now()
+        if silence_after:
+            await self.silence(silence_after)
+
+    async def silence(self, seconds: float) -> None:
+        """A phone line is never quiet on the wire: frames of silence at real time."""
+        async with self._talking:
+            deadline = time.monotonic()
+            for _ in range(round(seconds / FRAME_SECONDS)):
+                await self._media(ULAW_SILENCE)
+                deadline += FRAME_SECONDS
+                await anyio.sleep(max(0.0, deadline - time.monotonic()))
+
+    async def press(self, digit: str) -> None:
+        await self._send({"event": "dtmf", "streamSid": self.stream_sid, "dtmf": {"track": "inbound_track", "digit": digit}})
+
+    async def send_raw(self, frame: str | bytes) -> None:
+        """A frame as is (for tests of what a server does with a bad one)."""
+        await self.ws.send(frame)
+
+    async def hang_up(self) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            await self._send({"event": "stop", "streamSid": self.stream_sid,
+                              "stop": {"accountSid": "AC", "callSid": self.call_sid}})
+
+    @property
+    def speech_ended_at(self) -> float | None:
+        return self._sent_speech_end
+
+    def played(self) -> bytes:
+        """The μ-law the caller's ear played so far."""
+        return b"".join(self._played)
+
+    def received(self) -> bytes:
+        return b"".join(frame for _, frame in self.heard.media)
+
+    async def wait_for_audio(self, timeout: float = 10.0) -> float:
+        """Seconds on the call's clock when the first reply frame arrived."""
+        with anyio.fail_after(timeout):
+            await self._got_audio.wait()
+        return self.heard.media[0][0]
+
+    async def wait_quiet(self, quiet: float = 0.6, timeout: float = 20.0) -> None:
+        """Until no reply audio arrived for `quiet` seconds (after some did)."""
+        await self.wait_for_audio(timeout)
+        with anyio.fail_after(timeout):
+            while not self._buffer_empty_for(quiet):
+                await anyio.sleep(0.05)
+
+    def _buffer_empty_for(self, quiet: float) -> bool:
+        last = self.heard.media[-1][0] if self.heard.media else 0.0
+        return not self._buffer and self.now() - last >= quiet
+
+    # ------------------------------------------------------------------ the ear
+
+    async def _receive(self) -> None:
+        try:
+            async for frame in self.ws:
+                message = json.loads(frame)
+                self.heard.frames.append(message)
+                event = message.get("event")
+                if message.get("streamSid") != self.stream_sid:
+                    raise AssertionError(f"a message for another stream: {message!r}")
+                if event == "media":
+                    ulaw = base64.b64decode(message["media"]["payload"], validate=True)
+                    self.heard.media.append((self.now(), ulaw))
+                    self._buffer.append(("media", ulaw))
+                    self._got_audio.set()
+                elif event == "mark":
+                    self._buffer.append(("mark", message["mark"]["name"]))
+                elif event == "clear":
+                    self.heard.clears.append(self.now())
+                    dropped = [item for kind, item in self._buffer if kind == "mark"]
+                    self._buffer.clear()
+                    for name in dropped:
+                        await self._echo_mark(name)
+                else:
+                    raise AssertionError(f"not a message Twilio takes: {message!r}")
+        except ConnectionClosed as exc:
+            self.closed = (exc.rcvd.code if exc.rcvd else None, exc.rcvd.reason if exc.rcvd else "")
+        else:
+            rcvd = getattr(self.ws, "close_rcvd", None)
+            self.closed = (rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+
+    async def _echo_mark(self, name: str) -> None:
+        self.heard.marks_echoed.append(name)
+        with contextlib.suppress(ConnectionClosed):
+            await self._send({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
+
+    async def _play(self) -> None:
+        """The handset: one buffered frame per 20 ms, marks echoed as they are reached."""
+        deadline = time.monotonic()
+        while True:
+            while self._buffer and self._buffer[0][0] == "mark":
+                await self._echo_mark(self._buffer.pop(0)[1])  # type: ignore[arg-type]
+            if self._buffer:
+                self._played.append(self._buffer.pop(0)[1])  # type: ignore[arg-type]
+                deadline += FRAME_SECONDS
+            else:
+                deadline = time.monotonic() + 0.005
+            await anyio.sleep(max(0.0, deadline - time.monotonic()))
+
+
+class TwilioDouble:
+    """Twilio's side of calls to one account (its auth token signs every webhook)."""
+
+    def __init__(self, auth_token: str, account_sid: str | None = None) -> None:
+        self.auth_token = auth_token
+        self.account_sid = account_sid or _sid("AC")
+
+    async def ring(self, webhook_url: str, *, signed_with: str | None = None, caller: str = "+15550100001",
+                   called: str = "+15550100002", call_sid: str | None = None) -> tuple[int, str, str]:
+        """POST the voice webhook; (status, body, CallSid)."""
+        call_sid = call_sid or _sid("CA")
+        form = {
+            "AccountSid": self.account_sid, "ApiVersion": "2010-04-01", "CallSid": call_sid,
+            "CallStatus": "ringing", "Called": called, "Caller": caller, "Direction": "inbound",
+            "From": caller, "To": called,
+        }
+        signature = twilio_signature(signed_with or self.auth_token, webhook_url, form)
+        status, body = await http_post(webhook_url, form, {"X-Twilio-Signature": signature})
+        return status, body.decode("utf-8", "replace"), call_sid
+
+    @staticmethod
+    def stream_of(twiml: str) -> tuple[str, dict[str, str]]:
+        """The `<Connect><Stream>` of a TwiML answer: its URL and its parameters."""
+        root = ET.fromstring(twiml)
+        stream = root.find("./Connect/Stream")
+        if root.tag != "Response" or stream is None:
+            raise CallRefused(200, f"no <Connect><Stream> in the answer: {twiml[:200]}")
+        params = {p.get("name", ""): p.get("value", "") for p in stream.findall("Parameter")}
+        return stream.get("url", ""), params
+
+    @contextlib.asynccontextmanager
+    async def call(self, webhook_url: str, *, stream_url: str | None = None,
+                   parameters: Mapping[str, str] | None = None) -> AsyncIterator[TwilioCall]:
+        """A call answered by the server's webhook, its media stream open, until hang-up.
+
+        `stream_url` replaces the TwiML's address (the server's public one is
+        a tunnel's; a test reaches the server at its local port); `parameters`
+        replace what the TwiML gave (to present a forged token).
+        """
+        status, body, call_sid = await self.ring(webhook_url)
+        if status != 200:
+            raise CallRefused(status, body)
+        url, params = self.stream_of(body)
+        if parameters is not None:
+            params = dict(parameters)
+        stream_sid = _sid("MZ")
+        async with ws_connect(stream_url or url, compression=None, max_size=1 << 20) as ws:
+            await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+            await ws.send(json.dumps({
+                "event": "start", "sequenceNumber": "1", "streamSid": stream_sid,
+                "start": {"accountSid": self.account_sid, "streamSid": stream_sid, "callSid": call_sid,
+                          "tracks": ["inbound"], "customParameters": params,
+                          "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}},
+            }))
+            call = TwilioCall(ws, stream_sid, call_sid, time.monotonic())
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call._receive)
+                tg.start_soon(call._play)
+                try:
+                    yield call
+                finally:
+                    await call.hang_up()
+                    tg.cancel_scope.cancel()

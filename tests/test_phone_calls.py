@@ -1,0 +1,91 @@
+"""Phone calls end to end: the carrier double calls the server as Twilio does,
+and the server answers through the Live emulator (google-genai over TLS)."""
+
+from __future__ import annotations
+
+import shutil
+
+import anyio
+import numpy as np
+import pytest
+
+from clients.phone_double import CallRefused, twilio_signature
+from connections.emulator import Script, running_emulator
+from emulated import gemini_for
+from live.agent import Agent
+from live.phone.audio import ulaw_decode
+from phone_serving import running_phone, spoken_ulaw, synthetic_ulaw
+
+pytestmark = pytest.mark.anyio
+
+QUESTION = "What is the weather like in Paris today?"
+
+
+@pytest.fixture
+def question(tmp_path) -> bytes:
+    if shutil.which("espeak-ng") and shutil.which("sox"):
+        return spoken_ulaw(QUESTION, tmp_path)
+    return synthetic_ulaw()
+
+
+def loudness(ulaw: bytes) -> float:
+    pcm = np.frombuffer(ulaw_decode(ulaw), "<i2").astype(float)
+    return float(np.sqrt(np.mean(pcm ** 2))) if len(pcm) else 0.0
+
+
+async def test_a_caller_asks_and_hears_the_answer(question):
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    script = Script(replies=["It is sunny in Paris."], speed=1)
+    async with running_emulator(script) as emu, running_phone(agent, gemini_for(emu)) as phone:
+        async with phone.call() as call:
+            await call.speak(question, silence_after=0.2)
+            await call.wait_for_audio(timeout=10)
+            await call.silence(0.5)
+            await call.wait_quiet(timeout=15)
+        [session] = emu.sessions
+    # The model heard the caller: one second and more of 16 kHz speech.
+    assert len(session.audio) >= 16_000 * 2 * 1.0
+    # Every frame from the server is a well-formed 20 ms μ-law frame of this stream.
+    kinds = {m["event"] for m in call.heard.frames}
+    assert kinds <= {"media", "mark", "clear"} and "media" in kinds
+    assert {len(frame) for _, frame in call.heard.media} == {160}
+    reply = call.received()
+    assert len(reply) >= 8000 * 0.5  # half a second and more of reply
+    assert loudness(reply) > 300  # sound, not silence
+    # The caller's handset played what came, and echoed the marks as it went.
+    assert call.played() == reply[: len(call.played())] and len(call.played()) >= len(reply) - 1600
+    assert call.heard.marks_echoed
+
+
+async def test_a_forged_webhook_is_refused():
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    async with running_emulator(Script()) as emu, running_phone(agent, gemini_for(emu)) as phone:
+        status, body, _ = await phone.double.ring(phone.webhook_url, signed_with="f" * 32)
+        assert status == 403 and "token" not in body.lower() and "<Stream" not in body
+        # A genuine signature over other fields (a replayed request, altered) is refused too.
+        from clients.phone_double import http_post
+
+        form = {"CallSid": "CA" + "1" * 32, "AccountSid": phone.double.account_sid}
+        signature = twilio_signature(phone.double.auth_token, phone.webhook_url, form)
+        status, _ = await http_post(phone.webhook_url, {**form, "CallSid": "CA" + "2" * 32}, {"X-Twilio-Signature": signature})
+        assert status == 403
+        status, _ = await http_post(phone.webhook_url, form, {})
+        assert status == 403
+        # The genuine one is answered with a stream for that call.
+        status, body, _ = await phone.double.ring(phone.webhook_url)
+        assert status == 200 and "<Connect><Stream" in body
+        assert emu.sessions == []
+
+
+async def test_a_media_socket_without_a_valid_token_opens_no_session():
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    async with running_emulator(Script()) as emu, running_phone(agent, gemini_for(emu)) as phone:
+        for forged in ({}, {"token": "eyJhbGciOiJub25lIn0.e30."}):
+            async with phone.call(parameters=forged) as call:
+                with anyio.fail_after(5):
+                    while call.closed is None:
+                        await anyio.sleep(0.02)
+            assert call.closed[0] == 1008
+            assert not call.heard.media
+        assert emu.sessions == []
+        assert not phone.server.sessions
