@@ -21,6 +21,7 @@ drops what is buffered and echoes the marks it dropped.
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -110,7 +111,7 @@ class TwilioCall:
         self.closed: tuple[int | None, str] | None = None
         self._sequence = 2
         self._chunk = 0
-        self._talking = anyio.Lock()
+        self._outgoing: collections.deque[bytes] = collections.deque()
         # The caller's playback buffer: frames and marks in the order received.
         self._buffer: list[tuple[str, bytes | str]] = []
         self._played: list[bytes] = []
@@ -134,26 +135,31 @@ class TwilioCall:
         })
 
     async def speak(self, ulaw: bytes, *, silence_after: float = 0.0) -> None:
-        """Say `ulaw` in 20 ms frames at real time (the last frame padded with silence)."""
-        async with self._talking:
-            deadline = time.monotonic()
-            for i in range(0, len(ulaw), FRAME):
-                frame = ulaw[i : i + FRAME]
-                await self._media(frame + ULAW_SILENCE[len(frame):])
-                deadline += FRAME_SECONDS
-                await anyio.sleep(max(0.0, deadline - time.monotonic()))
-            self._sent_speech_end = self.now()
+        """Say `ulaw` (the line sends it in 20 ms frames at real time); return when it is said."""
+        frames = [ulaw[i : i + FRAME] for i in range(0, len(ulaw), FRAME)]
+        if frames:
+            frames[-1] += ULAW_SILENCE[len(frames[-1]):]
+        self._outgoing.extend(frames)
+        while self._outgoing:
+            await anyio.sleep(FRAME_SECONDS / 2)
+        self._sent_speech_end = self.now()
         if silence_after:
             await self.silence(silence_after)
 
     async def silence(self, seconds: float) -> None:
-        """A phone line is never quiet on the wire: frames of silence at real time."""
-        async with self._talking:
-            deadline = time.monotonic()
-            for _ in range(round(seconds / FRAME_SECONDS)):
-                await self._media(ULAW_SILENCE)
-                deadline += FRAME_SECONDS
-                await anyio.sleep(max(0.0, deadline - time.monotonic()))
+        """Say nothing for `seconds` (the line carries silence meanwhile)."""
+        await anyio.sleep(seconds)
+
+    async def _line(self) -> None:
+        """The caller's microphone: a frame every 20 ms, speech when there is some, else silence."""
+        deadline = time.monotonic()
+        while self.closed is None:
+            try:
+                await self._media(self._outgoing.popleft() if self._outgoing else ULAW_SILENCE)
+            except ConnectionClosed:
+                return  # the server hung up: _receive records how
+            deadline += FRAME_SECONDS
+            await anyio.sleep(max(0.0, deadline - time.monotonic()))
 
     async def press(self, digit: str) -> None:
         await self._send({"event": "dtmf", "streamSid": self.stream_sid, "dtmf": {"track": "inbound_track", "digit": digit}})
@@ -303,6 +309,7 @@ class TwilioDouble:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call._receive)
                 tg.start_soon(call._play)
+                tg.start_soon(call._line)
                 try:
                     yield call
                 finally:

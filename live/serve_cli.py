@@ -12,12 +12,14 @@ import asyncio
 import importlib
 import logging
 import os
+import secrets
 import signal
 import ssl
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
@@ -26,7 +28,7 @@ from live import capacity, logs
 from live.agent import Agent
 from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
-from live.extras import MissingExtra
+from live.extras import MissingExtra, require
 from live.sockets import LAYERS
 from live.fleet import Fleet
 from live.loop import CHOICES as LOOPS, LoopUnavailable, backend_options
@@ -34,8 +36,11 @@ from live.protocol import image_bytes_fitting
 from live.registry import LlmRegistry, default_registry
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
-from live.server import LiveServer, ServerConfig, tls_context, tune_gc_for_serving
+from live.server import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
 from live.store import StoreError, open_store
+
+if TYPE_CHECKING:
+    from live.phone.lines import PhoneLines
 
 DEFAULT_MODEL = "local/echo"
 DEFAULT_INSTRUCTION = "You are a friendly voice assistant. Keep your answers short and clear."
@@ -142,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="concurrent sessions across every server on the same --redis, e.g. the Gemini project's "
         "quota; a dead server's sessions stop counting when its lease runs out (default: no global limit)",
     )
+    phone = parser.add_argument_group("phone calls (see docs/phone.md)")
+    phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice (on --phone-port) and the media stream /twilio/media; the auth token comes from $TWILIO_AUTH_TOKEN")
+    phone.add_argument("--public-url", metavar="URL", help="the https:// address carriers reach this server at (a tunnel's in development); webhooks' signatures are checked against it")
+    phone.add_argument("--phone-port", type=int, metavar="PORT", help="port of the carriers' webhooks (they POST, which the WebSocket port does not read) (default: --port + 1)")
+    phone.add_argument("--stream-url", metavar="URL", help="the wss:// address of the media stream, when it is not --public-url's host with /twilio/media")
     tls = parser.add_argument_group("TLS (so browsers on other machines may use the microphone)")
     tls.add_argument("--certfile", help="PEM certificate chain: serve https:// and wss:// directly")
     tls.add_argument("--keyfile", help="PEM private key of --certfile (if not in the same file)")
@@ -231,6 +241,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             f"message, does not fit in --max-frame-bytes {args.max_frame_bytes}; raise "
             "--max-frame-bytes or lower --max-image-bytes"
         )
+    lines = args.phone_lines = _phone_lines(args, agent, token_secret)
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -240,7 +251,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         max_image_bytes=args.max_image_bytes,
         max_image_rate=args.max_image_rate,
         idle_timeout=args.idle_timeout,
-        allowed_hosts=tuple(args.allow_host),
+        allowed_hosts=tuple(args.allow_host) + tuple(sorted(lines.public_hosts if lines else ())),
         allowed_origins=tuple(args.allow_origin),
         token=args.token or None,
         token_secret=token_secret,
@@ -267,7 +278,37 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             )
         except OSError as exc:
             raise UsageError(f"--record {args.record}: {exc.strerror or exc}") from None
-    return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent)
+    doors = lines.mounted_on(DEFAULT_DOORS) if lines else None
+    return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors)
+
+
+# A secret that signs the tokens of calls, shared by the worker processes (a
+# webhook answered by one, the call's stream taken by another).
+CALL_SECRET_ENV = "LIVE_CALL_TOKEN_SECRET"
+
+
+def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | None) -> PhoneLines | None:
+    if not args.twilio:
+        if args.public_url or args.stream_url or args.phone_port is not None:
+            raise UsageError("--public-url, --stream-url and --phone-port are for phone calls: add --twilio")
+        return None
+    try:
+        require("phone", "--twilio", "twilio", "h11")
+    except MissingExtra as exc:
+        raise UsageError(str(exc)) from None
+    auth_token = os.environ.get("TWILIO_AUTH_TOKEN", "")
+    if not auth_token:
+        raise UsageError("--twilio needs the account's auth token in $TWILIO_AUTH_TOKEN (Twilio console, Account Info)")
+    if not args.public_url or urlsplit(args.public_url).scheme not in ("https", "http") or not urlsplit(args.public_url).hostname:
+        raise UsageError("--twilio needs --public-url https://NAME, the address Twilio reaches this server at")
+    if args.phone_port is None:
+        args.phone_port = args.port + 1 if args.port else 0
+    secret = token_secret or os.environ.get(CALL_SECRET_ENV)
+    if secret is None:
+        secret = os.environ[CALL_SECRET_ENV] = secrets.token_urlsafe(32)
+    from live.phone.lines import PhoneLines
+
+    return PhoneLines.twilio(auth_token, args.public_url, agent=agent.name, token_secret=secret, stream_url=args.stream_url)
 
 
 async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:
@@ -308,6 +349,16 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
 
         tg.start_soon(stop_on_signal)
         port = await tg.start(serve)
+        lines = getattr(args, "phone_lines", None)
+        webhooks = None
+        if lines is not None:
+            from live.phone.webhooks import WebhookListener
+
+            webhooks = WebhookListener(
+                lines.webhooks, server.config.host, args.phone_port, reuse_port=args.workers > 1,
+                ssl_context=tls_context(args.certfile, args.keyfile) if args.certfile else None,
+            )
+            args.phone_port = await tg.start(webhooks.serve)
         logger = logging.getLogger("live.server")
         logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
         found = getattr(args, "capacity_found", None)
@@ -323,6 +374,8 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         extra = ["--port", str(port)]
         if server.metrics_port is not None:
             extra += ["--metrics-port", str(server.metrics_port)]
+        if webhooks is not None:
+            extra += ["--phone-port", str(args.phone_port)]
         workers = await _start_workers([*argv, *extra], args.workers - 1)
         host = server.config.host
         shown = f"[{host}]" if ":" in host else host
@@ -336,6 +389,12 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         )
         if server.metrics_port is not None:
             print(f"live: metrics on http://{shown}:{server.metrics_port}/metrics", flush=True)
+        if lines is not None and lines.twilio_webhook is not None:
+            print(
+                f"live: Twilio voice webhook {lines.twilio_webhook.public_url}/twilio/voice (served on "
+                f"{web}://{shown}:{args.phone_port}/twilio/voice), media stream {lines.twilio_webhook.stream_url}",
+                flush=True,
+            )
         tg.start_soon(_stop_workers_with, server, workers)
         if server.agent.model == DEFAULT_MODEL and (
             os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")

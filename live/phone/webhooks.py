@@ -119,8 +119,12 @@ class TwilioVoiceWebhook:
 class WebhookListener:
     """A small HTTP/1.1 server for carriers' webhooks: POST routes, one request per connection."""
 
-    def __init__(self, routes: Mapping[str, Handler], host: str, port: int, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, routes: Mapping[str, Handler], host: str, port: int, *,
+        ssl_context: ssl.SSLContext | None = None, reuse_port: bool = False,
+    ) -> None:
         self.routes = dict(routes)
+        self.reuse_port = reuse_port
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
@@ -129,7 +133,9 @@ class WebhookListener:
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; every connection's task is owned by this call's task group."""
-        listener: anyio.abc.Listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        listener: anyio.abc.Listener = await anyio.create_tcp_listener(
+            local_host=self.host, local_port=self.port, reuse_port=self.reuse_port
+        )
         self.bound_port = int(listener.extra(anyio.abc.SocketAttribute.local_port))
         if self.ssl_context is not None:
             listener = TLSListener(listener, self.ssl_context, standard_compatible=False)
