@@ -3,6 +3,7 @@ and the server answers through the Live emulator (google-genai over TLS)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import anyio
@@ -90,3 +91,83 @@ async def test_a_media_socket_without_a_valid_token_opens_no_session():
             assert not call.heard.media
         assert emu.sessions == []
         assert not phone.server.sessions
+
+
+LONG_REPLY = ("Paris is mild today, with a light breeze from the west and clouds that come and go "
+              "through the afternoon, and a chance of rain late in the evening near the river.")
+
+
+@pytest.fixture
+def told(monkeypatch) -> list:
+    """Every event the sessions told a Twilio door (what a phone cannot show, but a session said)."""
+    from live.phone.twilio import TwilioDoor
+
+    seen: list = []
+    original = TwilioDoor.event
+
+    def event(self, event):
+        seen.append(event)
+        return original(self, event)
+
+    monkeypatch.setattr(TwilioDoor, "event", event)
+    return seen
+
+
+async def test_a_caller_who_talks_over_the_reply_gets_clear_at_once_and_the_transcript_says_what_they_heard(question, told):
+    from live import protocol as p
+
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    script = Script(replies=[LONG_REPLY, "Yes?"], speed=1)
+    async with running_emulator(script) as emu, running_phone(agent, gemini_for(emu)) as phone:
+        async with phone.call() as call:
+            await call.speak(question, silence_after=0.2)
+            await call.wait_for_audio(timeout=10)
+            await anyio.sleep(1.5)  # the caller hears the start of the reply
+            heard_before = len(call.played())
+            barge_at = call.now()
+            await call.speak(question[: 8000])  # and talks over it
+            with anyio.fail_after(5):
+                while not call.heard.clears:
+                    await anyio.sleep(0.01)
+            await anyio.sleep(1.0)
+        [session] = emu.sessions
+    clear_at = call.heard.clears[0]
+    # The emulator hears speech after its first loud frames and interrupts; the
+    # clear follows within a few frames of that, not after the buffered reply.
+    assert clear_at - barge_at < 0.6, clear_at - barge_at
+    assert heard_before > 8000  # over a second of the reply had played
+    # What the caller heard is what the session reports as heard: cut, not the whole reply.
+    [heard] = [e for e in told if isinstance(e, p.TranscriptOutput) and e.heard]
+    assert heard.text and LONG_REPLY.startswith(heard.text.strip()) and len(heard.text) < len(LONG_REPLY)
+    assert 1.0 < heard.played < 4.0
+    # After the clear no more of the interrupted reply comes: the next audio is
+    # the next reply, after the caller's second second of speech has ended.
+    after = [t for t, _ in call.heard.media if t > clear_at]
+    assert not after or after[0] - clear_at > 0.5, after[:3]
+
+
+async def test_a_key_press_reaches_the_model():
+    agent = Agent(name="menu", model="gemini-live-2.5-flash-preview")
+    async with running_emulator(Script(replies=["You chose billing."])) as emu, running_phone(agent, gemini_for(emu)) as phone:
+        async with phone.call() as call:
+            await call.silence(0.3)
+            await call.press("2")
+            await call.wait_for_audio(timeout=10)
+        [session] = emu.sessions
+    turns = [json.dumps(f) for f in session.frames if "clientContent" in f or "client_content" in f]
+    assert any("pressed the key 2" in turn for turn in turns), turns
+
+
+async def test_a_bad_frame_from_the_carrier_is_logged_and_the_call_goes_on(question, caplog):
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    async with running_emulator(Script(replies=["Sunny."])) as emu, running_phone(agent, gemini_for(emu)) as phone:
+        async with phone.call() as call:
+            await call.send_raw("{not json")
+            await call.send_raw(json.dumps({"event": "media", "streamSid": call.stream_sid, "media": {"payload": "%%%"}}))
+            await call.send_raw(json.dumps({"event": "hold_music", "streamSid": call.stream_sid}))
+            await call.speak(question, silence_after=0.2)
+            await call.wait_for_audio(timeout=10)
+        assert call.closed is None  # still up when the caller hung up
+    assert len(emu.sessions) == 1
+    said = caplog.text
+    assert "bad_frame" in said and "bad_audio" in said and "unknown_event" in said

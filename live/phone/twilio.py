@@ -84,6 +84,7 @@ class TwilioDoor(FrontDoor):
         self._reply_heard = 0
         self._unmarked = 0
         self._playback_owed: float | None = None
+        self._errors: dict[str, int] = {}  # errors told, by code: the log says the first few
 
     # ------------------------------------------------------------------ reading
 
@@ -195,7 +196,18 @@ class TwilioDoor(FrontDoor):
         if isinstance(event, TurnComplete):
             self._next_reply()
             return None
-        return None  # transcripts, errors, tool calls: a phone has no screen
+        if isinstance(event, ErrorEvent):
+            self._log_error(event)
+        return None  # transcripts, tool calls: a phone has no screen
+
+    def _log_error(self, event: ErrorEvent) -> None:
+        """A carrier cannot read an error: the operator's log says it, a few times per kind."""
+        count = self._errors[event.code] = self._errors.get(event.code, 0) + 1
+        if count <= 3 or count in (10, 100, 1000, 10_000):
+            log.warning(
+                "%s call %s: %s: %s%s", self.carrier, (self.call_sid or "?")[:40], event.code, event.message[:200],
+                f" ({count} so far)" if count > 3 else "",
+            )
 
     def _next_reply(self) -> None:
         self._reply += 1
