@@ -117,6 +117,7 @@ class TwilioCall:
         self._played: list[bytes] = []
         self._sent_speech_end: float | None = None
         self._got_audio = anyio.Event()
+        self.new_twiml: str | None = None  # what the REST API moved the call to
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -167,6 +168,13 @@ class TwilioCall:
     async def send_raw(self, frame: str | bytes) -> None:
         """A frame as is (for tests of what a server does with a bad one)."""
         await self.ws.send(frame)
+
+    async def leave_stream(self, twiml: str) -> None:
+        """The call was given new TwiML (REST): it leaves the stream, which stops."""
+        self.new_twiml = twiml
+        await self.hang_up()
+        with contextlib.suppress(ConnectionClosed):
+            await self.ws.close()
 
     async def hang_up(self) -> None:
         with contextlib.suppress(ConnectionClosed):
@@ -251,12 +259,58 @@ class TwilioCall:
             await anyio.sleep(max(0.0, deadline - time.monotonic()))
 
 
+class TwilioRestDouble:
+    """Twilio's REST API for calls, as the twilio library's `http_client` seam sees it.
+
+    `POST /2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json` with `Twiml`
+    (`<Hangup/>`, `<Dial>`) moves a live call off its stream: the stream gets
+    `stop` and closes. `POST .../Calls.json` (`To`, `From`, `Url`) places a
+    call: the double then rings `Url` as it rings an inbound one. Requests are
+    checked for the account's Basic credentials (401 otherwise).
+    """
+
+    def __init__(self, double: TwilioDouble) -> None:
+        self.double = double
+        self.requests: list[tuple[str, str, dict]] = []
+        self.is_async = False
+        self.timeout = None
+        self.logger = None
+        self._test_only_last_request = None
+        self._test_only_last_response = None
+
+    def request(self, method, uri, params=None, data=None, headers=None, auth=None, timeout=None, allow_redirects=False):
+        from twilio.http.response import Response
+
+        self.requests.append((method, uri, dict(data or {})))
+        if auth != (self.double.account_sid, self.double.auth_token):
+            return Response(401, json.dumps({"code": 20003, "message": "Authenticate", "status": 401}))
+        path = urlsplit(uri).path
+        prefix = f"/2010-04-01/Accounts/{self.double.account_sid}/Calls"
+        if method == "POST" and path.startswith(prefix + "/") and path.endswith(".json"):
+            call_sid = path[len(prefix) + 1 : -len(".json")]
+            call = self.double.calls.get(call_sid)
+            if call is None:
+                return Response(404, json.dumps({"code": 20404, "message": "not found", "status": 404}))
+            if "Twiml" in (data or {}):
+                anyio.from_thread.run(call.leave_stream, data["Twiml"])
+            return Response(200, json.dumps({"sid": call_sid, "account_sid": self.double.account_sid, "status": "in-progress"}))
+        if method == "POST" and path == prefix + ".json":
+            call_sid = _sid("CA")
+            self.double.placed.append({"sid": call_sid, **dict(data or {})})
+            return Response(201, json.dumps({"sid": call_sid, "account_sid": self.double.account_sid, "status": "queued",
+                                             "to": data.get("To"), "from": data.get("From")}))
+        return Response(404, json.dumps({"code": 20404, "message": "not found", "status": 404}))
+
+
 class TwilioDouble:
     """Twilio's side of calls to one account (its auth token signs every webhook)."""
 
     def __init__(self, auth_token: str, account_sid: str | None = None) -> None:
         self.auth_token = auth_token
         self.account_sid = account_sid or _sid("AC")
+        self.calls: dict[str, TwilioCall] = {}  # calls on a stream now, by CallSid
+        self.placed: list[dict] = []  # outbound calls asked for through the REST API
+        self.rest = TwilioRestDouble(self)
 
     async def ring(self, webhook_url: str, *, signed_with: str | None = None, caller: str = "+15550100001",
                    called: str = "+15550100002", call_sid: str | None = None) -> tuple[int, str, str]:
@@ -306,6 +360,7 @@ class TwilioDouble:
                           "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}},
             }))
             call = TwilioCall(ws, stream_sid, call_sid, time.monotonic())
+            self.calls[call_sid] = call
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call._receive)
                 tg.start_soon(call._play)
@@ -313,5 +368,6 @@ class TwilioDouble:
                 try:
                     yield call
                 finally:
+                    self.calls.pop(call_sid, None)
                     await call.hang_up()
                     tg.cancel_scope.cancel()

@@ -306,9 +306,15 @@ def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | Non
     secret = token_secret or os.environ.get(CALL_SECRET_ENV)
     if secret is None:
         secret = os.environ[CALL_SECRET_ENV] = secrets.token_urlsafe(32)
+    from live.phone.control import TwilioCallControl
     from live.phone.lines import PhoneLines
 
-    return PhoneLines.twilio(auth_token, args.public_url, agent=agent.name, token_secret=secret, stream_url=args.stream_url)
+    # With the account's id the agent's call-control tools can act (end_call, transfer_call).
+    account_sid = os.environ.get("TWILIO_ACCOUNT_SID")
+    control = TwilioCallControl(account_sid, auth_token) if account_sid else None
+    return PhoneLines.twilio(
+        auth_token, args.public_url, agent=agent.name, token_secret=secret, stream_url=args.stream_url, control=control,
+    )
 
 
 async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:

@@ -171,3 +171,26 @@ async def test_a_bad_frame_from_the_carrier_is_logged_and_the_call_goes_on(quest
     assert len(emu.sessions) == 1
     said = caplog.text
     assert "bad_frame" in said and "bad_audio" in said and "unknown_event" in said
+
+
+@pytest.mark.parametrize(("said", "twiml"), [
+    ("please transfer_call to sales", "<Dial>+15551234567</Dial>"),
+    ("thanks, end_call now", "<Hangup />"),
+])
+async def test_the_agent_transfers_or_ends_the_call_through_the_carriers_rest_api(question, said, twiml):
+    from live.phone.control import TwilioCallControl, end_call, transfer_call
+
+    agent = Agent(name="desk", model="gemini-live-2.5-flash-preview", tools=[end_call, transfer_call])
+    script = Script(user_says=[said], tool_args={"transfer_call": {"number": "+15551234567"}, "end_call": {}})
+    async with running_emulator(script) as emu, running_phone(agent, gemini_for(emu)) as phone:
+        control = TwilioCallControl(phone.double.account_sid, phone.double.auth_token, http_client=phone.double.rest)
+        for door in phone.lines.doors.values():
+            door.keywords["control"] = control
+        async with phone.call() as call:
+            await call.speak(question, silence_after=0.2)
+            with anyio.fail_after(10):
+                while call.closed is None:  # the call left the stream, which closed
+                    await anyio.sleep(0.05)
+    assert twiml in (call.new_twiml or "")
+    [(method, uri, _)] = phone.double.rest.requests
+    assert method == "POST" and uri.endswith(f"/Accounts/{phone.double.account_sid}/Calls/{call.call_sid}.json")

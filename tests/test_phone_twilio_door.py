@@ -33,6 +33,16 @@ def media_message(ulaw: bytes) -> str:
                                  "payload": pybase64.b64encode(ulaw).decode()}})
 
 
+@pytest.fixture(autouse=True)
+def no_call_named():
+    """A door names its call in the context it runs in (a session's task); here, the test's."""
+    from live.phone.control import current_call
+
+    token = current_call.set(None)
+    yield
+    current_call.reset(token)
+
+
 @pytest.fixture
 def tokens() -> CallTokens:
     return CallTokens(agent="weather")
@@ -150,3 +160,32 @@ def test_barge_in_clears_and_reports_what_the_caller_heard(tokens):
     assert report.played == pytest.approx(int(heard.split(":")[1]) / 8000)
     # The next reply starts its own count.
     assert not [i for i in door.inputs(media_message(b"\xff" * 160)) if isinstance(i, p.Playback)]
+
+
+@pytest.mark.anyio
+async def test_call_control_tools_say_what_is_wrong_outside_a_call_or_with_a_bad_number():
+    from live.phone.control import PhoneCall, current_call, end_call, transfer_call
+
+    with pytest.raises(RuntimeError, match="not a phone call"):
+        await end_call()
+    token = current_call.set(PhoneCall("twilio", CALL, None))
+    try:
+        with pytest.raises(RuntimeError, match="no call control"):
+            await end_call()
+        assert "international form" in (await transfer_call("555-1234"))["error"]
+    finally:
+        current_call.reset(token)
+
+
+def test_the_stream_names_its_call_for_the_sessions_tools(tokens):
+    import contextvars
+
+    from live.phone.control import current_call
+
+    def open_stream():
+        started(tokens)
+        return current_call.get()
+
+    call = contextvars.copy_context().run(open_stream)
+    assert (call.carrier, call.call_id) == ("twilio", CALL)
+    assert current_call.get() is None  # only in that session's context

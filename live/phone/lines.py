@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from live.doors.base import FrontDoor
 from live.phone.calls import CallTokens
+from live.phone.control import CallControl
 from live.phone.twilio import TwilioDoor
 from live.phone.webhooks import Handler, TwilioVoiceWebhook
 
@@ -42,13 +43,16 @@ class PhoneLines:
         token_secret: str | None = None,
         stream_url: str | None = None,
         on_dtmf: Callable[[str, str], None] | None = None,
+        control: CallControl | None = None,
     ) -> PhoneLines:
         tokens = CallTokens(token_secret, agent=agent)
         webhook = TwilioVoiceWebhook(auth_token, public_url, tokens, media_path=TWILIO_MEDIA_PATH)
         if stream_url:
             webhook.stream_url = stream_url
         lines = cls(twilio_webhook=webhook)
-        lines.doors[TWILIO_MEDIA_PATH] = functools.partial(TwilioDoor, tokens=tokens, on_dtmf=on_dtmf)
+        lines.doors[TWILIO_MEDIA_PATH] = functools.partial(
+            TwilioDoor, tokens=tokens, on_dtmf=on_dtmf, control=control
+        )
         lines.webhooks[TWILIO_VOICE_PATH] = webhook.answer
         lines.public_hosts.update(h for h in (urlsplit(public_url).hostname, urlsplit(webhook.stream_url).hostname) if h)
         return lines

@@ -27,6 +27,7 @@ import pybase64
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
 from live.phone.audio import CARRIER_RATE, FRAME_BYTES, FrameCutter, Resampler, ulaw_decode, ulaw_encode
 from live.phone.calls import CallTokens
+from live.phone.control import CallControl, PhoneCall, current_call
 from live.protocol import (
     ErrorEvent,
     GenerationComplete,
@@ -67,9 +68,13 @@ class TwilioDoor(FrontDoor):
     # Where a new stream's messages are read from; the carrier's own words for it.
     carrier = "Twilio"
 
-    def __init__(self, request=None, *, tokens: CallTokens, on_dtmf: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self, request=None, *, tokens: CallTokens, on_dtmf: Callable[[str, str], None] | None = None,
+        control: CallControl | None = None,
+    ) -> None:
         super().__init__(request)
         self.tokens = tokens
+        self.control = control  # the carrier's REST API, for the call-control tools
         self.on_dtmf = on_dtmf  # (call id, digit): an agent's own handler, if it has one
         self.stream_sid: str | None = None
         self.call_sid: str | None = None
@@ -121,6 +126,10 @@ class TwilioDoor(FrontDoor):
         parameters = start.get("customParameters") or {}
         token = parameters.get("token") if isinstance(parameters, dict) else None
         self._token = token if isinstance(token, str) else None
+        if self.call_sid is not None:
+            # Set in the session's own task before its task group starts: every
+            # task of this call (its tools) sees which call it is.
+            current_call.set(PhoneCall(self.name, self.call_sid, self.control))
         return SessionStart(token=None, input_rate=SESSION_INPUT_RATE, reports_playback=True)
 
     def authorize(self, token: str | None) -> str | None:
