@@ -194,3 +194,23 @@ async def test_the_agent_transfers_or_ends_the_call_through_the_carriers_rest_ap
     assert twiml in (call.new_twiml or "")
     [(method, uri, _)] = phone.double.rest.requests
     assert method == "POST" and uri.endswith(f"/Accounts/{phone.double.account_sid}/Calls/{call.call_sid}.json")
+
+
+async def test_local_voice_answers_a_call_offline(question, told):
+    pytest.importorskip("pocketsphinx")
+    from connections.local_voice import LocalVoice, word_error_rate
+    from live import protocol as p
+    from samples import weather
+
+    agent = weather.agent.with_model("local/voice")
+    async with running_phone(agent, LocalVoice()) as phone:
+        async with phone.call() as call:
+            await call.speak(question, silence_after=0.3)
+            await call.wait_quiet(0.8, timeout=30)
+    [heard] = [e.text for e in told if isinstance(e, p.TranscriptInput) and e.final]
+    said = [e.text for e in told if isinstance(e, p.TranscriptOutput) and e.final and not e.heard]
+    print(f"on a call, local/voice heard {heard!r} (word error rate {word_error_rate(QUESTION, heard):.2f}); said {said}")
+    assert heard and said  # it recognised something and answered it aloud
+    reply = call.received()
+    assert len(reply) >= 8000 and loudness(reply) > 300
+    assert {len(frame) for _, frame in call.heard.media} == {160}
