@@ -16,7 +16,7 @@ from clients.phone_double import TwilioDouble
 from live.agent import Agent
 from live.doors import NativeDoor
 from live.llm import BaseLlm
-from live.phone.audio import Resampler, ulaw_encode
+from live.phone.audio import ulaw_encode
 from live.phone.lines import PhoneLines, TWILIO_VOICE_PATH
 from live.phone.webhooks import WebhookListener
 from live.server import LiveServer, ServerConfig

@@ -10,7 +10,7 @@ import anyio
 import numpy as np
 import pytest
 
-from clients.phone_double import CallRefused, twilio_signature
+from clients.phone_double import twilio_signature
 from connections.emulator import Script, running_emulator
 from emulated import gemini_for
 from live.agent import Agent

@@ -149,11 +149,13 @@ class FrameCutter:
         del rest[:whole]
         return frames
 
-    def flush(self, fill: int) -> bytes | None:
-        """The remainder padded to a whole frame with `fill` bytes (silence), or None."""
+    def flush(self, fill: bytes | int) -> bytes | None:
+        """The remainder padded to a whole frame with `fill` (one sample of silence), or None."""
         if not self._rest:
             return None
-        frame = bytes(self._rest) + bytes([fill]) * (self.size - len(self._rest))
+        fill = bytes([fill]) if isinstance(fill, int) else fill
+        missing = self.size - len(self._rest)
+        frame = bytes(self._rest) + (fill * (missing // len(fill) + 1))[:missing]
         self._rest.clear()
         return frame
 
