@@ -179,12 +179,17 @@ class CarrierDoor(FrontDoor):
     def _envelope(self, message: dict) -> dict:
         """An outgoing message (`media`, `mark`, `clear`) as the carrier wants it addressed."""
 
-    def inputs(self, frame: str | bytes) -> Sequence[Input]:
-        message = self._message(frame)
+    def _owed(self) -> list[Input]:
+        """What the session is owed before this frame's inputs: the playback report after a clear."""
         owed: list[Input] = []
         if self._playback_owed is not None:
             owed.append(Playback(self._playback_owed))
             self._playback_owed = None
+        return owed
+
+    def inputs(self, frame: str | bytes | dict) -> Sequence[Input]:
+        message = frame if isinstance(frame, dict) else self._message(frame)
+        owed = self._owed()
         event = message["event"]
         if event == "media":
             media = message.get("media")
