@@ -62,13 +62,16 @@ def twilio_signature(auth_token: str, url: str, params: Mapping[str, str]) -> st
 
 
 async def http_post(url: str, form: Mapping[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
-    """One POST of a form over HTTP/1.1 (the webhook's transport)."""
+    """One POST of a form over HTTP/1.1 (Twilio's webhooks)."""
+    return await http_post_raw(url, urlencode(form).encode(), {"Content-Type": "application/x-www-form-urlencoded", **headers})
+
+
+async def http_post_raw(url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
+    """One POST over HTTP/1.1; (status, body)."""
     parts = urlsplit(url)
-    body = urlencode(form).encode()
     conn = h11.Connection(h11.CLIENT)
     request = h11.Request(method="POST", target=(parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=[
-        ("Host", parts.netloc), ("Content-Type", "application/x-www-form-urlencoded"),
-        ("Content-Length", str(len(body))), ("User-Agent", "TwilioProxy/1.1"), *headers.items(),
+        ("Host", parts.netloc), ("Content-Length", str(len(body))), ("User-Agent", "carrier-double/1.0"), *headers.items(),
     ])
     async with await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 80) as stream:
         await stream.send(conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
@@ -122,15 +125,24 @@ class TwilioCall:
     def now(self) -> float:
         return time.monotonic() - self.started
 
+    # How this carrier names the stream and numbers messages on the wire.
+    STREAM_FIELD = "streamSid"
+    SEQUENCE_FIELD = "sequenceNumber"
+
     async def _send(self, message: dict) -> None:
-        message.setdefault("sequenceNumber", str(self._sequence))
+        message = {"event": message.pop("event"), self.SEQUENCE_FIELD: str(self._sequence),
+                   self.STREAM_FIELD: self.stream_sid, **message}
         self._sequence += 1
         await self.ws.send(json.dumps(message))
+
+    def _addressed(self, message: dict) -> bool:
+        """Twilio's messages to Twilio name the stream they are for."""
+        return message.get("streamSid") == self.stream_sid
 
     async def _media(self, ulaw: bytes) -> None:
         self._chunk += 1
         await self._send({
-            "event": "media", "streamSid": self.stream_sid,
+            "event": "media",
             "media": {"track": "inbound", "chunk": str(self._chunk), "timestamp": str(self._chunk * 20),
                       "payload": base64.b64encode(ulaw).decode()},
         })
@@ -163,7 +175,7 @@ class TwilioCall:
             await anyio.sleep(max(0.0, deadline - time.monotonic()))
 
     async def press(self, digit: str) -> None:
-        await self._send({"event": "dtmf", "streamSid": self.stream_sid, "dtmf": {"track": "inbound_track", "digit": digit}})
+        await self._send({"event": "dtmf", "dtmf": {"track": "inbound_track", "digit": digit}})
 
     async def send_raw(self, frame: str | bytes) -> None:
         """A frame as is (for tests of what a server does with a bad one)."""
@@ -178,7 +190,7 @@ class TwilioCall:
 
     async def hang_up(self) -> None:
         with contextlib.suppress(ConnectionClosed):
-            await self._send({"event": "stop", "streamSid": self.stream_sid,
+            await self._send({"event": "stop",
                               "stop": {"accountSid": "AC", "callSid": self.call_sid}})
 
     @property
@@ -217,7 +229,7 @@ class TwilioCall:
                 message = json.loads(frame)
                 self.heard.frames.append(message)
                 event = message.get("event")
-                if message.get("streamSid") != self.stream_sid:
+                if not self._addressed(message):
                     raise AssertionError(f"a message for another stream: {message!r}")
                 if event == "media":
                     ulaw = base64.b64decode(message["media"]["payload"], validate=True)
@@ -243,7 +255,7 @@ class TwilioCall:
     async def _echo_mark(self, name: str) -> None:
         self.heard.marks_echoed.append(name)
         with contextlib.suppress(ConnectionClosed):
-            await self._send({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
+            await self._send({"event": "mark", "mark": {"name": name}})
 
     async def _play(self) -> None:
         """The handset: one buffered frame per 20 ms, marks echoed as they are reached."""

@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     phone = parser.add_argument_group("phone calls (see docs/phone.md)")
     phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice (on --phone-port) and the media stream /twilio/media; the auth token comes from $TWILIO_AUTH_TOKEN")
+    phone.add_argument("--telnyx", action="store_true", help="answer Telnyx calls: the Call Control webhook POST /telnyx/call (on --phone-port) answers with the media stream /telnyx/media; keys from $TELNYX_API_KEY and $TELNYX_PUBLIC_KEY")
     phone.add_argument("--public-url", metavar="URL", help="the https:// address carriers reach this server at (a tunnel's in development); webhooks' signatures are checked against it")
     phone.add_argument("--phone-port", type=int, metavar="PORT", help="port of the carriers' webhooks (they POST, which the WebSocket port does not read) (default: --port + 1)")
     phone.add_argument("--stream-url", metavar="URL", help="the wss:// address of the media stream, when it is not --public-url's host with /twilio/media")
@@ -288,33 +289,46 @@ CALL_SECRET_ENV = "LIVE_CALL_TOKEN_SECRET"
 
 
 def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | None) -> PhoneLines | None:
-    if not args.twilio:
+    if not (args.twilio or args.telnyx):
         if args.public_url or args.stream_url or args.phone_port is not None:
-            raise UsageError("--public-url, --stream-url and --phone-port are for phone calls: add --twilio")
+            raise UsageError("--public-url, --stream-url and --phone-port are for phone calls: add --twilio or --telnyx")
         return None
+    flag = "--twilio" if args.twilio else "--telnyx"
     try:
-        require("phone", "--twilio", "twilio", "h11")
+        require("phone", flag, "twilio", "h11", "cryptography")
     except MissingExtra as exc:
         raise UsageError(str(exc)) from None
-    auth_token = os.environ.get("TWILIO_AUTH_TOKEN", "")
-    if not auth_token:
-        raise UsageError("--twilio needs the account's auth token in $TWILIO_AUTH_TOKEN (Twilio console, Account Info)")
     if not args.public_url or urlsplit(args.public_url).scheme not in ("https", "http") or not urlsplit(args.public_url).hostname:
-        raise UsageError("--twilio needs --public-url https://NAME, the address Twilio reaches this server at")
+        raise UsageError(f"{flag} needs --public-url https://NAME, the address the carrier reaches this server at")
+    if args.twilio and args.telnyx and args.stream_url:
+        raise UsageError("--stream-url names one carrier's stream: with both --twilio and --telnyx, route both through --public-url")
     if args.phone_port is None:
         args.phone_port = args.port + 1 if args.port else 0
     secret = token_secret or os.environ.get(CALL_SECRET_ENV)
     if secret is None:
         secret = os.environ[CALL_SECRET_ENV] = secrets.token_urlsafe(32)
-    from live.phone.control import TwilioCallControl
+    from live.phone.calls import CallTokens
     from live.phone.lines import PhoneLines
 
-    # With the account's id the agent's call-control tools can act (end_call, transfer_call).
-    account_sid = os.environ.get("TWILIO_ACCOUNT_SID")
-    control = TwilioCallControl(account_sid, auth_token) if account_sid else None
-    return PhoneLines.twilio(
-        auth_token, args.public_url, agent=agent.name, token_secret=secret, stream_url=args.stream_url, control=control,
-    )
+    lines = PhoneLines(tokens=CallTokens(secret, agent=agent.name))
+    if args.twilio:
+        auth_token = os.environ.get("TWILIO_AUTH_TOKEN", "")
+        if not auth_token:
+            raise UsageError("--twilio needs the account's auth token in $TWILIO_AUTH_TOKEN (Twilio console, Account Info)")
+        from live.phone.control import TwilioCallControl
+
+        # With the account's id the agent's call-control tools can act (end_call, transfer_call).
+        account_sid = os.environ.get("TWILIO_ACCOUNT_SID")
+        control = TwilioCallControl(account_sid, auth_token) if account_sid else None
+        lines.add_twilio(auth_token, args.public_url, stream_url=args.stream_url, control=control)
+    if args.telnyx:
+        api_key, public_key = os.environ.get("TELNYX_API_KEY", ""), os.environ.get("TELNYX_PUBLIC_KEY", "")
+        if not api_key or not public_key:
+            raise UsageError("--telnyx needs $TELNYX_API_KEY (answers calls) and $TELNYX_PUBLIC_KEY (checks webhooks), "
+                             "both from the Telnyx portal")
+        lines.add_telnyx(public_key, api_key, args.public_url, stream_url=args.stream_url,
+                         api_base_url=os.environ.get("TELNYX_API_BASE_URL", "https://api.telnyx.com/v2"))
+    return lines
 
 
 async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:
@@ -399,6 +413,12 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
             print(
                 f"live: Twilio voice webhook {lines.twilio_webhook.public_url}/twilio/voice (served on "
                 f"{web}://{shown}:{args.phone_port}/twilio/voice), media stream {lines.twilio_webhook.stream_url}",
+                flush=True,
+            )
+        if lines is not None and lines.telnyx_webhook is not None:
+            print(
+                f"live: Telnyx call webhook {args.public_url.rstrip('/')}/telnyx/call (served on "
+                f"{web}://{shown}:{args.phone_port}/telnyx/call), media stream {lines.telnyx_webhook.stream_url}",
                 flush=True,
             )
         tg.start_soon(_stop_workers_with, server, workers)

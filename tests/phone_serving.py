@@ -13,10 +13,12 @@ import anyio
 import numpy as np
 
 from clients.phone_double import TwilioDouble
+from clients.telnyx_double import TelnyxDouble
 from live.agent import Agent
 from live.doors import NativeDoor
 from live.llm import BaseLlm
 from live.phone.audio import ulaw_encode
+from live.phone.calls import CallTokens
 from live.phone.lines import PhoneLines, TWILIO_VOICE_PATH
 from live.phone.webhooks import WebhookListener
 from live.server import LiveServer, ServerConfig
@@ -80,3 +82,49 @@ def synthetic_ulaw(seconds: float = 1.5) -> bytes:
     voice = sum(np.sin(2 * np.pi * f * t) / k for k, f in enumerate((140, 280, 420, 700, 1100), 1))
     envelope = 0.55 + 0.45 * np.sin(2 * np.pi * 4 * t)
     return ulaw_encode((6000 * voice * envelope / 2).astype("<i2").tobytes())
+
+
+@dataclasses.dataclass
+class TelnyxServer:
+    server: LiveServer
+    lines: PhoneLines
+    webhook_url: str
+    double: TelnyxDouble
+
+    def call(self, **kwargs):
+        return self.double.call(self.webhook_url, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def running_telnyx(agent: Agent, llm: BaseLlm, **config) -> AsyncIterator[TelnyxServer]:
+    """A server with a Telnyx line, and the Telnyx double (its REST API on a port of its own)."""
+    from live.phone.lines import TELNYX_CALL_PATH
+
+    config.setdefault("audio_lead", 0.2)
+    config.setdefault("sockets", os.environ.get("LIVE_SOCKETS", "auto"))
+    double = TelnyxDouble()
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def serve_all(*, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+            with scope:
+                async with anyio.create_task_group() as inner:
+                    await inner.start(double.serve_api)
+                    port = await inner.start(listener.serve)
+                    task_status.started(port)
+
+        listener = WebhookListener({}, "127.0.0.1", 0)
+        webhook_port = await tg.start(serve_all)
+        public = f"http://127.0.0.1:{webhook_port}"
+        lines = PhoneLines(tokens=CallTokens(agent=agent.name)).add_telnyx(
+            double.public_key, double.api_key, public, api_base_url=double.api_base_url,
+        )
+        listener.routes.update(lines.webhooks)
+        server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}))
+        port = await tg.start(server.serve)
+        lines.telnyx_webhook.stream_url = f"ws://127.0.0.1:{port}/telnyx/media"
+        try:
+            yield TelnyxServer(server, lines, public + TELNYX_CALL_PATH, double)
+        finally:
+            server.stop()
+            scope.cancel()

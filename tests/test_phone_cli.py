@@ -33,6 +33,7 @@ def free_port() -> int:
 @pytest.mark.parametrize(("argv", "words"), [
     (["--twilio", "--public-url", "https://x.example"], "TWILIO_AUTH_TOKEN"),
     (["--public-url", "https://x.example"], "add --twilio"),
+    (["--telnyx", "--public-url", "https://x.example"], "TELNYX_API_KEY"),
 ])
 def test_phone_set_up_problems_are_one_line(argv, words):
     result = subprocess.run([*LIVE, "serve", *argv], capture_output=True, text=True, env=env(), timeout=30)
@@ -75,3 +76,37 @@ async def test_live_serve_twilio_answers_a_call_and_never_logs_a_secret():
     assert "session" in log and "twilio" in log
     assert AUTH_TOKEN not in log and params["token"] not in log
     assert not re.search(r"eyJ[\w-]{10,}\.", log)  # no signed token of any call
+
+
+@pytest.mark.anyio
+async def test_live_serve_telnyx_answers_a_call_through_the_rest_api_and_never_logs_a_key():
+    from clients.telnyx_double import TelnyxDouble
+
+    double = TelnyxDouble()
+    port, phone_port = free_port(), free_port()
+    public = f"http://127.0.0.1:{phone_port}"
+    async with anyio.create_task_group() as tg:
+        await tg.start(double.serve_api)
+        proc = subprocess.Popen(
+            [*LIVE, "serve", "--port", str(port), "--telnyx", "--public-url", public, "--phone-port", str(phone_port),
+             "--stream-url", f"ws://127.0.0.1:{port}/telnyx/media", "--log-level", "DEBUG"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env(TELNYX_API_KEY=double.api_key, TELNYX_PUBLIC_KEY=double.public_key, TELNYX_API_BASE_URL=double.api_base_url),
+        )
+        try:
+            lines = [await anyio.to_thread.run_sync(proc.stdout.readline) for _ in range(2)]
+            assert any(f"{public}/telnyx/call" in line for line in lines), lines
+            async with double.call(f"{public}/telnyx/call") as call:
+                await call.speak(synthetic_ulaw(1.0), silence_after=0.3)
+                await call.wait_for_audio(timeout=10)  # local/echo says it back
+            proc.send_signal(signal.SIGTERM)
+            assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=10)) == 0
+            log = proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            tg.cancel_scope.cancel()
+    assert "telnyx" in log and double.api_key not in log
+    [(_, _, params)] = double.actions
+    assert params["client_state"] not in log

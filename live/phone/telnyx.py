@@ -112,3 +112,95 @@ class TelnyxDoor(CarrierDoor):
             raise ProtocolError("carrier_error", f"Telnyx reports {payload.get('code')}: "
                                 f"{str(payload.get('title'))[:80]}: {str(payload.get('detail'))[:160]}")
         return super().inputs(message)
+
+
+class TelnyxCallControl:
+    """Telnyx's Call Control REST API (v2) for one API key: answer with a stream, hang up, transfer.
+
+    Plain HTTPS with the standard library (the requests are three small JSON
+    POSTs), in a worker thread so the event loop never waits on the network.
+    """
+
+    def __init__(self, api_key: str, *, base_url: str = "https://api.telnyx.com/v2", timeout: float = 10.0) -> None:
+        self._api_key = api_key
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def __repr__(self) -> str:  # never the API key
+        return f"TelnyxCallControl(base_url={self.base_url!r})"
+
+    async def _action(self, call_id: str, action: str, body: dict) -> None:
+        import json
+        import urllib.parse
+        import urllib.request
+
+        import anyio
+
+        url = f"{self.base_url}/calls/{urllib.parse.quote(call_id, safe=':')}/actions/{action}"
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
+            "Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json", "Accept": "application/json",
+        })
+
+        def post() -> None:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (our own https URL)
+                response.read()
+
+        await anyio.to_thread.run_sync(post)
+
+    async def answer(self, call_id: str, *, stream_url: str, client_state: str, codec: str = "PCMU") -> None:
+        await self._action(call_id, "answer", {
+            "stream_url": stream_url, "stream_track": "inbound_track", "stream_bidirectional_mode": "rtp",
+            "stream_bidirectional_codec": codec, "client_state": client_state,
+        })
+
+    async def hang_up(self, call_id: str) -> None:
+        await self._action(call_id, "hangup", {})
+
+    async def transfer(self, call_id: str, number: str) -> None:
+        await self._action(call_id, "transfer", {"to": number})
+
+
+class TelnyxCallWebhook:
+    """`POST /telnyx/call`: check Telnyx's signature; answer an incoming call with a media stream here."""
+
+    def __init__(self, public_key: str, control: TelnyxCallControl, stream_url: str, tokens, *, codec: str = "PCMU") -> None:
+        self._public_key = public_key
+        self.control = control
+        self.stream_url = stream_url
+        self.tokens = tokens
+        self.codec = codec
+
+    def __repr__(self) -> str:
+        return f"TelnyxCallWebhook(stream_url={self.stream_url!r})"
+
+    async def answer(self, target: str, headers, body: bytes):
+        import http
+        import json
+        import logging
+
+        from live.phone.webhooks import HttpAnswer
+
+        log = logging.getLogger("live.phone")
+        problem = telnyx_signature_problem(
+            self._public_key, body, headers.get("telnyx-signature-ed25519"), headers.get("telnyx-timestamp"),
+        )
+        if problem is not None:
+            log.warning("telnyx webhook refused: %s", problem)
+            return HttpAnswer(http.HTTPStatus.FORBIDDEN.value, b"forbidden\n")
+        try:
+            data = json.loads(body)["data"]
+            kind, payload = data["event_type"], data.get("payload") or {}
+        except (ValueError, KeyError, TypeError):
+            return HttpAnswer(http.HTTPStatus.BAD_REQUEST.value, b"not a Telnyx webhook event\n")
+        if kind == "call.initiated" and payload.get("direction") == "incoming":
+            call_id = str(payload.get("call_control_id") or "")
+            if not call_id:
+                return HttpAnswer(http.HTTPStatus.BAD_REQUEST.value, b"call.initiated without call_control_id\n")
+            state = base64.b64encode(self.tokens.mint(call_id).encode()).decode()
+            try:
+                await self.control.answer(call_id, stream_url=self.stream_url, client_state=state, codec=self.codec)
+            except OSError as exc:  # urllib's errors are OSErrors; never the request's headers
+                log.warning("telnyx call %s: answering failed: %s", call_id[:60], exc)
+                return HttpAnswer(http.HTTPStatus.BAD_GATEWAY.value, b"could not answer the call\n")
+            log.info("telnyx call %s answered with a stream to %s", call_id[:60], self.stream_url)
+        return HttpAnswer(http.HTTPStatus.OK.value, b"ok\n")

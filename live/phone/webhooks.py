@@ -19,7 +19,8 @@ import dataclasses
 import http
 import logging
 import ssl
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import parse_qsl, urlsplit
 
 import anyio
@@ -49,7 +50,8 @@ class HttpAnswer:
     content_type: str = "text/plain; charset=utf-8"
 
 
-Handler = Callable[[str, Mapping[str, str], bytes], HttpAnswer]
+# (target, headers with lower-case names, body) -> the answer, or an awaitable of it.
+Handler = Callable[[str, Mapping[str, str], bytes], "HttpAnswer | Awaitable[HttpAnswer]"]
 
 
 def _plain(status: http.HTTPStatus, text: str) -> HttpAnswer:
@@ -197,6 +199,8 @@ class WebhookListener:
             headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.headers}
             try:
                 answer = handler(target, headers, bytes(body))
+                if inspect.isawaitable(answer):
+                    answer = await answer
             except Exception:
                 log.exception("webhook %s failed", urlsplit(target).path)
                 answer = _plain(http.HTTPStatus.INTERNAL_SERVER_ERROR, "internal server error")
