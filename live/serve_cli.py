@@ -422,6 +422,9 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
                 flush=True,
             )
         tg.start_soon(_stop_workers_with, server, workers)
+        after_ready = getattr(args, "after_ready", None)
+        if after_ready is not None:  # `live call`: place the call once the server answers
+            tg.start_soon(after_ready, server, args)
         if server.agent.model == DEFAULT_MODEL and (
             os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
         ):
@@ -476,8 +479,10 @@ async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[
                 worker_stopped(worker.pid)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], *, after_ready: Callable[..., Any] | None = None) -> int:
+    """`live serve`; `after_ready(server, args)` runs in the server's task group once it listens."""
     args = build_parser().parse_args(argv)
+    args.after_ready = after_ready
     logs.configure(args.log_level, args.log_format, args.worker_index if args.workers > 1 else None)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         print(f"live serve: --metrics-port must be a port number, not {args.metrics_port}", file=sys.stderr)

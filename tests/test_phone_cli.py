@@ -110,3 +110,30 @@ async def test_live_serve_telnyx_answers_a_call_through_the_rest_api_and_never_l
     assert "telnyx" in log and double.api_key not in log
     [(_, _, params)] = double.actions
     assert params["client_state"] not in log
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["+15551234567"], "--from"),
+    (["5551234", "--from", "+15557654321"], "international form"),
+    (["+15551234567", "--from", "+15557654321"], "TWILIO_ACCOUNT_SID"),
+])
+def test_live_call_set_up_problems_are_one_line(argv, words):
+    result = subprocess.run([*LIVE, "call", *argv], capture_output=True, text=True, env=env(), timeout=30)
+    assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.anyio
+async def test_live_call_asks_twilio_to_call_the_number_back_to_the_servers_webhook():
+    from live.phone.call_cli import place_call
+    from live.phone.control import TwilioCallControl
+
+    double = TwilioDouble(AUTH_TOKEN)
+    control = TwilioCallControl(double.account_sid, AUTH_TOKEN, http_client=double.rest)
+    sid = await place_call(control, "+15551234567", "+15557654321", "https://voice.example.com/")
+    [placed] = double.placed
+    assert placed["sid"] == sid
+    assert (placed["To"], placed["From"], placed["Url"], placed["Method"]) == (
+        "+15551234567", "+15557654321", "https://voice.example.com/twilio/voice", "POST")
+    wrong = TwilioCallControl(double.account_sid, "f" * 32, http_client=double.rest)
+    with pytest.raises(Exception, match="401|Authenticate"):
+        await place_call(wrong, "+15551234567", "+15557654321", "https://voice.example.com")

@@ -62,6 +62,13 @@ class TwilioCallControl:
     async def _update(self, call_id: str, twiml: str) -> None:
         await anyio.to_thread.run_sync(lambda: self._client.calls(call_id).update(twiml=twiml))
 
+    async def place(self, to: str, from_: str, voice_url: str) -> str:
+        """Ask Twilio to call `to` from `from_`; when answered, Twilio asks `voice_url` (our webhook). The call's sid."""
+        call = await anyio.to_thread.run_sync(
+            lambda: self._client.calls.create(to=to, from_=from_, url=voice_url, method="POST")
+        )
+        return str(call.sid)
+
     async def hang_up(self, call_id: str) -> None:
         from twilio.twiml.voice_response import VoiceResponse
 
