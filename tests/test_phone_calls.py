@@ -43,6 +43,8 @@ async def test_a_caller_asks_and_hears_the_answer(question):
             await call.wait_for_audio(timeout=10)
             await call.silence(0.5)
             await call.wait_quiet(timeout=15)
+            exposition = phone.server.metrics.exposition()[0].decode()
+            assert 'live_door_sessions_active{door="twilio"} 1.0' in exposition  # counted per carrier
         [session] = emu.sessions
     # The model heard the caller: one second and more of 16 kHz speech.
     assert len(session.audio) >= 16_000 * 2 * 1.0
