@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from clients.phone_double import twilio_signature
-from connections.emulator import Script, running_emulator
+from connections.emulator import Fault, Script, running_emulator
 from emulated import gemini_for
 from live.agent import Agent
 from live.phone.audio import ulaw_decode
@@ -216,3 +216,21 @@ async def test_local_voice_answers_a_call_offline(question, told):
     reply = call.received()
     assert len(reply) >= 8000 and loudness(reply) > 300
     assert {len(frame) for _, frame in call.heard.media} == {160}
+
+
+async def test_a_call_survives_the_model_dropping_its_connection(question):
+    """The model's connection drops after the first answer (1011, as on the
+    service's bad days); the caller asks again and is answered on a new one."""
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    script = Script(replies=["Sunny in Paris.", "Still sunny."], faults=[Fault("after_turn", code=1011, n=1)])
+    async with running_emulator(script) as emu, running_phone(agent, gemini_for(emu)) as phone:
+        async with phone.call() as call:
+            await call.speak(question, silence_after=0.2)
+            await call.wait_quiet(0.6, timeout=15)
+            first = len(call.heard.media)
+            await anyio.sleep(0.5)  # the model's connection is replaced meanwhile
+            await call.speak(question, silence_after=0.2)
+            await call.wait_quiet(0.6, timeout=15)
+            assert call.closed is None  # the caller never noticed
+        assert len(emu.sessions) >= 2  # a second model connection answered
+    assert len(call.heard.media) > first + 25  # half a second and more of a second answer
