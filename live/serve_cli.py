@@ -320,14 +320,15 @@ def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | Non
         # With the account's id the agent's call-control tools can act (end_call, transfer_call).
         account_sid = os.environ.get("TWILIO_ACCOUNT_SID")
         control = TwilioCallControl(account_sid, auth_token) if account_sid else None
-        lines.add_twilio(auth_token, args.public_url, stream_url=args.stream_url, control=control)
+        lines.add_twilio(auth_token, args.public_url, stream_url=args.stream_url, control=control, on_dtmf=agent.on_key_press)
     if args.telnyx:
         api_key, public_key = os.environ.get("TELNYX_API_KEY", ""), os.environ.get("TELNYX_PUBLIC_KEY", "")
         if not api_key or not public_key:
             raise UsageError("--telnyx needs $TELNYX_API_KEY (answers calls) and $TELNYX_PUBLIC_KEY (checks webhooks), "
                              "both from the Telnyx portal")
         lines.add_telnyx(public_key, api_key, args.public_url, stream_url=args.stream_url,
-                         api_base_url=os.environ.get("TELNYX_API_BASE_URL", "https://api.telnyx.com/v2"))
+                         api_base_url=os.environ.get("TELNYX_API_BASE_URL", "https://api.telnyx.com/v2"),
+                         on_dtmf=agent.on_key_press)
     return lines
 
 

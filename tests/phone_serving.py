@@ -55,7 +55,7 @@ async def running_phone(agent: Agent, llm: BaseLlm, **config) -> AsyncIterator[P
 
         webhook_port = await tg.start(serve_webhooks)
         public = f"http://127.0.0.1:{webhook_port}"
-        lines = PhoneLines.twilio(AUTH_TOKEN, public, agent=agent.name)
+        lines = PhoneLines.twilio(AUTH_TOKEN, public, agent=agent.name, on_dtmf=agent.on_key_press)
         listener.routes.update(lines.webhooks)
         server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}))
         port = await tg.start(server.serve)
@@ -117,7 +117,7 @@ async def running_telnyx(agent: Agent, llm: BaseLlm, **config) -> AsyncIterator[
         webhook_port = await tg.start(serve_all)
         public = f"http://127.0.0.1:{webhook_port}"
         lines = PhoneLines(tokens=CallTokens(agent=agent.name)).add_telnyx(
-            double.public_key, double.api_key, public, api_base_url=double.api_base_url,
+            double.public_key, double.api_key, public, api_base_url=double.api_base_url, on_dtmf=agent.on_key_press,
         )
         listener.routes.update(lines.webhooks)
         server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}))

@@ -148,8 +148,10 @@ async def test_a_caller_who_talks_over_the_reply_gets_clear_at_once_and_the_tran
     assert not after or after[0] - clear_at > 0.5, after[:3]
 
 
-async def test_a_key_press_reaches_the_model():
-    agent = Agent(name="menu", model="gemini-live-2.5-flash-preview")
+async def test_a_key_press_reaches_the_model_and_the_agents_handler():
+    pressed = []
+    agent = Agent(name="menu", model="gemini-live-2.5-flash-preview",
+                  on_key_press=lambda call_id, digit: pressed.append((call_id, digit)))
     async with running_emulator(Script(replies=["You chose billing."])) as emu, running_phone(agent, gemini_for(emu)) as phone:
         async with phone.call() as call:
             await call.silence(0.3)
@@ -158,6 +160,7 @@ async def test_a_key_press_reaches_the_model():
         [session] = emu.sessions
     turns = [json.dumps(f) for f in session.frames if "clientContent" in f or "client_content" in f]
     assert any("pressed the key 2" in turn for turn in turns), turns
+    assert pressed == [(call.call_sid, "2")]
 
 
 async def test_a_bad_frame_from_the_carrier_is_logged_and_the_call_goes_on(question, caplog):
