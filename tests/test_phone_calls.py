@@ -80,6 +80,7 @@ async def test_a_forged_webhook_is_refused():
         assert emu.sessions == []
 
 
+@pytest.mark.usefixtures("both_socket_layers")
 async def test_a_media_socket_without_a_valid_token_opens_no_session():
     agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
     async with running_emulator(Script()) as emu, running_phone(agent, gemini_for(emu)) as phone:
