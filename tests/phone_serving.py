@@ -41,7 +41,7 @@ class PhoneServer:
 
 
 @contextlib.asynccontextmanager
-async def running_phone(agent: Agent, llm: BaseLlm, **config) -> AsyncIterator[PhoneServer]:
+async def running_phone(agent: Agent, llm: BaseLlm, *, recorder=None, **config) -> AsyncIterator[PhoneServer]:
     config.setdefault("audio_lead", 0.2)
     config.setdefault("sockets", os.environ.get("LIVE_SOCKETS", "auto"))
     async with anyio.create_task_group() as tg:
@@ -57,7 +57,8 @@ async def running_phone(agent: Agent, llm: BaseLlm, **config) -> AsyncIterator[P
         public = f"http://127.0.0.1:{webhook_port}"
         lines = PhoneLines.twilio(AUTH_TOKEN, public, agent=agent.name, on_dtmf=agent.on_key_press)
         listener.routes.update(lines.webhooks)
-        server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}))
+        server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}),
+                            recorder=recorder)
         port = await tg.start(server.serve)
         try:
             yield PhoneServer(server, lines, public + TWILIO_VOICE_PATH, f"ws://127.0.0.1:{port}/twilio/media",

@@ -238,3 +238,36 @@ async def test_a_call_survives_the_model_dropping_its_connection(question):
             assert call.closed is None  # the caller never noticed
         assert len(emu.sessions) >= 2  # a second model connection answered
     assert len(call.heard.media) > first + 25  # half a second and more of a second answer
+
+
+async def test_a_call_is_recorded_like_any_session(question, tmp_path):
+    import wave
+
+    from live.record import Recorder, load
+
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    async with running_emulator(Script(replies=["Sunny."])) as emu, running_phone(
+        agent, gemini_for(emu), recorder=Recorder(tmp_path / "records")
+    ) as phone:
+        async with phone.call() as call:
+            await call.speak(question, silence_after=0.2)
+            await call.wait_quiet(0.6, timeout=15)
+    [folder] = list((tmp_path / "records").iterdir())
+    record = load(folder)
+    assert record.header["agent"] == "weather" and record.header["input_rate"] == 16_000
+    with wave.open(str(folder / "in.wav")) as wav:  # the caller, as the model heard them
+        assert wav.getframerate() == 16_000 and wav.getnframes() >= 16_000 * len(question) / 8000 * 0.9
+    assert len(record.audio("out")) > 0  # the reply, before the door made phone frames of it
+
+
+async def test_the_session_limit_holds_for_calls():
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    async with running_emulator(Script()) as emu, running_phone(agent, gemini_for(emu), max_sessions=1) as phone:
+        async with phone.call() as first:
+            await first.silence(0.3)
+            async with phone.call() as second:
+                with anyio.fail_after(3):
+                    while second.closed is None:
+                        await anyio.sleep(0.02)
+            assert second.closed[0] == 1013  # try again later: the carrier's caller hears the call end
+            assert first.closed is None
