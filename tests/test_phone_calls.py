@@ -258,6 +258,7 @@ async def test_a_call_is_recorded_like_any_session(question, tmp_path):
     with wave.open(str(folder / "in.wav")) as wav:  # the caller, as the model heard them
         assert wav.getframerate() == 16_000 and wav.getnframes() >= 16_000 * len(question) / 8000 * 0.9
     assert len(record.audio("out")) > 0  # the reply, before the door made phone frames of it
+    assert "eyJ" not in (folder / "events.jsonl").read_text()  # no call token (a JWT) in the record
 
 
 async def test_the_session_limit_holds_for_calls():
