@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Sequence
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -88,8 +89,21 @@ class Reattaching:
     reason: str
 
 
+TokenSource = str | Callable[[], "str | Awaitable[str] | None"] | None
+"""A session token, or a function (sync or async) that returns a fresh one:
+called for `session.start` and for every `session.resume`."""
+
 REATTACH_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)
 """Backoff between attempts to reattach; the last repeats until `reattach_for`."""
+
+
+async def _token_from(source: TokenSource) -> str | None:
+    if source is None or isinstance(source, str):
+        return source
+    token = source()
+    if inspect.isawaitable(token):
+        token = await token
+    return token
 
 
 class LiveClient:
@@ -111,8 +125,10 @@ class LiveClient:
         origin: str | None = None,
         open_timeout: float = 10.0,
         reattach_for: float = 30.0,
+        token: TokenSource = None,
     ) -> None:
         self._ws = ws
+        self._token = token
         self.session = started
         self.closed_reason: str | None = None
         self.last_seq = 0
@@ -131,7 +147,7 @@ class LiveClient:
         cls,
         url: str = DEFAULT_URL,
         *,
-        token: str | None = None,
+        token: TokenSource = None,
         history: Sequence[types.Content] = (),
         input_rate: int = DEFAULT_INPUT_RATE,
         turn_taking: str = "auto",
@@ -148,15 +164,19 @@ class LiveClient:
         detection decides. `reattach_for=0` turns reattaching off. `open_timeout`
         bounds the WebSocket handshake, `start_timeout` the wait for
         `session.started` after it (a stuck server raises `SessionRefused` with
-        the code "timeout").
+        the code "timeout"). `token` is a string or a function returning a
+        fresh one; a server that requires tokens wants one on every reattach
+        too (a string works while it is valid, a function for as long as it
+        returns good ones).
         """
+        first_token = await _token_from(token)
         ws = await cls._open(url, origin, open_timeout)
         try:
             with contextlib.suppress(ConnectionClosed):  # a refusal may come first
                 await ws.send(
                     encode(
                         SessionStart(
-                            token=token,
+                            token=first_token,
                             history=tuple(history),
                             input_rate=input_rate,
                             turn_taking=turn_taking,
@@ -175,7 +195,8 @@ class LiveClient:
             await ws.close()
             raise
         client = cls(
-            ws, started, url=url, origin=origin, open_timeout=open_timeout, reattach_for=reattach_for
+            ws, started, url=url, origin=origin, open_timeout=open_timeout, reattach_for=reattach_for,
+            token=token,
         )
         try:
             yield client
@@ -214,8 +235,7 @@ class LiveClient:
 
     async def _reattach(self) -> AsyncIterator[Reattaching | SessionReattached]:
         """Reattach with backoff; yields news; raises ConnectionLost when it cannot."""
-        token = self.session.resume_token
-        if token is None or self._reattach_for <= 0 or self._closing:
+        if self.session.resume_token is None or self._reattach_for <= 0 or self._closing:
             raise ConnectionLost("the connection to the server was lost")
         self._up = anyio.Event()
         started = time.monotonic()
@@ -232,8 +252,13 @@ class LiveClient:
                 reason = f"{type(exc).__name__}: {exc}"
                 continue
             try:
+                credential = await _token_from(self._token)
                 await ws.send(
-                    encode(SessionResume(self.session.session_id, token, self.last_seq))
+                    encode(
+                        SessionResume(
+                            self.session.session_id, self.session.resume_token or "", self.last_seq, credential
+                        )
+                    )
                 )
                 frame = await ws.recv()
                 event = parse_server_event(frame) if isinstance(frame, str) else None
@@ -244,6 +269,11 @@ class LiveClient:
             if isinstance(event, SessionReattached):
                 self._ws = ws
                 self.reattaches += 1
+                # Frames the server no longer had are numbered all the same: the
+                # replay after this goes on from past them.
+                self.last_seq += event.missed
+                if event.resume_token:  # the one just used works no more
+                    self.session = dataclasses.replace(self.session, resume_token=event.resume_token)
                 self._up.set()
                 yield event
                 return

@@ -4,10 +4,11 @@ A session has at most one client socket at a time. Before the session starts,
 `await_opening` reads the door's opening (with the client's credential, checked
 here). While it runs, `read_client` feeds what the client sends to the session
 and `write_client` sends the session's stream, numbered and kept for a replay.
-When the socket drops without `session.close` and the door can reattach, the
-session goes on without a socket for the reattach grace; a new socket that
-brings the session's resume token takes it over (`attach`) and first gets what
-it missed.
+When the socket drops without `session.close` or a normal close (1000) and
+the door can reattach, the session goes on without a socket for the reattach
+grace; a new socket that brings the session's resume token (and, when the
+server requires tokens, one for the same subject) takes it over (`attach`),
+first gets what it missed, and a new resume token: each works once.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from live.protocol import (
     is_image_message,
 )
 from live.queues import BYTES_PER_SECOND_OUT
-from live.reattach import ReplayBuffer, with_seq
+from live.reattach import ReplayBuffer, new_resume_token, token_digest, with_seq
 
 if TYPE_CHECKING:
     from live.websocket import WebSocket
@@ -55,8 +56,11 @@ class ClientAttachment:
         self._runner = runner
         self.ws: WebSocket | None = ws
         self.door = door
-        self.peer = peer_address(ws)
+        self.peer = runner.server.client_address(ws)
         self.grant: Grant | None = None
+        # Who the session belongs to: None when it was not opened with a signed
+        # token; else its subject ("" for none). A resume must be for the same.
+        self.principal: str | None = None
         config = runner.config
         reattach = door.capabilities.reattach and config.reattach_grace > 0
         self.replay = ReplayBuffer(
@@ -189,7 +193,7 @@ class ClientAttachment:
                     return None
                 if isinstance(opening, SessionResume):
                     return opening
-                refusal = self.authorize(opening.token)
+                refusal = self.authorize(opening.token, spend=True)
                 if refusal is not None:
                     log.warning("session %s refused from %s: unauthorized: %s", runner.id, self.peer, refusal)
                     runner.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
@@ -207,33 +211,57 @@ class ClientAttachment:
             runner.finish(text, CLOSE_POLICY, ErrorEvent("idle_timeout", text, True))
         return None
 
-    def authorize(self, token: str | None) -> str | None:
-        """None if a session may start (the token's grant kept); otherwise why not.
+    def authorize(self, token: str | None, *, spend: bool) -> str | None:
+        """None if the opening may go on (the token's grant kept); otherwise why not.
 
-        Never says or logs the token itself.
+        `spend`: the token opens a session (`session.start`), and no other after
+        it; a resume (`spend=False`) shows a valid token for the session's
+        subject, which may be the one that opened it. Never says or logs the
+        token itself.
         """
         runner = self._runner
         config = runner.config
         if self.door.checks_own_credentials:
             return self.door.authorize(token)
+        opening = "session.start" if spend else "session.resume"
         if config.token is None and config.token_secret is None:
             return None
         if token is None and self.ws is not None:
             token = bearer_token(self.ws)
         if not token:
             return (
-                "session.start needs a token (its 'token' field, or Authorization: Bearer "
+                f"{opening} needs a token (its 'token' field, or Authorization: Bearer "
                 "on the handshake)"
             )
+        try:
+            token.encode()
+        except UnicodeEncodeError:
+            return "the token is not valid text"
         if config.token is not None and hmac.compare_digest(token.encode(), config.token.encode()):
             return None
         if config.token_secret is None:
-            return "session.start needs the server's token (this one is wrong)"
+            return f"{opening} needs the server's token (this one is wrong)"
         try:
-            self.grant = verify_token(token, config.token_secret, agent=runner.server.agent.name)
+            grant = verify_token(
+                token,
+                config.token_secret,
+                agent=runner.server.agent.name,
+                issuer=config.token_issuer,
+                max_lifetime=config.max_token_lifetime,
+            )
         except TokenRefused as exc:
             return str(exc)
+        if spend and not runner.server.spent_tokens.spend(grant):
+            return "the token was already used to open a session (a token opens one: mint one per visit)"
+        self.grant = grant
+        self.principal = grant.subject or ""
         return None
+
+    def new_resume_token(self) -> str:
+        """A new resume token for this session; the one before it stops working now."""
+        token = new_resume_token()
+        self.resume_digest = token_digest(token)
+        return token
 
     # ------------------------------------------------------------------ reading
 
@@ -260,7 +288,8 @@ class ClientAttachment:
         if lane is not None:
             ws.take_binary = lane
         try:
-            async for frame in ws:
+            while True:
+                frame = await ws.recv()
                 self.frames_read += 1
                 if len(frame) > max_frame:
                     if isinstance(frame, str) and is_image_message(frame):
@@ -273,8 +302,12 @@ class ClientAttachment:
                     client_audio(frame, behind=waiting() > 0)
                 else:
                     await runner.client_frame(frame, behind=waiting() > 0)
-        except ConnectionClosed:
-            pass
+        except ConnectionClosed as closed:
+            if runner.end_reason is None and self.ws is ws and _closed_normally(closed):
+                # The client said goodbye (1000): nothing to come back to. Its slot
+                # and model connection are freed now, not after the reattach grace.
+                runner.finish("client closed the connection")
+                return
         finally:
             if lane is not None and ws.take_binary is lane:
                 ws.take_binary = None
@@ -335,9 +368,10 @@ class ClientAttachment:
             await anyio.sleep(grace)
             self._runner.finish(f"the client did not come back within {grace:g} s")
 
-    async def attach(self, ws: WebSocket, last_seq: int) -> None:
+    async def attach(self, ws: WebSocket, last_seq: int, resume_token: str | None = None) -> None:
         """A new socket takes the session over: the frames it missed, then the
-        live stream. A socket still attached (its drop not yet noticed) is let go."""
+        live stream, and `resume_token` for the next time. A socket still
+        attached (its drop not yet noticed) is let go."""
         runner = self._runner
         async with self.send_lock:
             old = self.ws
@@ -351,7 +385,7 @@ class ClientAttachment:
             self.last_client_frame = runner.clock()
             self.reattaches += 1
             try:
-                await ws.send(encode(SessionReattached(runner.id, len(frames), missed)))
+                await ws.send(encode(SessionReattached(runner.id, len(frames), missed, resume_token)))
                 for frame in frames:
                     await ws.send(frame)
             except ConnectionClosed:
@@ -360,7 +394,7 @@ class ClientAttachment:
             runner.tg.start_soon(old.close, CLOSE_NORMAL, "replaced by a newer connection")
         log.info(
             "session %s reattached from %s: %d frame(s) replayed, %d missed",
-            runner.id, peer_address(ws), len(frames), missed,
+            runner.id, runner.server.client_address(ws), len(frames), missed,
         )
         runner.tg.start_soon(self.read_client, ws)
 
@@ -379,6 +413,12 @@ def _frames_waiting(ws: WebSocket) -> Callable[[], int]:
     """How many frames were read from the client's socket and not yet taken, as
     a function; always 0 where the socket does not say (e.g. a test's fake)."""
     return getattr(ws, "frames_waiting", None) or (lambda: 0)
+
+
+def _closed_normally(closed: ConnectionClosed) -> bool:
+    """The peer closed with 1000 (normal closure): it is done, not cut off."""
+    received = closed.rcvd
+    return received is not None and received.code == CLOSE_NORMAL
 
 
 def peer_address(connection: WebSocket) -> str:

@@ -6,9 +6,12 @@ presents in `session.start` (or as `Authorization: Bearer` on the handshake).
 
 Tokens are JWTs signed with HS256 by the application's backend, which shares a
 secret with the server (`live serve --token-secret`): short-lived (`exp` is
-required), naming who the user is (`sub`), which agent they may talk to
-(`agent`) and for how long (`max_duration`, seconds). A web page asks its own
-backend for one just before it connects, so no secret ever reaches a browser.
+required, and at most `max_lifetime` away), single-use (`jti` is required;
+`SpentTokens` remembers the ones that opened a session until they expire),
+naming who the user is (`sub`), which agent they may talk to (`agent`) and for
+how long (`max_duration`, seconds), and, when the server names one, who issued
+them (`iss`). A web page asks its own backend for one just before it connects,
+so no secret ever reaches a browser.
 
     from live.auth import mint_token
     token = mint_token(secret, ttl=300, subject="user-42", agent="weather")
@@ -20,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import heapq
 import ipaddress
 import os
 import re
+import secrets
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +41,7 @@ __all__ = [
     "Grant",
     "HostPolicy",
     "MIN_SECRET_BYTES",
+    "SpentTokens",
     "TokenRefused",
     "check_secret",
     "mint_token",
@@ -48,6 +54,9 @@ MIN_SECRET_BYTES = 32
 # Clock skew tolerated between the backend that mints and the server that checks.
 LEEWAY_SECONDS = 5.0
 DEFAULT_TTL = 300.0
+# The longest a token may be valid for, unless the server says otherwise
+# (`live serve --max-token-lifetime`): a token is a short-lived pass, not an account.
+DEFAULT_MAX_LIFETIME = 3600.0
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
@@ -68,6 +77,7 @@ class Grant:
     agent: str | None = None
     max_duration: float | None = None
     expires_at: float | None = None
+    token_id: str | None = None  # the `jti`: the token opens one session
 
 
 def check_secret(secret: str) -> str:
@@ -88,15 +98,19 @@ def mint_token(
     agent: str | None = None,
     max_duration: float | None = None,
     not_before: float | None = None,
+    issuer: str | None = None,
     now: float | None = None,
 ) -> str:
     """A signed token that opens one session within `ttl` seconds.
 
     For an application's backend: call it when a signed-in user's page asks to
     talk, and hand the page the token (never the secret). `subject` names the
-    user in the server's log; `agent` restricts the token to that agent;
+    user in the server's log, and binds the session to them (a reattach needs a
+    token for the same subject); `agent` restricts the token to that agent;
     `max_duration` ends the session after that many seconds; `not_before` (a
-    Unix time) delays when it may be used.
+    Unix time) delays when it may be used; `issuer` is the `iss` a server
+    started with `--token-issuer` expects. Each token has its own `jti`: the
+    server lets it open one session only.
     """
     check_secret(secret)
     if ttl <= 0:
@@ -104,7 +118,13 @@ def mint_token(
     if max_duration is not None and max_duration <= 0:
         raise ValueError(f"max_duration must be positive, not {max_duration}")
     issued = time.time() if now is None else now
-    claims: dict[str, Any] = {"iat": int(issued), "exp": int(issued + ttl)}
+    claims: dict[str, Any] = {
+        "iat": int(issued),
+        "exp": int(issued + ttl),
+        "jti": secrets.token_urlsafe(16),
+    }
+    if issuer is not None:
+        claims["iss"] = issuer
     if not_before is not None:
         claims["nbf"] = int(not_before)
     if subject is not None:
@@ -116,21 +136,40 @@ def mint_token(
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
-def verify_token(token: str, secret: str, *, agent: str | None = None) -> Grant:
+def verify_token(
+    token: str,
+    secret: str,
+    *,
+    agent: str | None = None,
+    issuer: str | None = None,
+    max_lifetime: float | None = DEFAULT_MAX_LIFETIME,
+    now: float | None = None,
+) -> Grant:
     """The grant of a valid token for this server's `agent`; `TokenRefused` otherwise.
 
     Checks the signature (HS256 only: a token naming any other algorithm,
-    `none` included, is refused), `exp` (required) and `nbf`, with a few
-    seconds of leeway for clock skew.
+    `none` included, is refused), `exp` and `jti` (both required), `nbf`, `iss`
+    when `issuer` is given, and that the token is valid for at most
+    `max_lifetime` seconds (from `iat`, and from now), with a few seconds of
+    leeway for clock skew. Whether its `jti` was already used is
+    `SpentTokens`' to say. Text that is not a token (not even UTF-8) is refused
+    like any other.
     """
+    try:
+        token.encode()
+    except UnicodeEncodeError:
+        raise TokenRefused("the token is not a valid signed token (it is not UTF-8 text)") from None
     try:
         claims = jwt.decode(
             token,
             secret,
             algorithms=[ALGORITHM],
-            options={"require": ["exp"]},
+            options={"require": ["exp", "jti"]},
+            issuer=issuer,
             leeway=LEEWAY_SECONDS,
         )
+    except jwt.InvalidIssuerError:
+        raise TokenRefused("the token's issuer ('iss') is not the one this server accepts") from None
     except jwt.ExpiredSignatureError:
         raise TokenRefused("the token has expired") from None
     except jwt.ImmatureSignatureError:
@@ -143,7 +182,26 @@ def verify_token(token: str, secret: str, *, agent: str | None = None) -> Grant:
         raise TokenRefused(f"the token is not signed with {ALGORITHM}") from None
     except jwt.InvalidTokenError:
         raise TokenRefused("the token is not a valid signed token") from None
+    except (UnicodeError, ValueError, TypeError):  # what PyJWT lets through on odd input
+        raise TokenRefused("the token is not a valid signed token") from None
     subject = claims.get("sub")
+    token_id = claims["jti"]
+    if not isinstance(token_id, str) or not token_id:
+        raise TokenRefused("the token's 'jti' claim must be a non-empty string")
+    expires_at = claims["exp"]
+    if isinstance(expires_at, bool) or not isinstance(expires_at, (int, float)):
+        raise TokenRefused("the token's 'exp' claim must be a number")
+    if max_lifetime is not None:
+        current = time.time() if now is None else now
+        issued = claims.get("iat")
+        start = issued if isinstance(issued, (int, float)) and not isinstance(issued, bool) else current
+        lifetime = expires_at - min(start, current)
+        if lifetime > max_lifetime + LEEWAY_SECONDS:
+            raise TokenRefused(
+                f"the token is valid for {_duration(lifetime)}, longer than the "
+                f"{_duration(max_lifetime)} this server accepts (mint short-lived tokens, "
+                "one per visit)"
+            )
     token_agent = claims.get("agent")
     max_duration = claims.get("max_duration")
     if subject is not None and not isinstance(subject, str):
@@ -160,8 +218,48 @@ def verify_token(token: str, secret: str, *, agent: str | None = None) -> Grant:
         subject=subject,
         agent=token_agent,
         max_duration=float(max_duration) if max_duration is not None else None,
-        expires_at=float(claims["exp"]),
+        expires_at=float(expires_at),
+        token_id=token_id,
     )
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.0f} {unit}"
+    return f"{seconds:,.0f} s"
+
+
+class SpentTokens:
+    """The `jti` of tokens that opened a session, each kept until its token expires.
+
+    In this process only: servers of a fleet each keep their own, so a token
+    could open one session on each server (docs/access.md). Bounded by what
+    valid tokens can exist: every entry goes once its token's `exp` has passed.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._spent: set[str] = set()
+        self._expiry: list[tuple[float, str]] = []
+
+    def spend(self, grant: Grant) -> bool:
+        """Mark the grant's token used; False if it already was."""
+        now = self._clock()
+        while self._expiry and self._expiry[0][0] < now:
+            self._spent.discard(heapq.heappop(self._expiry)[1])
+        token_id = grant.token_id
+        if token_id is None:
+            return True
+        if token_id in self._spent:
+            return False
+        self._spent.add(token_id)
+        expires = (grant.expires_at if grant.expires_at is not None else now) + LEEWAY_SECONDS
+        heapq.heappush(self._expiry, (expires, token_id))
+        return True
+
+    def __len__(self) -> int:
+        return len(self._spent)
 
 
 # ---------------------------------------------------------------------- Host and Origin
@@ -287,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--subject", help="who the token is for (the sub claim; logged by the server)")
     parser.add_argument("--agent", help="the only agent the token may talk to")
     parser.add_argument("--max-duration", type=float, help="seconds a session started with it may last")
+    parser.add_argument("--issuer", help="the iss claim (for a server started with --token-issuer)")
     return parser
 
 
@@ -302,6 +401,7 @@ def main(argv: list[str]) -> int:
             subject=args.subject,
             agent=args.agent,
             max_duration=args.max_duration,
+            issuer=args.issuer,
         )
     except ValueError as exc:
         print(f"live token: {exc}", file=sys.stderr)

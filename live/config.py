@@ -40,15 +40,23 @@ class ServerConfig:
       host; `("*",)` allows any.
     - `token`: a static shared token (for development); when set,
       `session.start` may carry it.
-    - `token_secret`: when set, `session.start` (or the handshake's
-      `Authorization: Bearer`) must carry a JWT signed with it (`live.auth`);
-      with `token` also set, either opens a session.
+    - `token_secret`: when set, `session.start` and `session.resume` (or the
+      handshake's `Authorization: Bearer`) must carry a JWT signed with it
+      (`live.auth`); with `token` also set, either opens a session. A JWT opens
+      one session (its `jti`), and a resume needs one for the session's subject.
+    - `token_issuer`: when set, a JWT's `iss` must be this.
+    - `max_token_lifetime`: a JWT valid for longer than this (seconds, from its
+      `iat` or from now) is refused.
     - `start_timeout`: a socket that has not started a session this long after
       its handshake is closed (`idle_timeout`, close 1008).
     - `max_pending`: sockets waiting for `session.start` at once; one more gets
       `pending_limit` and close 1013.
     - `max_sessions_per_ip`: sockets (pending or in a session) per client
-      address; one more gets `address_limit` and close 1013.
+      address (an IPv6 client by its /64); one more gets `address_limit` and
+      close 1013. A conversation counts once, whichever socket it is on.
+    - `forwarded_allow_ips`: proxies (addresses, CIDRs, `*` for any) whose
+      `X-Forwarded-For` names the client: the client's address is its rightmost
+      hop that is not one of them; a trusted proxy itself is never limited.
     - `audio_queue_frames`, `audio_queue_bytes`: client audio waiting for the
       model (two seconds of 20 ms frames, enough to cover a change of model
       connection; the bytes: two seconds at 48 kHz); beyond either the oldest is
@@ -94,7 +102,10 @@ class ServerConfig:
     - `reuse_port`: share the port with other server processes (SO_REUSEPORT,
       Linux): the kernel spreads new connections across them.
     - `metrics_port`: serve `/metrics` on this port (0: a free one) instead of
-      the serving port, so it can stay private.
+      the serving port, so it can stay private; on `metrics_host` (loopback by
+      default), with the Host check of the serving port.
+    - `metrics_allow_ips`: who may read `/metrics` (addresses, CIDRs, `*`),
+      by the socket's peer address; loopback always may.
     - `sockets`: the WebSocket layer: `picows` (compiled framing), `websockets`,
       or `auto` (picows where it can be imported; `live.sockets`).
     """
@@ -108,9 +119,12 @@ class ServerConfig:
     allowed_origins: tuple[str, ...] = ()
     token: str | None = None
     token_secret: str | None = None
+    token_issuer: str | None = None
+    max_token_lifetime: float = 3600.0
     start_timeout: float = 10.0
     max_pending: int = 32
     max_sessions_per_ip: int = 10
+    forwarded_allow_ips: tuple[str, ...] = ("127.0.0.1",)
     audio_queue_frames: int = 100
     audio_queue_bytes: int = 192_000
     control_queue_bytes: int = 128 << 10
@@ -133,6 +147,8 @@ class ServerConfig:
     certfile: str | None = None
     keyfile: str | None = None
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_allow_ips: tuple[str, ...] = ()
     sockets: str = "auto"
 
     def __post_init__(self) -> None:

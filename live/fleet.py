@@ -1,38 +1,64 @@
 """One server's part in a fleet that shares sessions through a `SessionStore`.
 
 With `live serve --redis URL`, every server announces itself and holds a lease
-on each session it serves, renewed by a heartbeat; each session's durable facts
-(its resumption handle, pending tool calls, owed turn, the digest of its
-reattach token, how far its stream got) are written to the store whenever they
-change. When a client reattaches to a server that does not hold its session:
+on each session it serves, renewed by a heartbeat (a third of a lease); each
+session's durable facts (its resumption handle, tool calls and results, owed
+turn, the digest of its reattach token, how far its stream got, when its token
+runs out) are written to the store as soon as they change. When a client
+reattaches to a server that does not hold its session:
 
 - the holder is alive: this server relays the client's socket to it;
 - the holder is dead (its lease ran out) or handed the session off while
   draining: this server takes the session over from the store and resumes its
   model session from the stored handle.
 
-The store can fail mid-run: every call here turns `StoreUnavailable` into one
-logged warning and a single-server answer (admit, keep serving what is here),
-never a crashed session; the warning is logged again only after the store came
-back and failed anew.
+The store can fail mid-run, pause, or come back empty:
+
+- A session's lease is the right to drive it. A heartbeat that finds a lease
+  gone (Redis restarted empty, or paused past the lease) claims it back when
+  nobody else holds it, and writes the session's facts again; when another
+  server holds it, this server stops serving it at once (`on_lost`), so two
+  servers never drive one session. A server that could not renew its leases
+  for most of a lease stops the sessions whose client is away (`on_unsure`):
+  another server may be taking them over.
+- Facts and slots live as long as a takeover may still come (the lease and the
+  reattach grace) and are pushed on by the heartbeat; a session that ended
+  while Redis was away frees its slot when that time runs out.
+- With a fleet-wide limit, a new session is admitted only when the store
+  counts it (closed when the store is away: the limit is a promise); a
+  takeover never needs room (the conversation was counted already).
+
+Every store failure is one logged warning and a single-server answer, never a
+crashed session; the warning is logged again only after the store came back
+and failed anew.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
+import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import anyio
 
 from live.store import SessionStore, StoreError
 
-__all__ = ["Fleet"]
+__all__ = ["Admission", "Fleet"]
 
 log = logging.getLogger("live.fleet")
 T = TypeVar("T")
+
+
+class Admission(enum.Enum):
+    """What the fleet says to a new session."""
+
+    ADMITTED = "admitted"
+    FULL = "full"  # the fleet-wide limit is reached
+    UNKNOWN = "unknown"  # the store cannot count it now
 
 
 class Fleet:
@@ -43,60 +69,161 @@ class Fleet:
         store: SessionStore,
         *,
         address: str,
-        lease_seconds: float = 6.0,
-        state_ttl: float = 3600.0,
+        lease_seconds: float = 2.0,
+        reattach_grace: float = 30.0,
         max_sessions_global: int | None = None,
         server_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.address = address
         self.lease_seconds = lease_seconds
-        self.state_ttl = state_ttl
+        # Facts and slots outlive a dead holder for as long as its client may
+        # come back to another server: the lease, then the reattach grace.
+        self.state_ttl = lease_seconds + reattach_grace + 1.0
         self.max_sessions_global = max_sessions_global
         self.server_id = server_id or uuid.uuid4().hex[:12]
         self.degraded = False
-        self._saved: dict[str, str] = {}  # session id -> the state last written
+        self.reclaimed = 0  # leases found gone and claimed back
+        self.fenced = 0  # sessions let go because another server may carry them
+        self._clock = clock
+        self._renewed_at = clock()  # when the last heartbeat that succeeded was sent
+        self._saved: dict[str, str] = {}  # session id -> the facts last written
+        self._changed: set[str] = set()
+        # Sessions that ended while the store was away: let go at the next beat.
+        self._unreleased: dict[str, bool] = {}
+        self._wake = anyio.Event()
 
     async def _safe(self, call: Callable[[], Awaitable[T]], fallback: T) -> T:
         try:
             result = await call()
         except StoreError as exc:
-            if not self.degraded:
-                self.degraded = True
-                log.warning("shared store unavailable (%s): serving as a single server", exc)
+            self._store_failed(exc)
             return fallback
+        self._store_answered()
+        return result
+
+    def _store_failed(self, exc: Exception) -> None:
+        if not self.degraded:
+            self.degraded = True
+            log.warning("shared store unavailable (%s): serving as a single server", exc)
+
+    def _store_answered(self) -> None:
         if self.degraded:
             self.degraded = False
+            # It may have come back empty: everything is written again.
+            self._saved.clear()
             log.warning("shared store reachable again: back in the fleet")
-        return result
 
     # -- membership -----------------------------------------------------------------
 
-    async def run(self, sessions: Callable[[], dict[str, Any]]) -> None:
-        """Announce, renew leases and write changed session facts, every third of a lease.
+    def changed(self, session_id: str) -> None:
+        """A session's facts changed in a way a takeover needs: write them now."""
+        self._changed.add(session_id)
+        self._wake.set()
 
-        `sessions()` maps each session this server serves to its durable facts.
+    async def run(
+        self,
+        held: Callable[[], Iterable[str]],
+        facts: Callable[[str], dict[str, Any] | None],
+        *,
+        on_lost: Callable[[str], None] = lambda session_id: None,
+        on_unsure: Callable[[str], None] = lambda session_id: None,
+    ) -> None:
+        """Heartbeat every third of a lease, and write changed facts in between.
+
+        `held()` names the sessions this server serves, `facts(id)` gives one's
+        durable facts (None once it is gone); `on_lost(id)` is called for a
+        session another server now holds, `on_unsure(id)` for each one while
+        the leases could not be renewed for most of a lease.
         """
         period = self.lease_seconds / 3
+        next_beat = self._clock()
         while True:
-            await self.beat(sessions())
-            await anyio.sleep(period)
+            if self._clock() >= next_beat:
+                next_beat = self._clock() + period
+                await self.beat(list(held()), facts, on_lost=on_lost, on_unsure=on_unsure)
+            changed, self._changed = self._changed, set()
+            for session_id in changed:
+                state = facts(session_id)
+                if state is not None:
+                    await self.save(session_id, state)
+            if not self._changed:
+                self._wake = anyio.Event()
+                with anyio.move_on_after(max(0.0, next_beat - self._clock())):
+                    await self._wake.wait()
 
-    async def beat(self, states: dict[str, Any]) -> None:
+    async def beat(
+        self,
+        session_ids: list[str],
+        facts: Callable[[str], dict[str, Any] | None],
+        *,
+        on_lost: Callable[[str], None] = lambda session_id: None,
+        on_unsure: Callable[[str], None] = lambda session_id: None,
+    ) -> None:
         store = self.store
-        await self._safe(lambda: store.announce(self.server_id, self.address, self.lease_seconds), None)
-        if states:
-            await self._safe(
-                lambda: store.heartbeat(self.server_id, list(states), self.lease_seconds), set()
+        sent_at = self._clock()
+        try:
+            await store.announce(self.server_id, self.address, self.lease_seconds)
+            lost = (
+                await store.heartbeat(self.server_id, session_ids, self.lease_seconds, self.state_ttl)
+                if session_ids
+                else set()
             )
-        for session_id, state in states.items():
-            await self.save(session_id, state)
+        except StoreError as exc:
+            self._store_failed(exc)
+            if sent_at - self._renewed_at > self.lease_seconds * 2 / 3:
+                # Our leases may have run out: another server may take these over.
+                for session_id in session_ids:
+                    on_unsure(session_id)
+            return
+        self._store_answered()
+        self._renewed_at = sent_at
+        for session_id, keep_state in list(self._unreleased.items()):
+            try:
+                await self._let_go(session_id, keep_state)
+            except StoreError:
+                break
+            del self._unreleased[session_id]
+        gone: set[str] = set()
+        for session_id in lost:
+            if await self._reclaim(session_id):
+                continue
+            gone.add(session_id)
+            self.fenced += 1
+            log.warning("session %s is held by another server now: letting it go here", session_id)
+            on_lost(session_id)
+        kept = [s for s in session_ids if s not in gone]
+        if self.max_sessions_global is not None and kept:
+            await self._safe(lambda: store.hold_slots(kept, self.state_ttl), None)
+        for session_id in kept:
+            state = facts(session_id)
+            if state is not None:
+                await self.save(session_id, state)
+
+    async def _reclaim(self, session_id: str) -> bool:
+        """A lease found gone: claim it back when nobody else holds it."""
+        store = self.store
+        holder = await self._safe(lambda: store.holder(session_id), None)
+        if holder is not None and holder != self.server_id:
+            return False
+        if not await self._safe(lambda: store.claim(session_id, self.server_id, self.lease_seconds), False):
+            return False
+        self.reclaimed += 1
+        self._saved.pop(session_id, None)  # written again below
+        log.warning("session %s: its lease was gone from the store; claimed back", session_id)
+        return True
 
     async def save(self, session_id: str, state: dict[str, Any]) -> None:
         text = json.dumps(state, sort_keys=True, default=str)
         if self._saved.get(session_id) == text:
             return
-        await self._safe(lambda: self.store.save_state(session_id, state, self.state_ttl), None)
+        try:
+            await self.store.save_state(session_id, state, self.state_ttl)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return
+        self._store_answered()
         self._saved[session_id] = text
 
     async def retire(self) -> None:
@@ -104,43 +231,70 @@ class Fleet:
 
     # -- sessions -------------------------------------------------------------------
 
-    async def admit(self, session_id: str) -> bool:
-        """Take a fleet-wide slot (when there is a limit); True without a store."""
+    async def admit(self, session_id: str) -> Admission:
+        """Count a new session against the fleet-wide limit, if there is one."""
         limit = self.max_sessions_global
         if limit is None:
-            return True
-        store = self.store
-        await self._safe(lambda: store.announce(self.server_id, self.address, self.lease_seconds), None)
-        return await self._safe(lambda: store.acquire_slot(self.server_id, session_id, limit), True)
+            return Admission.ADMITTED
+        try:
+            taken = await self.store.acquire_slot(session_id, limit, self.state_ttl)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return Admission.UNKNOWN
+        self._store_answered()
+        return Admission.ADMITTED if taken else Admission.FULL
 
     async def started(self, session_id: str, state: dict[str, Any]) -> None:
         await self._safe(lambda: self.store.claim(session_id, self.server_id, self.lease_seconds), True)
         await self.save(session_id, state)
 
     async def ended(self, session_id: str, *, keep_state: bool = False) -> None:
-        """The session ended here (or, `keep_state`, was handed off for another server)."""
-        self._saved.pop(session_id, None)
-        store = self.store
-        if not keep_state:
-            await self._safe(lambda: store.delete_state(session_id), None)
-        await self._safe(lambda: store.release(session_id, self.server_id), False)
-        if self.max_sessions_global is not None:
-            await self._safe(lambda: store.release_slot(self.server_id, session_id), None)
+        """The session ended here (or, `keep_state`, was handed off for another server).
 
-    async def locate(self, session_id: str) -> tuple[str | None, dict[str, Any] | None]:
-        """Where a session lives: (the live holder's address, None), or (None, its
-        stored facts) when no server holds it, or (None, None) when it is unknown."""
+        Only while this server holds the session are its facts deleted and its
+        slot freed: another server may carry it on by now. A handed-off
+        session keeps its slot until it is taken over or its time runs out.
+        """
+        self._saved.pop(session_id, None)
+        self._changed.discard(session_id)
+        try:
+            await self._let_go(session_id, keep_state)
+        except StoreError as exc:
+            # Reconciled by the heartbeat once the store answers again.
+            self._store_failed(exc)
+            self._unreleased[session_id] = keep_state
+            return
+        self._store_answered()
+
+    async def _let_go(self, session_id: str, keep_state: bool) -> None:
         store = self.store
-        holder = await self._safe(lambda: store.holder(session_id), None)
+        released = await store.release(session_id, self.server_id, delete_state=not keep_state)
+        if keep_state:
+            return
+        if not released:
+            # Our lease may just be gone (Redis restarted, or paused past it):
+            # unless another server holds the session, its traces go too.
+            if await store.holder(session_id) is not None:
+                return
+            await store.delete_state(session_id)
+        if self.max_sessions_global is not None:
+            await store.release_slot(session_id)
+
+    async def locate(self, session_id: str) -> tuple[str | None, str | None, dict[str, Any] | None]:
+        """Where a session lives: (its live holder, that holder's address or None
+        when it stopped announcing itself, None), or (None, None, its stored facts
+        or None when unknown). Raises `StoreError` when the store cannot say."""
+        store = self.store
+        holder = await store.holder(session_id)
         if holder is not None and holder != self.server_id:
-            address = await self._safe(lambda: store.server_address(holder), None)
-            if address is not None:
-                return address, None
-        state = await self._safe(lambda: store.load_state(session_id), None)
-        return None, state
+            return holder, await store.server_address(holder), None
+        return None, None, await store.load_state(session_id)
 
     async def take_over(self, session_id: str) -> bool:
+        """Hold a session whose holder is gone, and its slot (never refused for room)."""
         store = self.store
-        return await self._safe(
-            lambda: store.take_over(session_id, self.server_id, self.lease_seconds), False
-        )
+        if not await self._safe(lambda: store.take_over(session_id, self.server_id, self.lease_seconds), False):
+            return False
+        if self.max_sessions_global is not None:
+            await self._safe(lambda: store.hold_slots([session_id], self.state_ttl), None)
+        return True

@@ -361,6 +361,7 @@ class ModelLink:
                                     f"the model did not take a message within {CONTROL_SEND_TIMEOUT:g} s"
                                 )
                             core.content_sent(content)
+                            runner.facts_changed()
                         else:
                             await send_realtime(items[0])
                     except BaseException:
@@ -401,7 +402,10 @@ class ModelLink:
                 ):
                     link.worked = True  # the model answered on it: past setup, and working
                 handle = core.resumption_handle
+                calls = len(core.tools)
                 await apply(core.model_response(response, now))
+                if core.resumption_handle is not handle or len(core.tools) != calls or response.turn_complete:
+                    runner.facts_changed()  # what a takeover resumes from
                 if core.holds_realtime is not runner.upstream.holding:
                     runner.sync_hold()
                 if self._supervisor is not None and (

@@ -172,12 +172,16 @@ class SessionResume:
 
     `last_seq` is the sequence number of the last frame the client received
     (JSON events carry `seq`; each binary audio frame counts one more).
+    `resume_token` is the newest the session gave (each works once). When the
+    server requires tokens, `token` is one, as for `session.start` (or
+    `Authorization: Bearer` on the handshake), for the same subject.
     """
 
     type: ClassVar[str] = "session.resume"
     session_id: str
     resume_token: str
     last_seq: int = 0
+    token: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -296,10 +300,24 @@ def _parse_input_rate(value: Any) -> int:
     return rate
 
 
-def _parse_session_start(obj: Mapping[str, Any]) -> SessionStart:
+def _utf8(value: str, kind: str, key: str) -> str:
+    """A credential or an id as text that is UTF-8 (JSON can carry lone surrogates)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ProtocolError("invalid_field", f"{kind}: {key!r} is not valid text") from None
+    return value
+
+
+def _optional_token(obj: Mapping[str, Any], kind: str) -> str | None:
     token = obj.get("token")
     if token is not None and not isinstance(token, str):
-        raise ProtocolError("invalid_field", "session.start: 'token' must be a string")
+        raise ProtocolError("invalid_field", f"{kind}: 'token' must be a string")
+    return token if token is None else _utf8(token, kind, "token")
+
+
+def _parse_session_start(obj: Mapping[str, Any]) -> SessionStart:
+    token = _optional_token(obj, "session.start")
     history = _parse_history(obj["history"]) if obj.get("history") is not None else ()
     rate = (
         _parse_input_rate(obj["input_audio"])
@@ -350,14 +368,15 @@ def _parse_tool_result(obj: Mapping[str, Any]) -> ToolResult:
 
 
 def _parse_session_resume(obj: Mapping[str, Any]) -> SessionResume:
-    session_id = _require_str(obj, "session_id", "session.resume")
-    token = _require_str(obj, "resume_token", "session.resume")
+    session_id = _utf8(_require_str(obj, "session_id", "session.resume"), "session.resume", "session_id")
+    resume_token = _utf8(_require_str(obj, "resume_token", "session.resume"), "session.resume", "resume_token")
+    token = _optional_token(obj, "session.resume")
     last_seq = obj.get("last_seq", 0)
     if isinstance(last_seq, bool) or not isinstance(last_seq, int) or last_seq < 0:
         raise ProtocolError(
             "invalid_field", "session.resume: 'last_seq' must be a non-negative integer"
         )
-    return SessionResume(session_id=session_id, resume_token=token, last_seq=last_seq)
+    return SessionResume(session_id=session_id, resume_token=resume_token, last_seq=last_seq, token=token)
 
 
 _IMAGE_MESSAGE_OVERHEAD = 64  # {"type":"image","mime_type":"image/jpeg","data":""}, with room
@@ -451,7 +470,28 @@ def parse_client_message(raw: str | bytes) -> ClientMessage:
     if parser is None:
         known = ", ".join(_CLIENT_PARSERS)
         raise ProtocolError("unknown_type", f"unknown message type {kind!r}; known types: {known}")
-    return parser(obj)
+    message = parser(obj)
+    if _SURROGATE_ESCAPE.search(raw if isinstance(raw, str) else raw.decode("ascii", "replace")) and not _is_text(obj):
+        # JSON can spell half of a UTF-16 pair (\ud800) on its own: no text holds
+        # that, and nothing could send it on (to the model, back to the client).
+        raise ProtocolError(
+            "invalid_json",
+            f"{kind}: the message holds a lone surrogate escape (such as \\ud800), which is "
+            "not text; it was dropped",
+        )
+    return message
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _is_text(obj: Any) -> bool:
+    """Whether every string in a parsed JSON value is text that UTF-8 can carry."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- server -> client
@@ -509,13 +549,17 @@ class SessionStarted:
 class SessionReattached:
     """A new socket took the session over; `replayed` frames it missed follow.
 
-    `missed` frames (reply audio first) were no longer kept and are lost.
+    `missed` frames (reply audio first) were no longer kept and are lost: they
+    count in the sequence all the same (the stream after the replay goes on
+    from `last_seq + missed + replayed`). `resume_token` replaces the one the
+    client resumed with, which no longer works.
     """
 
     type: ClassVar[str] = "session.reattached"
     session_id: str
     replayed: int
     missed: int = 0
+    resume_token: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -198,6 +198,12 @@ def _close_reason(error: BaseException) -> str | None:
     return None
 
 
+def _private_file(path: Path, mode: str, **kwargs: Any) -> IO[Any]:
+    """A new file only its owner may read: records hold voices, transcripts and
+    model session handles."""
+    return open(path, mode, opener=lambda name, flags: os.open(name, flags, 0o600), **kwargs)
+
+
 class _Wav:
     """A PCM16 mono WAV file opened on first write."""
 
@@ -205,6 +211,7 @@ class _Wav:
         self.path = path
         self.rate = rate
         self._file: wave.Wave_write | None = None
+        self._raw: IO[bytes] | None = None
 
     @property
     def started(self) -> bool:
@@ -212,7 +219,8 @@ class _Wav:
 
     def write(self, data: bytes) -> None:
         if self._file is None:
-            self._file = wave.open(str(self.path), "wb")
+            self._raw = _private_file(self.path, "wb")
+            self._file = wave.open(self._raw, "wb")
             self._file.setnchannels(1)
             self._file.setsampwidth(2)
             self._file.setframerate(self.rate)
@@ -222,6 +230,9 @@ class _Wav:
         if self._file is not None:
             self._file.close()  # writes the final sizes into the header
             self._file = None
+        if self._raw is not None:
+            self._raw.close()  # wave closes only the files it opened itself
+            self._raw = None
 
 
 class SessionRecord:
@@ -240,14 +251,14 @@ class SessionRecord:
         input_rate: int = 16_000,
         clock: Any = time.monotonic,
     ) -> None:
-        folder.mkdir(parents=True, exist_ok=False)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=False)
         self.folder = folder
         self.cap = cap
         self.size = 0
         self.open = True
         self._clock = clock
         self._t0 = clock()
-        self._events: IO[str] = open(folder / EVENTS, "w", encoding="utf-8", buffering=1 << 14)
+        self._events: IO[str] = _private_file(folder / EVENTS, "w", encoding="utf-8", buffering=1 << 14)
         self._in = _Wav(folder / "in.wav", input_rate)
         self._out = _Wav(folder / "out.wav", 24_000)
         self._model = _Wav(folder / "model.wav", 24_000)
@@ -430,7 +441,9 @@ class Recorder:
         rescan_seconds: float = 10.0,
     ) -> None:
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        # Made private when it is made here; a folder that exists keeps its mode
+        # (it may be shared), and each session's folder within is private anyway.
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.session_cap = session_cap
         self.total_cap = total_cap
         self.rescan_seconds = rescan_seconds

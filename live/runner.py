@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, cast
 
@@ -53,6 +54,7 @@ from live.errors import (
     RecoverableConnectionError,
 )
 from live.families import family_of
+from live.fleet import Admission
 from live.heard import HeardTracker, InterruptedReply
 from live.llm import RealtimeInput
 from live.logs import current_session
@@ -75,7 +77,6 @@ from live.protocol import (
     encode,
 )
 from live.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
-from live.reattach import new_resume_token, token_digest
 from live.record import SessionRecord, current_record
 from live.session import SessionCore
 from live.tool_tasks import ToolTasks
@@ -120,6 +121,7 @@ class SessionRunner:
         self.handed_off = False  # this socket's handler gave it to another session
         self.adopted: dict[str, Any] | None = None  # facts of a session taken over from the fleet
         self.to_fleet = False  # handed to another server of the fleet: its state stays stored
+        self.ends_at: float | None = None  # wall-clock end its token's max_duration sets
         self.end_reason: str | None = None
         self.close_code = CLOSE_NORMAL
         self.audio_frames_in = 0
@@ -251,8 +253,12 @@ class SessionRunner:
                 async with anyio.create_task_group() as tg:
                     self.tg = tg
                     grant = client.grant
-                    if grant is not None and grant.max_duration is not None:
-                        tg.start_soon(self._limit_duration, grant.max_duration)
+                    # A session taken over keeps the end the token that opened it set
+                    # (`ends_at`, stored), not one from the token its resume carried.
+                    if self.adopted is None and grant is not None and grant.max_duration is not None:
+                        self.ends_at = time.time() + grant.max_duration
+                    if self.ends_at is not None:
+                        tg.start_soon(self._limit_duration, self.ends_at)
                     await self._converse(start)
         except* LiveError as group:
             self._model_failed(group.exceptions[0])  # type: ignore[arg-type]
@@ -320,16 +326,18 @@ class SessionRunner:
         client = self.client
         fleet = self.server.fleet
         if self.adopted is None:
-            if fleet is not None and not await fleet.admit(self.id):
-                limit = fleet.max_sessions_global
-                message = f"the service is at its limit of {limit} sessions; try again later"
+            admission = Admission.ADMITTED if fleet is None else await fleet.admit(self.id)
+            if admission is not Admission.ADMITTED:
+                if admission is Admission.FULL:
+                    message = f"the service is at its limit of {fleet.max_sessions_global} sessions; try again later"
+                else:  # the limit is a promise: no count, no new session
+                    message = "the service cannot count its sessions right now; try again shortly"
                 self.finish(message, CLOSE_TRY_LATER, ErrorEvent("capacity", message, True))
                 return
             link = await self.link.open_first(start.history)
             resume_token = None
             if self.config.reattach_grace > 0 and self.door.capabilities.reattach:
-                resume_token = new_resume_token()
-                client.resume_digest = token_digest(resume_token)
+                resume_token = client.new_resume_token()
                 self.server.live_sessions[self.id] = self
             await client.send_now(
                 SessionStarted(
@@ -347,7 +355,11 @@ class SessionRunner:
             self.server.live_sessions[self.id] = self
             stored_seq = int(self.adopted.get("last_seq") or 0)
             replay = client.replay
-            await client.send_now(SessionReattached(self.id, 0, max(0, stored_seq - replay.last_seq)))
+            # The stored token worked once; the client gets the next.
+            resume_token = client.new_resume_token()
+            await client.send_now(
+                SessionReattached(self.id, 0, max(0, stored_seq - replay.last_seq), resume_token)
+            )
             replay.last_seq = max(stored_seq, replay.last_seq)
             log.info("session %s taken over from the fleet (handle from the store)", self.id)
         if fleet is not None:
@@ -398,16 +410,35 @@ class SessionRunner:
             "input_rate": int(core.input_mime.rsplit("=", 1)[1]) if core else 16000,
             "turn_taking": "manual" if self.manual_activity else "auto",
             "resume_digest": self.client.resume_digest,
+            "principal": self.client.principal,
             "last_seq": self.client.replay.last_seq,
+            "ends_at": self.ends_at,
             "core": core.snapshot() if core is not None else {},
         }
+
+    def facts_changed(self) -> None:
+        """What a takeover needs changed (a handle, a call, a result, a turn sent):
+        the fleet writes it through now rather than at the next heartbeat."""
+        fleet = self.server.fleet
+        if fleet is not None and self.core is not None and self.id in self.server.live_sessions:
+            fleet.changed(self.id)
+
+    def let_go_to_fleet(self, reason: str) -> None:
+        """Stop serving the session here, its facts left to the fleet: its
+        client is told to reattach (1012), and reaches whoever carries it on."""
+        self.to_fleet = True
+        self.finish(reason, CLOSE_SERVICE_RESTART)
 
     def _adopt(self, message: SessionResume, state: dict[str, Any]) -> SessionStart:
         """Become the session `state` describes, on this server, for this socket."""
         self.id = message.session_id
         current_session.set(self.id)
         self.adopted = state
+        ends_at = state.get("ends_at")
+        self.ends_at = float(ends_at) if isinstance(ends_at, (int, float)) else None
         self.client.resume_digest = state.get("resume_digest")
+        principal = state.get("principal")
+        self.client.principal = principal if isinstance(principal, str) else None
         self.client.replay.last_seq = message.last_seq
         return SessionStart(
             input_rate=int(state.get("input_rate") or DEFAULT_INPUT_RATE),
@@ -443,9 +474,11 @@ class SessionRunner:
             current_record.set(self.record)  # read by Recorded(llm) in this session's tasks
             self.record.client_event(start.to_json())
 
-    async def _limit_duration(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
-        message = f"the session reached the {seconds:g} s its token allows (max_duration)"
+    async def _limit_duration(self, ends_at: float) -> None:
+        """End the session when its token's `max_duration` runs out (`ends_at`,
+        wall-clock: it holds on whichever server of a fleet carries it)."""
+        await anyio.sleep(max(0.0, ends_at - time.time()))
+        message = "the session reached the time its token allows (max_duration)"
         self.finish(message, CLOSE_NORMAL, ErrorEvent("session_expired", message, True))
 
     async def _watch_idle(self) -> None:

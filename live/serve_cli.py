@@ -34,6 +34,7 @@ from live.fleet import Fleet
 from live.loop import CHOICES as LOOPS, LoopUnavailable, backend_options
 from live.protocol import image_bytes_fitting
 from live.registry import LlmRegistry, default_registry
+from live.addresses import AddressSet
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.server import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
@@ -118,10 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a Host name the server answers to besides its bind address (bound to loopback or 0.0.0.0: localhost, 127.0.0.1, [::1]); others get 403, which stops DNS rebinding (repeatable; .example.com allows subdomains)")
     limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser page Origin allowed besides pages on an allowed host, e.g. https://app.example (repeatable; * allows any)")
     limits.add_argument("--token-secret", default=os.environ.get("LIVE_TOKEN_SECRET"), help="secret (32+ bytes) that signs session tokens: session.start must carry a JWT minted with it (live token, live.auth.mint_token) (default: $LIVE_TOKEN_SECRET)")
+    limits.add_argument("--token-issuer", metavar="ISS", help="with --token-secret: a token's iss claim must be this (default: not checked)")
+    limits.add_argument("--max-token-lifetime", type=_positive(float), default=3600.0, metavar="SECONDS", help="with --token-secret: refuse tokens valid for longer than this, from their iat or from now (default 3600)")
     limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="a static shared token for development, accepted in session.start (default: $LIVE_TOKEN; none if unset)")
     limits.add_argument("--start-timeout", type=_positive(float), default=10.0, help="seconds a socket may take to send session.start (default 10)")
     limits.add_argument("--max-pending", type=_positive(int), default=32, help="sockets waiting for session.start at once (default 32)")
-    limits.add_argument("--max-sessions-per-ip", type=_positive(int), default=10, help="sockets per client address (default 10)")
+    limits.add_argument("--max-sessions-per-ip", type=_positive(int), default=10, help="sockets per client address, an IPv6 client by its /64 (default 10; behind a proxy see --forwarded-allow-ips)")
+    limits.add_argument("--forwarded-allow-ips", default="127.0.0.1", metavar="IPS", help="comma-separated proxy addresses or networks whose X-Forwarded-For names the client (* for any; default 127.0.0.1): the client is the rightmost hop that is not one of them, and the per-address limit applies to it, not to the proxy")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--reattach-grace", type=_non_negative, default=30.0, metavar="SECONDS", help="how long a session whose client's socket dropped waits, model connection open, for the client to come back with session.resume (default 30; 0: end it at once)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
@@ -133,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
         "and the global session limit (default: $LIVE_REDIS_URL; none: this server alone)",
     )
     fleet.add_argument(
-        "--fleet-lease", type=_positive(float), default=6.0, metavar="SECONDS",
-        help="how long a server's hold on its sessions lasts without renewal: after it dies, "
-        "another server takes its sessions over this long later at most (default 6)",
+        "--fleet-lease", type=_positive(float), default=2.0, metavar="SECONDS",
+        help="how long a server's hold on its sessions lasts without renewal (renewed every third "
+        "of it): after it dies, another server takes its sessions over this long later at most "
+        "(default 2)",
     )
     fleet.add_argument(
         "--drain-timeout", type=_positive(float), default=30.0, metavar="SECONDS",
@@ -173,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     seeing = parser.add_argument_group("seeing what it does")
     seeing.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port instead of the serving port (0 picks a free one)")
+    seeing.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="interface --metrics-port listens on (default 127.0.0.1)")
+    seeing.add_argument("--metrics-allow-ips", default="", metavar="IPS", help="comma-separated addresses or networks that may read /metrics besides loopback (* for any; by the connection's address, never the Host header)")
     seeing.add_argument("--record", metavar="DIR", help="write a record of every session to DIR (events as JSONL, audio as WAV); read one with `live record show`")
     seeing.add_argument("--record-session-mb", type=_positive(float), default=50.0, help="a session's record stops at this size (default 50 MB)")
     seeing.add_argument("--record-total-mb", type=_positive(float), default=1024.0, help="no new session is recorded while DIR holds this much (default 1024 MB)")
@@ -232,6 +239,11 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             check_secret(token_secret)
         except ValueError as exc:
             raise UsageError(f"--token-secret: {exc}") from None
+    for flag, value in (("--forwarded-allow-ips", args.forwarded_allow_ips), ("--metrics-allow-ips", args.metrics_allow_ips)):
+        try:
+            AddressSet.parse([value])
+        except ValueError as exc:
+            raise UsageError(f"{flag}: {exc}") from None
     try:
         llm = registry.resolve(agent.model)
     except (UnknownModelError, AmbiguousModelError, LiveError, MissingExtra) as exc:
@@ -256,15 +268,20 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         allowed_origins=tuple(args.allow_origin),
         token=args.token or None,
         token_secret=token_secret,
+        token_issuer=args.token_issuer or None,
+        max_token_lifetime=args.max_token_lifetime,
         start_timeout=args.start_timeout,
         max_pending=args.max_pending,
         max_sessions_per_ip=args.max_sessions_per_ip,
+        forwarded_allow_ips=tuple(args.forwarded_allow_ips.split(",")),
+        metrics_allow_ips=tuple(args.metrics_allow_ips.split(",")),
         audio_lead=args.audio_lead if args.audio_lead > 0 else None,
         stall_timeout=args.stall_timeout,
         reattach_grace=args.reattach_grace,
         drain_timeout=args.drain_timeout,
         reuse_port=args.workers > 1,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
         sockets=args.sockets,
         certfile=args.certfile,
         keyfile=args.keyfile,
@@ -340,6 +357,7 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
             store,
             address="",
             lease_seconds=args.fleet_lease,
+            reattach_grace=args.reattach_grace,
             max_sessions_global=args.max_sessions_global,
         )
         try:
@@ -409,7 +427,9 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
             flush=True,
         )
         if server.metrics_port is not None:
-            print(f"live: metrics on http://{shown}:{server.metrics_port}/metrics", flush=True)
+            metrics_host = server.config.metrics_host
+            metrics_shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host
+            print(f"live: metrics on http://{metrics_shown}:{server.metrics_port}/metrics", flush=True)
         if lines is not None and lines.twilio_webhook is not None:
             print(
                 f"live: Twilio voice webhook {lines.twilio_webhook.public_url}/twilio/voice (served on "

@@ -13,6 +13,7 @@ its sessions to the fleet when it drains.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import http
@@ -38,8 +39,11 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.http11 import Request, Response
 
 from live.agent import Agent
-from live.auth import HostPolicy, host_name
+from live.addresses import AddressSet, address_key, forwarded_client, parse_ip
+from live.attachment import bearer_token, peer_address
+from live.auth import HostPolicy, SpentTokens, host_name
 from live.config import (
+    CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
     CLOSE_POLICY,
     CLOSE_SERVICE_RESTART,
@@ -56,6 +60,7 @@ from live.protocol import ErrorEvent, SessionResume, SessionStart, encode
 from live.reattach import token_matches
 from live.record import Recorder
 from live.runner import SessionRunner
+from live.store import StoreError
 from live.sockets import serve_with
 
 if TYPE_CHECKING:
@@ -117,6 +122,11 @@ class LiveServer:
         # Sockets that have not sent session.start yet, and sockets per address.
         self.pending: set[SessionRunner] = set()
         self.per_address: Counter[str] = Counter()
+        # Sessions counted against the limits (a reattaching socket hands its count back).
+        self._counted: dict[SessionRunner, str | None] = {}
+        self.spent_tokens = SpentTokens()  # in this process (docs/access.md)
+        self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
+        self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
         self.port: int | None = None
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
         self.metrics_port: int | None = None
@@ -136,12 +146,19 @@ class LiveServer:
     def _refuse(
         self, request: Request, status: http.HTTPStatus, why: str, body: str
     ) -> Response:
-        # (The client's address is not known yet at this point of the handshake.)
-        log.warning("refused HTTP request for %r: %s (%d)", request.path[:100], why, status.value)
+        # The path without its query: a page may carry a token there (`/?token=...`),
+        # and no token is ever logged.
+        path = request.path.partition("?")[0].partition("#")[0]
+        log.warning("refused HTTP request for %r: %s (%d)", path[:100], why, status.value)
         return _response(status, body.encode())
 
-    def _process_request(self, connection: WebSocket, request: Request) -> Response | None:
-        """Check the Host, then the Origin, then route; refusals come before anything else."""
+    @functools.cached_property
+    def metrics_host_policy(self) -> HostPolicy:
+        """The Host names `--metrics-port` answers to, as for the serving port."""
+        return HostPolicy.for_bind(self.config.metrics_host, self.config.allowed_hosts)
+
+    def _host(self, request: Request) -> str | Response:
+        """The request's Host name, or the answer to a request without one good Host."""
         hosts = request.headers.get_all("Host")
         if len(hosts) != 1:
             why = "no Host header" if not hosts else f"{len(hosts)} Host headers"
@@ -150,6 +167,28 @@ class LiveServer:
         if host is None:
             why = f"malformed Host header {hosts[0][:100]!r}"
             return self._refuse(request, http.HTTPStatus.BAD_REQUEST, why, f"bad request: {why}\n")
+        return host
+
+    def _metrics_for(self, connection: WebSocket, request: Request) -> Response:
+        """`/metrics`, for a peer on this machine or one `--metrics-allow-ips` names:
+        by the connection's own address, never by the Host it names (which anyone
+        can write)."""
+        peer = parse_ip(peer_address(connection))
+        if peer is None or not (peer.is_loopback or peer in self.metrics_readers):
+            return self._refuse(
+                request,
+                http.HTTPStatus.FORBIDDEN,
+                f"/metrics asked from {peer_address(connection)}",
+                "/metrics is served to this machine only (start the server with "
+                "--metrics-allow-ips to name others)\n",
+            )
+        return self.metrics_response()
+
+    def _process_request(self, connection: WebSocket, request: Request) -> Response | None:
+        """Check the Host, then the Origin, then route; refusals come before anything else."""
+        host = self._host(request)
+        if isinstance(host, Response):
+            return host
         path = urlsplit(request.path).path
         policy = self.host_policy
         if not policy.host_allowed(host):
@@ -202,7 +241,7 @@ class LiveServer:
         if path.startswith("/client/"):
             return self._static(path.removeprefix("/client/"))
         if path == "/metrics" and self.config.metrics_on_serving_port:
-            return self.metrics_response()
+            return self._metrics_for(connection, request)
         return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
 
     def record_header(self, start: SessionStart) -> dict[str, Any]:
@@ -226,9 +265,21 @@ class LiveServer:
         return _response(http.HTTPStatus.OK, body, content_type)
 
     def _metrics_only(self, connection: WebSocket, request: Request) -> Response:
-        """The `--metrics-port` listener: `/metrics` and nothing else."""
+        """The `--metrics-port` listener: `/metrics` and nothing else, with the
+        Host check of the serving port (for its own bind) and the peer check."""
+        host = self._host(request)
+        if isinstance(host, Response):
+            return host
+        policy = self.metrics_host_policy
+        if not policy.host_allowed(host):
+            return self._refuse(
+                request,
+                http.HTTPStatus.FORBIDDEN,
+                f"Host {host[:100]!r} not allowed",
+                f"Host {host[:100]!r} is not allowed here (allowed: {policy.describe()})\n",
+            )
         if urlsplit(request.path).path == "/metrics":
-            return self.metrics_response()
+            return self._metrics_for(connection, request)
         return _response(http.HTTPStatus.NOT_FOUND, b"not found: this port serves /metrics\n")
 
     def _static(self, name: str) -> Response:
@@ -243,74 +294,224 @@ class LiveServer:
 
     # ------------------------------------------------------------------ sockets
 
+    def client_address(self, ws: WebSocket) -> str:
+        """The client's address: the socket's peer, or behind a trusted proxy the
+        client its `X-Forwarded-For` names (`live.addresses`)."""
+        return self._client(ws)[0]
+
+    def _client(self, ws: WebSocket) -> tuple[str, bool]:
+        peer = peer_address(ws)
+        request = getattr(ws, "request", None)
+        forwarded = request.headers.get_all("X-Forwarded-For") if request is not None else []
+        return forwarded_client(peer, forwarded, self.trusted_proxies)
+
+    def _count(self, session: SessionRunner) -> None:
+        """Count a socket against the per-address limit (a trusted proxy's own
+        sockets, with no client named, are not limited)."""
+        ws = session.ws
+        client, via_proxy = self._client(ws) if ws is not None else ("?", False)
+        key = None if via_proxy and client == peer_address(ws) else address_key(client)
+        self.sessions.add(session)
+        self.pending.add(session)
+        self._counted[session] = key
+        if key is not None:
+            self.per_address[key] += 1
+
+    def _release(self, session: SessionRunner) -> None:
+        """Stop counting a socket's session; once, whoever asks first."""
+        self.sessions.discard(session)
+        self.pending.discard(session)
+        if session not in self._counted:
+            return
+        key = self._counted.pop(session)
+        if key is not None:
+            self.per_address[key] -= 1
+            if self.per_address[key] <= 0:
+                del self.per_address[key]
+
+    def _address_full(self, session: SessionRunner) -> bool:
+        ws = session.ws
+        if ws is None:
+            return False
+        client, via_proxy = self._client(ws)
+        if via_proxy and client == peer_address(ws):
+            return False
+        return self.per_address[address_key(client)] >= self.config.max_sessions_per_ip
+
     async def reattach(
         self, temporary: SessionRunner, message: SessionResume
     ) -> dict[str, Any] | None:
         """A socket asks to take over a live session: attach it here, relay it to
         the server of the fleet that holds it, or (its holder gone) return the
-        session's stored facts for `temporary` to carry it on. None: handled."""
+        session's stored facts for `temporary` to carry it on. None: handled.
+
+        Authorized like a start when the server requires tokens (a valid token,
+        for the subject that opened the session); the resume token works once:
+        a new one goes with `session.reattached`."""
         ws = temporary.ws
         assert ws is not None
+        refusal = temporary.client.authorize(message.token, spend=False)
+        if refusal is not None:
+            log.warning(
+                "resume of session %s refused from %s: unauthorized: %s",
+                message.session_id[:40], temporary.peer, refusal,
+            )
+            temporary.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
+            return None
         session = self.live_sessions.get(message.session_id)
         if session is not None and session.end_reason is None and session.resume_digest:
-            if not token_matches(message.resume_token, session.resume_digest):
+            if not token_matches(message.resume_token, session.resume_digest) or not _same_principal(
+                session.client.principal, temporary.client.principal
+            ):
                 self._resume_unauthorized(temporary, message)
                 return None
+            # Rotated before anything awaits: a second socket with the same token loses.
+            resume_token = session.client.new_resume_token()
             temporary.handed_off = True
-            await session.client.attach(ws, message.last_seq)
+            self._release(temporary)  # the conversation is counted once, as it was
+            await session.client.attach(ws, message.last_seq, resume_token)
             await session.client.serve_socket(ws)
             return None
         if self.fleet is not None and not self.stopping:
-            address, state = await self.fleet.locate(message.session_id)
+            return await self._reattach_in_fleet(temporary, message)
+        self._resume_expired(temporary, message)
+        return None
+
+    async def _reattach_in_fleet(
+        self, temporary: SessionRunner, message: SessionResume
+    ) -> dict[str, Any] | None:
+        """Find the session in the fleet, waiting (for at most a lease and a beat)
+        through what is only a moment: a holder that died but whose lease has not
+        run out yet, a holder re-establishing its facts after Redis came back
+        empty, Redis itself unreachable."""
+        fleet = self.fleet
+        assert fleet is not None
+        ws = temporary.ws
+        assert ws is not None
+        session_id = message.session_id
+        deadline = anyio.current_time() + fleet.lease_seconds * 4 / 3 + 0.5
+        store_down = False
+        while True:
+            try:
+                holder, address, state = await fleet.locate(session_id)
+                store_down = False
+            except StoreError:
+                holder = address = state = None
+                store_down = True
             if address is not None:
                 temporary.handed_off = True
-                await self._relay(ws, address, message)
-                return None
-            digest = (state or {}).get("resume_digest")
-            if state is not None and digest:
-                if not token_matches(message.resume_token, digest):
+                if message.token is None:
+                    # The holder checks the token again; one sent on this handshake
+                    # would not reach it otherwise.
+                    message = dataclasses.replace(message, token=bearer_token(ws))
+                if await self._relay(ws, address, message):
+                    return None
+                temporary.handed_off = False  # the holder is gone: wait for its lease
+            elif holder is None and state is not None:
+                digest = state.get("resume_digest")
+                if (
+                    not digest
+                    or not token_matches(message.resume_token, digest)
+                    or not _same_principal(state.get("principal"), temporary.client.principal)
+                ):
                     self._resume_unauthorized(temporary, message)
                     return None
-                if state.get("agent") == self.agent.name and await self.fleet.take_over(
-                    message.session_id
-                ):
+                if state.get("agent") != self.agent.name:
+                    break
+                if await fleet.take_over(session_id):
                     return state
+            if anyio.current_time() >= deadline:
+                break
+            await anyio.sleep(0.1)
+        if store_down:
+            text = "the servers cannot reach their shared store now: reattach again shortly"
+            log.info("resume of %s from %s deferred: store unavailable", session_id[:40], temporary.peer)
+            temporary.finish(text, CLOSE_TRY_LATER, ErrorEvent("store_unavailable", text))
+            return None
+        self._resume_expired(temporary, message)
+        return None
+
+    def _resume_expired(self, temporary: SessionRunner, message: SessionResume) -> None:
         text = (
             f"no session {message.session_id[:40]!r} to resume here: it ended, or the "
             "client stayed away longer than the server waits"
         )
         log.info("resume refused from %s: session_expired", temporary.peer)
         temporary.finish(text, CLOSE_NORMAL, ErrorEvent("session_expired", text, True))
-        return None
+
+    def _durable_state(self, session_id: str) -> dict[str, Any] | None:
+        session = self.live_sessions.get(session_id)
+        return None if session is None or session.core is None else session.durable_state()
+
+    def _lost_to_fleet(self, session_id: str) -> None:
+        """Another server holds this session now: stop driving it here at once;
+        its client reattaches there (its facts are that server's now)."""
+        session = self.live_sessions.get(session_id)
+        if session is not None:
+            session.let_go_to_fleet("another server of the fleet carries this session on")
+
+    def _unsure_in_fleet(self, session_id: str) -> None:
+        """This server could not renew its leases for most of a lease: a session
+        whose client is away may be taken over elsewhere, so it ends here."""
+        session = self.live_sessions.get(session_id)
+        if session is not None and session.client.ws is None:
+            session.let_go_to_fleet("its lease could not be renewed while its client was away")
 
     def _resume_unauthorized(self, temporary: SessionRunner, message: SessionResume) -> None:
-        text = "session.resume: the resume token does not match this session"
+        text = "session.resume: the resume token (or the token's subject) does not match this session"
         log.warning(
             "resume of session %s refused from %s: wrong token",
             message.session_id[:40], temporary.peer,
         )
         temporary.finish(text, CLOSE_POLICY, ErrorEvent("unauthorized", text, True))
 
-    async def _relay(self, ws: WebSocket, address: str, message: SessionResume) -> None:
-        """Carry a client's socket to the server of the fleet that holds its session."""
+    async def _relay(self, ws: WebSocket, address: str, message: SessionResume) -> bool:
+        """Carry a client's socket to the server of the fleet that holds its session.
+
+        False when that server cannot be reached (it died, its lease is still
+        running): the socket is untouched, and the caller may wait to take over.
+        """
         log.info("relaying a resume of session %s to %s", message.session_id[:40], address)
         try:
-            async with ws_connect(address, max_size=None, compression=None, open_timeout=5) as upstream:
-                await upstream.send(encode(message))
-
-                async def pump(source: Any, sink: Any) -> None:
-                    with contextlib.suppress(ConnectionClosed):
-                        async for frame in source:
-                            await sink.send(frame)
-                    tg.cancel_scope.cancel()
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(pump, ws, upstream)
-                    tg.start_soon(pump, upstream, ws)
+            # The client's address goes along: a holder that trusts this server
+            # (--forwarded-allow-ips) counts the socket against the client, not us.
+            headers = {"X-Forwarded-For": self.client_address(ws)}
+            upstream = await ws_connect(
+                address, max_size=None, compression=None, open_timeout=2, additional_headers=headers
+            )
         except (OSError, TimeoutError, InvalidHandshake) as exc:
-            log.warning("relay to %s failed: %s", address, exc)
+            log.info("relay to %s failed: %s", address, exc)
+            return False
+        # How the client left is how the holder hears it left: a goodbye (1000)
+        # ends the session there, a drop keeps its reattach grace.
+        client_close = CLOSE_GOING_AWAY
+        try:
+            await upstream.send(encode(message))
+
+            async def pump(source: Any, sink: Any) -> None:
+                nonlocal client_close
+                try:
+                    async for frame in source:
+                        await sink.send(frame)
+                except ConnectionClosed as closed:
+                    if source is ws and closed.rcvd is not None and closed.rcvd.code == CLOSE_NORMAL:
+                        client_close = CLOSE_NORMAL
+                else:
+                    if source is ws and getattr(ws, "close_code", None) == CLOSE_NORMAL:
+                        client_close = CLOSE_NORMAL
+                tg.cancel_scope.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump, ws, upstream)
+                tg.start_soon(pump, upstream, ws)
+        except (OSError, ConnectionClosed) as exc:
+            log.warning("relay to %s broke: %s", address, exc)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await upstream.close(client_close)
         with contextlib.suppress(ConnectionClosed):
             await ws.close(CLOSE_SERVICE_RESTART, "reattach again")
+        return True
 
     @property
     def near_capacity_at(self) -> int:
@@ -367,7 +568,7 @@ class LiveServer:
                 "try again later",
                 True,
             )
-        if self.per_address[session.peer] >= config.max_sessions_per_ip:
+        if self._address_full(session):
             return ErrorEvent(
                 "address_limit",
                 f"your address already has {config.max_sessions_per_ip} sessions open "
@@ -387,19 +588,13 @@ class LiveServer:
             await ws.close(CLOSE_TRY_LATER, refusal.code)
             session.obs.ended(refusal.code, refusal)
             return
-        self.sessions.add(session)
-        self.pending.add(session)
-        self.per_address[session.peer] += 1
+        self._count(session)
         try:
             if self._stop.is_set():
                 session.shutdown()
             await session.run()
         finally:
-            self.sessions.discard(session)
-            self.pending.discard(session)
-            self.per_address[session.peer] -= 1
-            if self.per_address[session.peer] <= 0:
-                del self.per_address[session.peer]
+            self._release(session)
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until `stop()`; then tell and close every session, and return.
@@ -430,7 +625,7 @@ class LiveServer:
                 metrics_server = await stack.enter_async_context(
                     serve(
                         self._refuse_socket,
-                        config.host,
+                        config.metrics_host,
                         config.metrics_port,
                         process_request=self._metrics_only,
                         server_header="live",
@@ -444,8 +639,13 @@ class LiveServer:
             async with anyio.create_task_group() as tg:
                 if self.fleet is not None:
                     tg.start_soon(
-                        self.fleet.run,
-                        lambda: {i: s.durable_state() for i, s in self.live_sessions.items()},
+                        functools.partial(
+                            self.fleet.run,
+                            lambda: list(self.live_sessions),
+                            self._durable_state,
+                            on_lost=self._lost_to_fleet,
+                            on_unsure=self._unsure_in_fleet,
+                        )
                     )
                 await self._stop.wait()
                 if self.fleet is not None:
@@ -479,6 +679,11 @@ class LiveServer:
     async def wait_stopping(self) -> None:
         await self._stop.wait()
 
+
+
+def _same_principal(session: str | None, resume: str | None) -> bool:
+    """A session opened with a signed token resumes only for that token's subject."""
+    return session is None or session == resume
 
 
 def tls_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:

@@ -13,15 +13,19 @@ Session directory (leases):
     claim(session_id, server_id, lease_seconds) -> bool
         True if `server_id` now holds the session, or already did (its lease is then
         extended); False while another server holds a live lease.
-    heartbeat(server_id, session_ids, lease_seconds) -> set[str]
+    heartbeat(server_id, session_ids, lease_seconds, state_ttl=None) -> set[str]
         Extends, in one round trip, the lease of each of `session_ids` that this
-        server holds; returns those it no longer holds (expired, taken over,
-        released), which the caller should stop serving.
+        server holds (and, with `state_ttl`, the expiry of its stored facts);
+        returns those it no longer holds (expired, taken over, released, or
+        forgotten by a Redis that restarted empty). The caller claims back those
+        nobody holds, and stops serving those another server holds.
     holder(session_id) -> str | None
         The server holding a live lease; None once the lease expired (its holder died
         or let it go).
-    release(session_id, server_id) -> bool
-        Drops the lease only if `server_id` holds it (compare-and-delete); True if it did.
+    release(session_id, server_id, delete_state=False) -> bool
+        Drops the lease only if `server_id` holds it (compare-and-delete), and with
+        `delete_state` the session's facts too, in the same step: a server that
+        lost the session never deletes what its new holder uses. True if it did.
     take_over(session_id, new_server_id, lease_seconds) -> bool
         Atomically takes a session whose holder is gone: True only if no live lease
         is held by another server.
@@ -39,14 +43,19 @@ Server liveness, so a server can tell a client where a session's holder lives:
     retire(server_id) -> None
         A server stopping cleanly: no longer alive, its slots come back at once.
 
-Fleet-wide limit on concurrent sessions:
-    acquire_slot(server_id, session_id, limit) -> bool
-        One script: forget the slots of servers that are no longer alive, count the
-        rest, take a slot if fewer than `limit` are in use. True also if the session
-        already had one (a session counts once, whichever server last took it).
-        Raises `StoreError` if `server_id` is not announced: its slot would not count.
-    release_slot(server_id, session_id) -> None
-    slots_in_use() -> int                      (slots of live servers)
+Fleet-wide limit on concurrent sessions (a slot per conversation, whichever
+server carries it, with an expiry its holder's heartbeat pushes on):
+    acquire_slot(session_id, limit, ttl_seconds) -> bool
+        One script: forget expired slots, count the rest, take one if fewer than
+        `limit` are in use. True also if the session already had one.
+    hold_slots(session_ids, ttl_seconds) -> None
+        Keeps (or puts back) the slots of conversations already counted: a
+        heartbeat, a takeover, a Redis that restarted empty. Never refused: a
+        conversation that goes on is not a new one.
+    release_slot(session_id) -> None
+    slots_in_use() -> int
+    A server that dies leaves its sessions' slots until they expire (the lease
+    and the reattach grace: the time another server may take them over).
 
 Failures: `StoreUnavailable` (a `StoreError`) when Redis cannot be reached. At
 start `RedisStore.connect` raises it with a one-line message naming the URL (its
@@ -58,6 +67,7 @@ can carry on as a single server and log a warning.
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import math
 import os
@@ -114,13 +124,15 @@ class SessionStore(abc.ABC):
     async def claim(self, session_id: str, server_id: str, lease_seconds: float) -> bool: ...
 
     @abc.abstractmethod
-    async def heartbeat(self, server_id: str, session_ids: Iterable[str], lease_seconds: float) -> set[str]: ...
+    async def heartbeat(
+        self, server_id: str, session_ids: Iterable[str], lease_seconds: float, state_ttl: float | None = None
+    ) -> set[str]: ...
 
     @abc.abstractmethod
     async def holder(self, session_id: str) -> str | None: ...
 
     @abc.abstractmethod
-    async def release(self, session_id: str, server_id: str) -> bool: ...
+    async def release(self, session_id: str, server_id: str, *, delete_state: bool = False) -> bool: ...
 
     @abc.abstractmethod
     async def take_over(self, session_id: str, new_server_id: str, lease_seconds: float) -> bool: ...
@@ -144,10 +156,13 @@ class SessionStore(abc.ABC):
     async def retire(self, server_id: str) -> None: ...
 
     @abc.abstractmethod
-    async def acquire_slot(self, server_id: str, session_id: str, limit: int) -> bool: ...
+    async def acquire_slot(self, session_id: str, limit: int, ttl_seconds: float) -> bool: ...
 
     @abc.abstractmethod
-    async def release_slot(self, server_id: str, session_id: str) -> None: ...
+    async def hold_slots(self, session_ids: Iterable[str], ttl_seconds: float) -> None: ...
+
+    @abc.abstractmethod
+    async def release_slot(self, session_id: str) -> None: ...
 
     @abc.abstractmethod
     async def slots_in_use(self) -> int: ...
@@ -202,6 +217,11 @@ class _Expiring:
     def delete(self, key: str) -> None:
         self._items.pop(key, None)
 
+    def count(self) -> int:
+        """Keys not yet past their deadline."""
+        now = self._clock()
+        return sum(1 for _, deadline in self._items.values() if deadline > now)
+
 
 class MemoryStore(SessionStore):
     """The store of a single process: same contract as `RedisStore`, nothing shared.
@@ -213,7 +233,7 @@ class MemoryStore(SessionStore):
         self._leases = _Expiring(clock)
         self._states = _Expiring(clock)
         self._servers = _Expiring(clock)
-        self._slots: dict[str, set[str]] = {}
+        self._slots = _Expiring(clock)
 
     def _take(self, session_id: str, server_id: str, lease_seconds: float) -> bool:
         _ms(lease_seconds)
@@ -229,12 +249,16 @@ class MemoryStore(SessionStore):
     async def take_over(self, session_id: str, new_server_id: str, lease_seconds: float) -> bool:
         return self._take(session_id, new_server_id, lease_seconds)
 
-    async def heartbeat(self, server_id: str, session_ids: Iterable[str], lease_seconds: float) -> set[str]:
+    async def heartbeat(
+        self, server_id: str, session_ids: Iterable[str], lease_seconds: float, state_ttl: float | None = None
+    ) -> set[str]:
         _ms(lease_seconds)
         lost = set()
         for session_id in session_ids:
             if self._leases.get(session_id) == server_id:
                 self._leases.expire(session_id, lease_seconds)
+                if state_ttl is not None:
+                    self._states.expire(session_id, state_ttl)
             else:
                 lost.add(session_id)
         return lost
@@ -242,10 +266,12 @@ class MemoryStore(SessionStore):
     async def holder(self, session_id: str) -> str | None:
         return self._leases.get(session_id)
 
-    async def release(self, session_id: str, server_id: str) -> bool:
+    async def release(self, session_id: str, server_id: str, *, delete_state: bool = False) -> bool:
         if self._leases.get(session_id) != server_id:
             return False
         self._leases.delete(session_id)
+        if delete_state:
+            self._states.delete(session_id)
         return True
 
     async def save_state(self, session_id: str, state: dict[str, Any], ttl_seconds: float) -> None:
@@ -268,32 +294,23 @@ class MemoryStore(SessionStore):
 
     async def retire(self, server_id: str) -> None:
         self._servers.delete(server_id)
-        self._slots.pop(server_id, None)
 
-    def _live_slots(self) -> dict[str, set[str]]:
-        for dead in [s for s in self._slots if self._servers.get(s) is None]:
-            del self._slots[dead]
-        return self._slots
-
-    async def acquire_slot(self, server_id: str, session_id: str, limit: int) -> bool:
+    async def acquire_slot(self, session_id: str, limit: int, ttl_seconds: float) -> bool:
         _check_limit(limit)
-        if self._servers.get(server_id) is None:
-            raise StoreError(f"server {server_id!r} is not announced, so its slots would not count")
-        slots = self._live_slots()
-        if session_id in slots.get(server_id, ()):
-            return True
-        for other in slots.values():
-            other.discard(session_id)
-        if sum(map(len, slots.values())) >= limit:
+        if self._slots.get(session_id) is None and await self.slots_in_use() >= limit:
             return False
-        slots.setdefault(server_id, set()).add(session_id)
+        self._slots.set(session_id, True, ttl_seconds)
         return True
 
-    async def release_slot(self, server_id: str, session_id: str) -> None:
-        self._slots.get(server_id, set()).discard(session_id)
+    async def hold_slots(self, session_ids: Iterable[str], ttl_seconds: float) -> None:
+        for session_id in session_ids:
+            self._slots.set(session_id, True, ttl_seconds)
+
+    async def release_slot(self, session_id: str) -> None:
+        self._slots.delete(session_id)
 
     async def slots_in_use(self) -> int:
-        return sum(map(len, self._live_slots().values()))
+        return self._slots.count()
 
 
 # --- Redis ---------------------------------------------------------------------
@@ -310,21 +327,26 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 """
 
-# Delete a lease only if ours. KEYS[1] lease.
+# Delete a lease only if ours, and then (ARGV[2] == "1") the state. KEYS: lease, state.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  if ARGV[2] == '1' then redis.call('DEL', KEYS[2]) end
   return 1
 end
 return 0
 """
 
-# Extend every lease in KEYS held by ARGV[1]; return the indexes (1-based) of those not held.
+# Extend every lease in KEYS[1..n] held by ARGV[1] (and, ARGV[3] > 0, the state key
+# KEYS[n+i] of each); return the indexes (1-based) of those not held. n = ARGV[4].
 _HEARTBEAT = """
+local n = tonumber(ARGV[4])
+local state_ms = tonumber(ARGV[3])
 local lost = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
-    redis.call('PEXPIRE', key, ARGV[2])
+for i = 1, n do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    if state_ms > 0 then redis.call('PEXPIRE', KEYS[n + i], state_ms) end
   else
     lost[#lost + 1] = i
   end
@@ -332,39 +354,37 @@ end
 return lost
 """
 
-# The fleet-wide limit. ARGV: prefix, server, session, limit.
-# Slots live in one set per server (prefix..'slots:'..server), the servers with slots
-# in prefix..'slot-servers'; a server whose liveness key (prefix..'server:'..server)
-# has expired loses its slots here. Returns 1 taken, 0 full, -1 caller not announced.
+# The fleet-wide limit: one sorted set of session ids (KEYS[1]) scored by the
+# millisecond their slot expires, on Redis's own clock. ARGV: session, limit,
+# ttl ms. Returns 1 taken (or already held: its expiry pushed on), 0 full.
 _ACQUIRE_SLOT = """
-local p, me, sid, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-if redis.call('EXISTS', p .. 'server:' .. me) == 0 then return -1 end
-if redis.call('SISMEMBER', p .. 'slots:' .. me, sid) == 1 then return 1 end
-local used = 0
-for _, s in ipairs(redis.call('SMEMBERS', p .. 'slot-servers')) do
-  if redis.call('EXISTS', p .. 'server:' .. s) == 0 then
-    redis.call('DEL', p .. 'slots:' .. s)
-    redis.call('SREM', p .. 'slot-servers', s)
-  else
-    redis.call('SREM', p .. 'slots:' .. s, sid)
-    used = used + redis.call('SCARD', p .. 'slots:' .. s)
-  end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local until_ms = now + tonumber(ARGV[3])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], until_ms, ARGV[1])
+  return 1
 end
-if used >= limit then return 0 end
-redis.call('SADD', p .. 'slots:' .. me, sid)
-redis.call('SADD', p .. 'slot-servers', me)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], until_ms, ARGV[1])
 return 1
 """
 
-# Slots held by live servers. ARGV: prefix.
+# Hold the slots of ARGV[2..] until ttl ms (ARGV[1]) from now, whatever the count.
+_HOLD_SLOTS = """
+local t = redis.call('TIME')
+local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], until_ms, ARGV[i]) end
+return 1
+"""
+
+# Slots not yet expired. KEYS[1] the slot set.
 _COUNT_SLOTS = """
-local p, used = ARGV[1], 0
-for _, s in ipairs(redis.call('SMEMBERS', p .. 'slot-servers')) do
-  if redis.call('EXISTS', p .. 'server:' .. s) == 1 then
-    used = used + redis.call('SCARD', p .. 'slots:' .. s)
-  end
-end
-return used
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
 """
 
 
@@ -412,6 +432,7 @@ class RedisStore(SessionStore):
         self._release = client.register_script(_RELEASE)
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._acquire_slot = client.register_script(_ACQUIRE_SLOT)
+        self._hold_slots = client.register_script(_HOLD_SLOTS)
         self._count_slots = client.register_script(_COUNT_SLOTS)
 
     @property
@@ -475,6 +496,13 @@ class RedisStore(SessionStore):
             return await method(*args, **kwargs)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"cannot reach Redis at {self._url}: {_reason(exc)}") from None
+        except RuntimeError as exc:
+            # A pooled connection whose transport the event loop already closed
+            # (after a timeout mid-reply): drop the pool's connections, so the
+            # next call opens a fresh one.
+            with contextlib.suppress(Exception):
+                await self._client.connection_pool.disconnect()
+            raise StoreUnavailable(f"cannot reach Redis at {self._url}: {_reason(exc)}") from None
 
     def _lease(self, session_id: str) -> str:
         return f"{self._prefix}lease:{session_id}"
@@ -485,9 +513,6 @@ class RedisStore(SessionStore):
     def _server(self, server_id: str) -> str:
         return f"{self._prefix}server:{server_id}"
 
-    def _slots(self, server_id: str) -> str:
-        return f"{self._prefix}slots:{server_id}"
-
     async def claim(self, session_id: str, server_id: str, lease_seconds: float) -> bool:
         keys = [self._lease(session_id)]
         return bool(await self._call(self._take, keys=keys, args=[server_id, _ms(lease_seconds)]))
@@ -496,19 +521,24 @@ class RedisStore(SessionStore):
         keys = [self._lease(session_id)]
         return bool(await self._call(self._take, keys=keys, args=[new_server_id, _ms(lease_seconds)]))
 
-    async def heartbeat(self, server_id: str, session_ids: Iterable[str], lease_seconds: float) -> set[str]:
+    async def heartbeat(
+        self, server_id: str, session_ids: Iterable[str], lease_seconds: float, state_ttl: float | None = None
+    ) -> set[str]:
         ids = list(session_ids)
         ms = _ms(lease_seconds)
+        state_ms = 0 if state_ttl is None else _ms(state_ttl)
         if not ids:
             return set()
-        lost = await self._call(self._heartbeat, keys=[self._lease(s) for s in ids], args=[server_id, ms])
+        keys = [self._lease(s) for s in ids] + [self._state(s) for s in ids]
+        lost = await self._call(self._heartbeat, keys=keys, args=[server_id, ms, state_ms, len(ids)])
         return {ids[int(index) - 1] for index in lost}
 
     async def holder(self, session_id: str) -> str | None:
         return await self._call(self._client.get, self._lease(session_id))
 
-    async def release(self, session_id: str, server_id: str) -> bool:
-        return bool(await self._call(self._release, keys=[self._lease(session_id)], args=[server_id]))
+    async def release(self, session_id: str, server_id: str, *, delete_state: bool = False) -> bool:
+        keys = [self._lease(session_id), self._state(session_id)]
+        return bool(await self._call(self._release, keys=keys, args=[server_id, "1" if delete_state else "0"]))
 
     async def save_state(self, session_id: str, state: dict[str, Any], ttl_seconds: float) -> None:
         await self._call(self._client.set, self._state(session_id), _json(state), px=_ms(ttl_seconds))
@@ -527,26 +557,26 @@ class RedisStore(SessionStore):
         return await self._call(self._client.get, self._server(server_id))
 
     async def retire(self, server_id: str) -> None:
-        async def both() -> None:
-            async with self._client.pipeline(transaction=True) as pipe:
-                pipe.delete(self._server(server_id), self._slots(server_id))
-                pipe.srem(f"{self._prefix}slot-servers", server_id)
-                await pipe.execute()
+        await self._call(self._client.delete, self._server(server_id))
 
-        await self._call(both)
+    def _slot_set(self) -> str:
+        return f"{self._prefix}slots"
 
-    async def acquire_slot(self, server_id: str, session_id: str, limit: int) -> bool:
+    async def acquire_slot(self, session_id: str, limit: int, ttl_seconds: float) -> bool:
         _check_limit(limit)
-        result = await self._call(self._acquire_slot, args=[self._prefix, server_id, session_id, limit])
-        if int(result) < 0:
-            raise StoreError(f"server {server_id!r} is not announced, so its slots would not count")
-        return bool(result)
+        args = [session_id, limit, _ms(ttl_seconds)]
+        return bool(await self._call(self._acquire_slot, keys=[self._slot_set()], args=args))
 
-    async def release_slot(self, server_id: str, session_id: str) -> None:
-        await self._call(self._client.srem, self._slots(server_id), session_id)
+    async def hold_slots(self, session_ids: Iterable[str], ttl_seconds: float) -> None:
+        ids = list(session_ids)
+        if ids:
+            await self._call(self._hold_slots, keys=[self._slot_set()], args=[_ms(ttl_seconds), *ids])
+
+    async def release_slot(self, session_id: str) -> None:
+        await self._call(self._client.zrem, self._slot_set(), session_id)
 
     async def slots_in_use(self) -> int:
-        return int(await self._call(self._count_slots, args=[self._prefix]))
+        return int(await self._call(self._count_slots, keys=[self._slot_set()]))
 
 
 async def open_store(url: str | None, *, prefix: str = "live:", timeout: float = 1.0) -> SessionStore:

@@ -60,6 +60,7 @@ class ToolTasks:
         tool = agent.tools_by_name[call.name or ""]
         response = await run_tool(tool, dict(call.args or {}), agent.tool_timeout)
         await runner.apply(runner.core.tool_finished(call.id or "", response, runner.clock()))
+        runner.facts_changed()
         runner.poke()
 
     async def _await_client_tool(self, call_id: str, timeout: float) -> None:

@@ -624,9 +624,9 @@ async def serve(
     """Listen on `host`:`port`; every connection runs `handler(ws)` in this block's task group.
 
     `process_request(ws, request)` sees each HTTP request first (websockets'
-    `Request`; `ws` is the connection to be, not connected yet: no
-    `remote_address`): a `Response` is sent instead of the upgrade, None goes
-    on to it. When the handler returns the connection closes with 1000; when
+    `Request`; `ws` is the connection to be, not connected yet, with only its
+    `remote_address`, the peer's): a `Response` is sent instead of the
+    upgrade, None goes on to it. When the handler returns the connection closes with 1000; when
     it fails, with 1011. Leaving the block stops listening and closes what is
     still open.
 
@@ -643,13 +643,20 @@ async def serve(
     # starts each handler. Bounded: past it a new connection is closed with 1013.
     opened, accepted = anyio.create_memory_object_stream[WebSocket](ACCEPT_BACKLOG)
 
-    def accept(upgrade: Any) -> Any:
-        request = Request(upgrade.path.decode("ascii", "surrogateescape"), Headers(list(upgrade.headers.items())))
+    def accept(upgrade: Any, peer: Any = None) -> Any:
+        try:
+            request = Request(upgrade.path.decode("ascii", "surrogateescape"), Headers(list(upgrade.headers.items())))
+        except (UnicodeError, ValueError, websockets.exceptions.InvalidHeader):
+            # A header that is not text (bytes that are not ASCII): a bad request, not a failure.
+            bad = http.HTTPStatus.BAD_REQUEST
+            body = b"bad request: a header is not valid text\n"
+            return _upgrade_response(Response(bad.value, bad.phrase, Headers(), body), server_header)
         ws = WebSocket(
             max_size=max_size, max_queue=max_queue, close_timeout=close_timeout, request=request,
             ping_interval=ping_interval, ping_timeout=ping_timeout,
         )
         ws.receive_buffer = receive_buffer
+        ws.remote_address = peer
         if process_request is not None:
             try:
                 response = process_request(ws, request)
@@ -693,16 +700,14 @@ async def serve(
         loop.set_exception_handler(_quiet_tls_failures(previous_handler))
     try:
         async with opened, anyio.create_task_group() as tg:
-            raw = await picows.ws_create_server(
+            raw = await _create_server(
                 accept,
                 host,
                 port,
-                websocket_handshake_timeout=open_timeout,
+                handshake_timeout=open_timeout,
                 max_frame_size=max_size or (1 << 62),
-                logger_name=_picows_log,
                 ssl=ssl,
                 reuse_port=reuse_port,
-                enable_auto_ping=False,  # each connection's own keepalive (WebSocket._keepalive)
             )
             server = Server(raw, tg)
             tg.start_soon(acceptor)
@@ -715,6 +720,64 @@ async def serve(
     finally:
         if ssl is not None:
             loop.set_exception_handler(previous_handler)
+
+
+async def _create_server(
+    accept: Callable[[Any, Any], Any],
+    host: str | None,
+    port: int | None,
+    *,
+    handshake_timeout: float | None,
+    max_frame_size: int,
+    ssl: ssl_module.SSLContext | None,
+    reuse_port: bool | None,
+) -> asyncio.Server:
+    """picows' `ws_create_server`, with each request's listener factory also told
+    the connection's peer address (picows gives it the request alone), so that
+    what a request may see can depend on who asks, not on the Host it names.
+
+    Built as picows builds its own server (its protocol, over aiofastnet when
+    that is installed); where this picows' protocol cannot be made so, its own
+    server, and the peer is unknown (None) to the factory.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        from picows import api as picows_api
+        from picows.picows import WSAutoPingStrategy, WSProtocol
+
+        def make(listener_factory: Callable[[Any], Any]) -> Any:
+            return WSProtocol(
+                None, None, False, listener_factory, _picows_log, True, handshake_timeout,
+                False, PING_INTERVAL, PING_INTERVAL, WSAutoPingStrategy.PING_WHEN_IDLE, True,
+                max_frame_size, None, 16 * 1024,
+            )
+
+        make(lambda upgrade: None)  # this picows' protocol takes these arguments
+    except (ImportError, AttributeError, TypeError) as exc:
+        logger.warning("picows: serving without peer addresses in process_request (%s)", exc)
+        return await picows.ws_create_server(
+            accept, host, port, websocket_handshake_timeout=handshake_timeout,
+            max_frame_size=max_frame_size, logger_name=_picows_log, ssl=ssl,
+            reuse_port=reuse_port, enable_auto_ping=False,
+        )
+
+    def protocol() -> Any:
+        made: Any = None
+
+        def listener_factory(upgrade: Any) -> Any:
+            transport = getattr(made, "transport", None)
+            underlying = getattr(transport, "underlying_transport", None)
+            peer = underlying.get_extra_info("peername") if underlying is not None else None
+            return accept(upgrade, peer)
+
+        made = make(listener_factory)
+        return made
+
+    if getattr(picows_api, "_HAS_AIOFASTNET", False):
+        import aiofastnet
+
+        return await aiofastnet.create_server(loop, protocol, host=host, port=port, ssl=ssl, reuse_port=reuse_port)
+    return await loop.create_server(protocol, host=host, port=port, ssl=ssl, reuse_port=reuse_port)
 
 
 def _quiet_tls_failures(previous: Any) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:

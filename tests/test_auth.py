@@ -7,6 +7,7 @@ or meant for someone else.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -17,11 +18,13 @@ import pytest
 
 from live.logs import FRAME_TRACERS
 from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
 
 from clients.client import LiveClient, SessionRefused
 from live import protocol as p
+from live.addresses import AddressSet, address_key, forwarded_client
 from live.agent import Agent
-from live.auth import HostPolicy, host_name, mint_token, verify_token
+from live.auth import HostPolicy, TokenRefused, host_name, mint_token, verify_token
 from live.cli import main as live_cli
 from live.registry import default_registry
 from serving import collect, running
@@ -36,9 +39,9 @@ def echo():
     return default_registry().resolve("local/echo")
 
 
-async def raw_request(port: int, lines: list[str]) -> tuple[int, str]:
+async def raw_request(port: int, lines: list[str], host: str = "127.0.0.1") -> tuple[int, str]:
     """Send an HTTP/1.1 request line by line; the status code and body of the answer."""
-    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+    async with await anyio.connect_tcp(host, port) as stream:
         await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
         data = b""
         with anyio.fail_after(5):
@@ -104,6 +107,21 @@ async def test_a_dns_rebinding_page_is_refused_before_anything_else(caplog):
         )
         assert status == 101
     assert any("evil.example" in r.getMessage() and "403" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_refused_request_is_logged_without_its_query_string(caplog):
+    """The demo page takes a token as `/?token=...`: a refusal must not log it."""
+    caplog.set_level(logging.WARNING, "live.server")
+    secret_query = "token=eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl"
+    async with running(AGENT, echo()) as (_, url):
+        port = port_of(url)
+        status, _ = await raw_request(port, [f"GET /?{secret_query} HTTP/1.1", "Host: evil.example"])
+        assert status == 403
+        status, _ = await raw_request(port, handshake(f"/live?{secret_query}", "Host: 127.0.0.1", "Origin: http://evil.example"))
+        assert status == 403
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("refused HTTP request for '/'" in line or "refused HTTP request for '/live'" in line for line in lines) == 2
+    assert not any("eyJ" in line or "token=" in line for line in lines)
 
 
 async def test_malformed_host_headers_are_a_400_never_a_500(caplog):
@@ -259,12 +277,89 @@ async def test_a_tokens_max_duration_ends_the_session():
     assert 0.4 < lasted < 3
 
 
+async def test_a_token_opens_one_session_only():
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        token = mint_token(SECRET, subject="ann", ttl=60)
+        async with LiveClient.connect(url, token=token):
+            refusal = await refused(url, token)  # a copy of it, while the first session runs
+        assert refusal.code == "unauthorized" and "already used" in refusal.message
+        assert (await refused(url, token)).code == "unauthorized"  # and after it ended
+        async with LiveClient.connect(url, token=mint_token(SECRET, subject="ann", ttl=60)):
+            pass  # a new token for the same user works
+        # A token minted elsewhere without a jti cannot be told apart from its copies.
+        no_jti = jwt.encode({"exp": int(time.time()) + 60, "sub": "ann"}, SECRET, algorithm="HS256")
+        assert "no 'jti' claim" in (await refused(url, no_jti)).message
+
+
+async def test_a_token_valid_for_longer_than_the_ceiling_is_refused():
+    century = mint_token(SECRET, ttl=100 * 365 * 86400, subject="ann")
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        refusal = await refused(url, century)
+        assert refusal.code == "unauthorized"
+        assert "longer than the 60 minutes this server accepts" in refusal.message, refusal.message
+        async with LiveClient.connect(url, token=mint_token(SECRET, ttl=3000)):
+            pass
+    async with running(AGENT, echo(), token_secret=SECRET, max_token_lifetime=30) as (_, url):
+        assert "longer than the 30 s" in (await refused(url, mint_token(SECRET, ttl=300))).message
+    # A token issued long ago is as long-lived as its claims say, whatever is left of it.
+    old = mint_token(SECRET, ttl=7200, now=time.time() - 7000)
+    with pytest.raises(TokenRefused, match="longer than"):
+        verify_token(old, SECRET)
+
+
+async def test_the_issuer_is_checked_when_the_server_names_one():
+    issuer = "https://app.example"
+    async with running(AGENT, echo(), token_secret=SECRET, token_issuer=issuer) as (_, url):
+        assert "no 'iss' claim" in (await refused(url, mint_token(SECRET))).message
+        wrong = await refused(url, mint_token(SECRET, issuer="https://evil.example"))
+        assert wrong.code == "unauthorized" and "issuer" in wrong.message
+        async with LiveClient.connect(url, token=mint_token(SECRET, issuer=issuer)):
+            pass
+
+
+async def test_text_that_is_not_utf8_in_a_token_is_a_clean_refusal(caplog):
+    """A lone surrogate is valid JSON (an escape) but no text: refused, never a traceback."""
+    caplog.set_level(logging.DEBUG)
+    assert pytest.raises(TokenRefused, verify_token, "\ud800", SECRET).value.args[0].startswith("the token is not")
+    async with running(AGENT, echo(), token_secret=SECRET, token="dev-token") as (_, url):
+        async with ws_connect(url) as ws:
+            await ws.send('{"type": "session.start", "token": "\\ud800"}')
+            event = await first_event(ws)
+            assert event["type"] == "error" and event["code"] == "invalid_field" and "token" in event["message"]
+            await ws.send('{"type": "session.resume", "session_id": "x", "resume_token": "\\udfff"}')
+            event = await first_event(ws)
+            assert event["code"] == "invalid_field" and "resume_token" in event["message"]
+            # The socket goes on, and a good token still opens the session on it.
+            await ws.send(json.dumps({"type": "session.start", "token": mint_token(SECRET)}))
+            assert (await first_event(ws))["type"] == "session.started"
+            # In the session, a typed turn that is not text is dropped with an error;
+            # the session goes on (it used to end with an internal error).
+            await ws.send('{"type": "text", "text": "\\ud800 hello"}')
+            event = await first_event(ws)
+            assert event["code"] == "invalid_json" and not event["fatal"] and "surrogate" in event["message"]
+            await ws.send(json.dumps({"type": "text", "text": "hello"}))
+            with anyio.fail_after(5):
+                while "hello" not in json.dumps(event):
+                    event = await first_event(ws)
+        # Bytes that are not UTF-8 in the Authorization header.
+        port = port_of(url)
+        status, _ = await raw_request(port, handshake("/live", "Host: 127.0.0.1"))
+        assert status == 101
+        status, body = await raw_request(port, handshake("/live", "Host: 127.0.0.1", "Authorization: Bearer caf\xe9"))
+        assert status in (400, 101), (status, body)  # refused as a bad header, or then as a bad token
+        assert (await raw_request(port, ["GET /healthz HTTP/1.1", "Host: 127.0.0.1"]))[0] == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
 def test_live_token_prints_a_token_the_server_accepts(capsys):
     assert live_cli(["token", "--secret", SECRET, "--ttl", "60", "--subject", "ann", "--agent", "test"]) == 0
     token = capsys.readouterr().out.strip()
     grant = verify_token(token, SECRET, agent="test")
     assert grant.subject == "ann" and grant.agent == "test"
     assert grant.expires_at is not None and 50 < grant.expires_at - time.time() <= 60
+    assert live_cli(["token", "--secret", SECRET, "--issuer", "https://app.example"]) == 0
+    issued = capsys.readouterr().out.strip()
+    assert verify_token(issued, SECRET, issuer="https://app.example").token_id
     assert live_cli(["token", "--secret", "short"]) == 2
     assert "at least 32 bytes" in capsys.readouterr().err
 
@@ -300,7 +395,9 @@ async def test_a_socket_that_never_starts_is_closed_after_the_start_timeout(capl
 
 async def test_pending_sockets_and_sockets_per_address_are_limited(caplog):
     caplog.set_level(logging.WARNING, "live.server")
-    async with running(AGENT, echo(), max_pending=2, max_sessions_per_ip=3, reattach_grace=0) as (server, url):
+    # No proxy trusted: 127.0.0.1 is a client like any other here.
+    limits = {"max_pending": 2, "max_sessions_per_ip": 3, "reattach_grace": 0, "forwarded_allow_ips": ()}
+    async with running(AGENT, echo(), **limits) as (server, url):
         async with ws_connect(url) as a, ws_connect(url) as b:
             async with ws_connect(url) as c:
                 event = await first_event(c)
@@ -344,3 +441,101 @@ def test_live_serve_never_shows_the_frame_tracing_of_its_sockets_even_at_debug()
         root.setLevel(level)
         for name, was in tracers.items():
             logging.getLogger(name).setLevel(was)
+
+
+# ---------------------------------------------------------------------- client addresses
+
+
+def test_an_ipv6_client_is_counted_by_its_64_and_a_proxy_hop_only_when_trusted():
+    assert address_key("2001:db8:1:2::1") == address_key("[2001:db8:1:2:ffff:ffff:ffff:ffff]")
+    assert address_key("2001:db8:1:2::1") != address_key("2001:db8:1:3::1")
+    assert address_key("203.0.113.7") == "203.0.113.7" != address_key("203.0.113.8")
+    assert address_key("::ffff:203.0.113.7") == "203.0.113.7"
+    proxies = AddressSet.parse(["127.0.0.1, 10.0.0.0/8"])
+    # The client is the rightmost hop no trusted proxy added; what it wrote itself comes first.
+    assert forwarded_client("10.1.2.3", ["6.6.6.6, 203.0.113.7", "10.0.0.5"], proxies) == ("203.0.113.7", True)
+    assert forwarded_client("198.51.100.9", ["203.0.113.7"], proxies) == ("198.51.100.9", False)
+    assert forwarded_client("127.0.0.1", [], proxies) == ("127.0.0.1", True)
+    assert forwarded_client("127.0.0.1", ["not-an-address"], proxies) == ("127.0.0.1", True)
+    assert forwarded_client("198.51.100.9", ["203.0.113.7"], AddressSet.parse(["*"]))[0] == "203.0.113.7"
+    with pytest.raises(ValueError, match="'nope' is not an IP address"):
+        AddressSet.parse(["10.0.0.1,nope"])
+
+
+async def start_as(url: str, forwarded_for: str | None) -> dict:
+    headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
+    ws = await ws_connect(url, additional_headers=headers)
+    with contextlib.suppress(ConnectionClosed):  # a refusal may come first
+        await ws.send(json.dumps({"type": "session.start"}))
+    event = await first_event(ws)
+    event["ws"] = ws
+    return event
+
+
+async def test_behind_a_trusted_proxy_the_limit_is_per_client_not_per_proxy():
+    # The default trusts a proxy on 127.0.0.1 (the tests' own address).
+    async with running(AGENT, echo(), max_sessions_per_ip=2, reattach_grace=0) as (server, url):
+        opened = [await start_as(url, f"203.0.113.{i}") for i in range(1, 6)]
+        opened += [await start_as(url, None) for _ in range(3)]  # the proxy's own checks
+        assert all(e["type"] == "session.started" for e in opened)
+        same = [await start_as(url, "198.51.100.1, 203.0.113.9") for _ in range(3)]
+        assert [e["type"] for e in same] == ["session.started", "session.started", "error"]
+        assert same[2]["code"] == "address_limit"
+        # One IPv6 client, any address of its /64.
+        six = [await start_as(url, f"2001:db8:aa:bb::{i}") for i in range(1, 4)]
+        assert [e.get("code") for e in six] == [None, None, "address_limit"]
+        assert server.per_address["203.0.113.9"] == 2
+        for event in opened + same + six:
+            await event["ws"].close()
+    # A proxy that is not trusted cannot name its clients: they are all its own address.
+    async with running(AGENT, echo(), max_sessions_per_ip=2, forwarded_allow_ips=("10.0.0.0/8",)) as (_, url):
+        spoofed = [await start_as(url, f"203.0.113.{i}") for i in range(1, 4)]
+        assert [e.get("code") for e in spoofed] == [None, None, "address_limit"]
+        for event in spoofed:
+            await event["ws"].close()
+
+
+# ---------------------------------------------------------------------- /metrics
+
+
+def this_machines_address() -> str | None:
+    """An address of this machine that is not loopback (where a remote client comes from)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: it only picks the interface
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+async def test_metrics_answer_only_this_machine_whatever_host_a_remote_client_names(caplog):
+    caplog.set_level(logging.WARNING, "live.server")
+    address = this_machines_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    scrape = ["GET /metrics HTTP/1.1", "Host: localhost"]
+    async with running(AGENT, echo(), host="0.0.0.0") as (_, url):
+        port = port_of(url)
+        assert (await raw_request(port, scrape))[0] == 200  # from this machine
+        status, body = await raw_request(port, scrape, host=address)  # from "outside", Host: localhost
+        assert status == 403 and "--metrics-allow-ips" in body and "live_" not in body
+        assert (await raw_request(port, ["GET /healthz HTTP/1.1", "Host: localhost"], host=address))[0] == 200
+    async with running(AGENT, echo(), host="0.0.0.0", metrics_allow_ips=(f"{address}/32",)) as (_, url):
+        assert (await raw_request(port_of(url), scrape, host=address))[0] == 200
+    assert any("/metrics asked from" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_metrics_port_listens_on_loopback_and_checks_the_host():
+    address = this_machines_address()
+    async with running(AGENT, echo(), host="0.0.0.0", metrics_port=0) as (server, _):
+        port = server.metrics_port
+        assert (await raw_request(port, ["GET /metrics HTTP/1.1", "Host: 127.0.0.1"]))[0] == 200
+        status, body = await raw_request(port, ["GET /metrics HTTP/1.1", "Host: evil.example"])
+        assert status == 403 and "evil.example" in body  # a rebinding page gets nothing
+        assert (await raw_request(port, ["GET /metrics HTTP/1.1"]))[0] == 400
+        if address is not None:
+            with pytest.raises(OSError):  # not listening there at all
+                await raw_request(port, ["GET /metrics HTTP/1.1", "Host: localhost"], host=address)

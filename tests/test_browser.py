@@ -419,3 +419,54 @@ async def test_the_page_reattaches_after_its_socket_drops_and_misses_no_event(tm
         said = await page.evaluate("window.said")
         assert said.count("while you were away") == 1 and "and after" in said  # nothing missed or doubled
     assert len(llm.sessions) == 1  # the same model session throughout
+
+
+async def test_after_a_replay_that_lost_frames_the_page_counts_them_and_takes_the_new_token(tmp_path):
+    """Audio the server no longer kept (`missed`) is numbered all the same: a page
+    that did not count it would have the next drop replay what was already heard."""
+    wav, _ = speech_wav(tmp_path)
+    llm, session = scripted()
+    async with running(AGENT, llm, reattach_audio_seconds=0.1) as (server, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        await page.evaluate(
+            "window.reattached = null; window.live.on('session.reattached', (e) => { window.reattached = e; }); 0"
+        )
+        first_token = await page.evaluate("window.live.session.resume_token")
+        [live] = list(server.live_sessions.values())
+        replay = live.client.replay
+        before = replay.last_seq
+        live.ws.transport.abort()  # the page's network goes away: no close frame
+        for _ in range(20):  # 0.4 s of reply while it is away, 0.1 s of it kept
+            session.push(double.audio(b"\x01\x00" * 480))
+            await anyio.sleep(0.02)
+        with anyio.fail_after(5):  # the reply is sent while the page is away
+            while replay.last_seq < before + 20:
+                await anyio.sleep(0.02)
+        await wait_until(lambda: page.evaluate("window.reattached !== null"), 10, "the page to reattach")
+        news = await page.evaluate("window.reattached")
+        assert news["missed"] > 0 and news["replayed"] > 0
+        await wait_until(
+            lambda: page.evaluate(f"window.live._lastSeq === {replay.last_seq}"), 5, "the page to count every frame",
+        )
+        token = await page.evaluate("window.live.session.resume_token")
+        assert token and token != first_token and token == news["resume_token"]
+
+
+async def test_on_a_server_that_requires_tokens_the_page_reattaches_with_its_token(tmp_path):
+    """A resume is authorized like a start: the page sends its token along."""
+    from live.auth import mint_token
+
+    secret = "a-test-secret-that-is-long-enough-for-hs256"
+    wav, _ = speech_wav(tmp_path)
+    llm, _ = scripted()
+    async with running(AGENT, llm, token_secret=secret) as (server, url), chromium_page(wav) as page:
+        await page.goto(http_root(url) + "?token=" + mint_token(secret, subject="ann", ttl=60))
+        await press_talk(page)
+        await page.evaluate(
+            "window.reattached = null; window.live.on('session.reattached', (e) => { window.reattached = e; }); 0"
+        )
+        [live] = list(server.live_sessions.values())
+        live.ws.transport.abort()  # the page's network goes away: no close frame
+        await wait_until(lambda: page.evaluate("window.reattached !== null"), 10, "the page to reattach")
+        assert await page.evaluate("window.live.state.connection") == "open"
+        assert list(server.live_sessions.values()) == [live]  # the same conversation

@@ -43,6 +43,10 @@ def test_defaults_apply_when_session_start_is_bare():
         ('{"type": "session.start", "history": [{"role": "robot", "parts": []}]}', "invalid_field", "role"),
         ('{"type": "session.start", "history": [{"parts": 3}]}', "invalid_field", "history[0]"),
         ('{"type": "session.start", "token": 7}', "invalid_field", "token"),
+        ('{"type": "session.start", "token": "\\ud800"}', "invalid_field", "'token' is not valid text"),
+        ('{"type": "session.resume", "session_id": "\\uDC00", "resume_token": "t"}', "invalid_field", "session_id"),
+        ('{"type": "text", "text": "a \\udbff b"}', "invalid_json", "lone surrogate"),
+        ('{"type": "tool.result", "id": "a", "name": "f", "response": {"\\ud800": 1}}', "invalid_json", "lone surrogate"),
     ],
 )
 def test_bad_frames_are_refused_with_a_code_and_a_readable_message(frame, code, words):

@@ -181,3 +181,22 @@ async def test_recorded_wraps_any_model_without_the_server(tmp_path):
     assert any('"audio": 1920' in k for k in kinds) and any('"text": "Hi."' in k for k in kinds)
     assert back.audio("model") == CHUNK
     assert [e["kind"] for e in back.entries][-2:] == ["model.end", "end"]
+
+
+async def test_records_are_private_to_the_servers_user(tmp_path):
+    """Voices, transcripts and model session handles: no other account may read them."""
+    import os
+    import stat
+
+    previous = os.umask(0o022)  # the usual umask, under which new files are world-readable
+    try:
+        _, folder = await record_conversation(tmp_path / "records")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "records").stat().st_mode) == 0o700
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    files = list(folder.iterdir())
+    assert {f.name for f in files} >= {"events.jsonl", "in.wav", "out.wav", "model.wav"}
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
+    assert load(folder).audio("out")  # and it still reads back

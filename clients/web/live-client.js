@@ -179,6 +179,7 @@ export class LiveClient extends EventTarget {
     const epoch = this._epoch;
     this._setState({ connection: "connecting" });
     let ws;
+    const tokenSource = token; // asked again on every reattach (a server that requires tokens wants one)
     try {
       const insecure = insecureContextMessage();
       if (insecure) throw new LiveError("insecure_context", insecure);
@@ -200,6 +201,7 @@ export class LiveClient extends EventTarget {
     ws.binaryType = "arraybuffer";
     this._ws = ws;
     this._url = url;
+    this._tokenSource = tokenSource;
     this._lastSeq = 0;
     this._closedByServer = false;
     const started = new Promise((resolve, reject) => {
@@ -818,7 +820,14 @@ export class LiveClient extends EventTarget {
       this._emit("reattaching", { type: "reattaching", attempt, delay: delay / 1000, code });
       await new Promise((resolve) => setTimeout(resolve, delay));
       if (epoch !== this._epoch || this.state.connection !== "reattaching") return; // ended meanwhile
-      const outcome = await this._resumeOn(new WebSocket(this._url));
+      let token;
+      try {
+        token = typeof this._tokenSource === "function" ? await this._tokenSource() : this._tokenSource;
+      } catch (error) {
+        continue; // no token now: the next attempt asks again
+      }
+      if (epoch !== this._epoch || this.state.connection !== "reattaching") return;
+      const outcome = await this._resumeOn(new WebSocket(this._url), token);
       if (epoch !== this._epoch) {
         if (outcome.ws) outcome.ws.close();
         return;
@@ -826,6 +835,11 @@ export class LiveClient extends EventTarget {
       if (outcome.ws) {
         const ws = outcome.ws;
         this._ws = ws;
+        // Frames the server no longer had are numbered all the same: count them,
+        // or the next drop would replay what the user already heard.
+        this._lastSeq += outcome.message.missed || 0;
+        // The resume token just used works no more; the next came with this message.
+        if (outcome.message.resume_token) this.session = { ...this.session, resume_token: outcome.message.resume_token };
         ws.addEventListener("message", (event) => { if (this._ws === ws) this._onMessage(event.data); });
         ws.addEventListener("close", (event) => { if (this._ws === ws) this._onClose(event); });
         this._setState({ connection: "open" });
@@ -843,7 +857,7 @@ export class LiveClient extends EventTarget {
   }
 
   /** One attempt: resolves with {ws, message} once reattached, {fatal} when refused for good, or {} to try again. */
-  _resumeOn(ws) {
+  _resumeOn(ws, token) {
     ws.binaryType = "arraybuffer";
     return new Promise((resolve) => {
       const done = (outcome) => {
@@ -865,12 +879,16 @@ export class LiveClient extends EventTarget {
       const timer = setTimeout(() => { ws.close(); done({}); }, 10000);
       ws.addEventListener("message", onMessage);
       ws.addEventListener("close", onClose);
-      ws.addEventListener("open", () => ws.send(JSON.stringify({
-        type: "session.resume",
-        session_id: this.session.session_id,
-        resume_token: this.session.resume_token,
-        last_seq: this._lastSeq,
-      })));
+      ws.addEventListener("open", () => {
+        const resume = {
+          type: "session.resume",
+          session_id: this.session.session_id,
+          resume_token: this.session.resume_token,
+          last_seq: this._lastSeq,
+        };
+        if (token) resume.token = token;
+        ws.send(JSON.stringify(resume));
+      });
     });
   }
 

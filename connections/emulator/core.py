@@ -24,6 +24,7 @@ import heapq
 import itertools
 import json
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -308,6 +309,8 @@ class EmulatorSession(Listening, FunctionCalls):
         self._release()
 
     def _release(self) -> None:
+        if self.record.closed_at is None:
+            self.record.closed_at = time.monotonic()
         self.shared.open_connections.discard(self._key)
         if self._counted:
             self._counted = False

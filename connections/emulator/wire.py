@@ -16,6 +16,7 @@ import dataclasses
 import itertools
 import random
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import parse_qs, urlsplit
@@ -241,7 +242,7 @@ class SessionRecord:
     each turn, `sent` every message sent, `handles` the resumable handles issued,
     `profile` the family whose behaviour the session followed, `close` the
     (code, reason) the server closed with (1006 for a drop), or the client's
-    close as `client_close`.
+    close as `client_close`; `opened_at` and `closed_at` when (time.monotonic()).
     """
 
     index: int
@@ -267,6 +268,8 @@ class SessionRecord:
     close: tuple[int, str] | None = None
     client_close: tuple[int, str] | None = None
     stalled: bool = False
+    opened_at: float = dataclasses.field(default_factory=time.monotonic)
+    closed_at: float | None = None  # time.monotonic() when it ended, either side
 
     @property
     def model(self) -> str | None:

@@ -1,0 +1,180 @@
+"""How long a conversation is away when the server holding it dies.
+
+Two `live serve --redis` processes with their default fleet settings, a real
+`redis-server`, the Live emulator and a round-robin TCP balancer without
+stickiness in front. A client asks a question, the server holding its session
+is killed (SIGKILL), and two times are measured from the kill: until the client
+has reattached (`session.reattached`), and until the next question, asked at
+once, is answered. Repeated `--runs` times; prints each run, the median and the
+worst.
+
+    .venv/bin/python -m bench.failover --runs 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+from anyio.abc import SocketStream
+
+from clients.client import LiveClient
+from connections.emulator import Script, running_emulator
+from live import protocol as p
+
+MODEL = "gemini-live-2.5-flash-preview"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _redis() -> Iterator[int]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed (./test installs it)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("redis-server did not start") from None
+                time.sleep(0.02)
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _serve(env: dict[str, str], redis_port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--model", MODEL,
+         "--redis", f"redis://127.0.0.1:{redis_port}/0"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+    )
+    assert proc.stdout is not None
+    match = re.search(r"http://127\.0\.0\.1:(\d+)/", proc.stdout.readline())
+    if match is None:
+        raise SystemExit("live serve did not start")
+    proc.port = int(match.group(1))  # type: ignore[attr-defined]
+    return proc
+
+
+def _sessions(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+        return int(json.load(response)["sessions"])
+
+
+async def _pipe(source: SocketStream, sink: SocketStream) -> None:
+    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        while True:
+            await sink.send(await source.receive())
+    with contextlib.suppress(Exception):
+        await sink.send_eof()
+
+
+@contextlib.asynccontextmanager
+async def _balancer(ports: list[int]) -> AsyncIterator[int]:
+    turn = [0]
+
+    async def handle(client: SocketStream) -> None:
+        async with client:
+            for _ in range(len(ports)):
+                port = ports[turn[0] % len(ports)]
+                turn[0] += 1
+                try:
+                    backend = await anyio.connect_tcp("127.0.0.1", port)
+                except OSError:
+                    continue
+                async with backend, anyio.create_task_group() as tg:
+                    tg.start_soon(_pipe, client, backend)
+                    tg.start_soon(_pipe, backend, client)
+                return
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        yield listener.extra(anyio.abc.SocketAttribute.local_port)
+        tg.cancel_scope.cancel()
+
+
+async def _answered(client: LiveClient, text: str) -> None:
+    await client.send_text(text)
+    async for event in client.events():
+        if isinstance(event, p.TurnComplete) and event.reason is None:
+            return
+
+
+async def _one_run(env: dict[str, str], redis_port: int) -> tuple[float, float]:
+    servers = [_serve(env, redis_port) for _ in range(2)]
+    try:
+        async with _balancer([s.port for s in servers]) as port:  # type: ignore[attr-defined]
+            async with LiveClient.connect(f"ws://127.0.0.1:{port}/live") as client:
+                await _answered(client, "one")
+                await anyio.sleep(0.3)
+                [holder] = [s for s in servers if _sessions(s.port) > 0]  # type: ignore[attr-defined]
+                killed = time.monotonic()
+                holder.send_signal(signal.SIGKILL)
+                async for event in client.events():
+                    if isinstance(event, p.SessionReattached):
+                        break
+                back = time.monotonic() - killed
+                await _answered(client, "two")
+                return back, time.monotonic() - killed
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+
+
+async def main(runs: int) -> None:
+    with _redis() as redis_port:
+        async with running_emulator(Script(speed=20)) as emu:
+            env = {
+                **os.environ,
+                "GOOGLE_API_KEY": "dev",
+                "GOOGLE_GEMINI_BASE_URL": emu.base_url,
+                "SSL_CERT_FILE": str(emu.ca_file),
+                "NO_PROXY": "127.0.0.1,localhost",
+            }
+            backs, answers = [], []
+            for n in range(runs):
+                back, answer = await _one_run(env, redis_port)
+                backs.append(back)
+                answers.append(answer)
+                print(f"run {n + 1}: reattached {back:.2f} s, next answer {answer:.2f} s after the kill", flush=True)
+    print(
+        f"default settings (--fleet-lease 2), {runs} runs: kill to reattach median {statistics.median(backs):.2f} s, "
+        f"worst {max(backs):.2f} s; kill to next answer median {statistics.median(answers):.2f} s, "
+        f"worst {max(answers):.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10)
+    anyio.run(main, parser.parse_args().runs)
