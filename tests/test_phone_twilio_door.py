@@ -69,6 +69,15 @@ def test_a_stream_opens_only_with_the_token_minted_for_its_call(tokens):
             assert token not in refusal  # a refusal never repeats the credential
 
 
+def test_a_calls_token_opens_one_stream(tokens):
+    token = tokens.mint(CALL)
+    first, copy = TwilioDoor(tokens=tokens), TwilioDoor(tokens=tokens)
+    first.opening(start_message(token))
+    copy.opening(start_message(token))
+    assert first.authorize(None) is None
+    assert "already opened" in copy.authorize(None)
+
+
 def test_a_start_in_another_format_is_refused(tokens):
     door = TwilioDoor(tokens=tokens)
     with pytest.raises(p.ProtocolError) as caught:

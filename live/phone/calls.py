@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 
-from live.auth import TokenRefused, mint_token, verify_token
+from live.auth import SpentTokens, TokenRefused, mint_token, verify_token
 
 __all__ = ["CALL_TOKEN_TTL", "CallTokens"]
 
@@ -30,6 +30,9 @@ class CallTokens:
         self._secret = secret or secrets.token_urlsafe(32)
         self.agent = agent
         self.ttl = ttl
+        # A call's token opens one stream, as a session token opens one session:
+        # a copied start message opens nothing (in this process; see SpentTokens).
+        self._spent = SpentTokens()
 
     def mint(self, call_id: str) -> str:
         return mint_token(self._secret, ttl=self.ttl, subject=f"call:{call_id}", agent=self.agent)
@@ -44,6 +47,8 @@ class CallTokens:
             return f"call token refused: {exc}"
         if not call_id or grant.subject != f"call:{call_id}":
             return "the call token is for another call"
+        if not self._spent.spend(grant):
+            return "the call token already opened a stream (a call's token opens one)"
         return None
 
     def __repr__(self) -> str:  # never the secret
