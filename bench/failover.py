@@ -14,23 +14,20 @@ worst.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
 
 import anyio
-from anyio.abc import SocketStream
 
+from bench.balancer import round_robin
+from bench.store import redis_server
 from clients.client import LiveClient
 from connections.emulator import Script, running_emulator
 from live import protocol as p
@@ -38,42 +35,10 @@ from live import protocol as p
 MODEL = "gemini-live-2.5-flash-preview"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _redis() -> Iterator[int]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed (./test installs it)")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("redis-server did not start") from None
-                time.sleep(0.02)
-        yield port
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def _serve(env: dict[str, str], redis_port: int) -> subprocess.Popen[str]:
+def _serve(env: dict[str, str], redis_url: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--model", MODEL,
-         "--redis", f"redis://127.0.0.1:{redis_port}/0"],
+         "--redis", redis_url],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
     )
     assert proc.stdout is not None
@@ -89,39 +54,6 @@ def _sessions(port: int) -> int:
         return int(json.load(response)["sessions"])
 
 
-async def _pipe(source: SocketStream, sink: SocketStream) -> None:
-    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        while True:
-            await sink.send(await source.receive())
-    with contextlib.suppress(Exception):
-        await sink.send_eof()
-
-
-@contextlib.asynccontextmanager
-async def _balancer(ports: list[int]) -> AsyncIterator[int]:
-    turn = [0]
-
-    async def handle(client: SocketStream) -> None:
-        async with client:
-            for _ in range(len(ports)):
-                port = ports[turn[0] % len(ports)]
-                turn[0] += 1
-                try:
-                    backend = await anyio.connect_tcp("127.0.0.1", port)
-                except OSError:
-                    continue
-                async with backend, anyio.create_task_group() as tg:
-                    tg.start_soon(_pipe, client, backend)
-                    tg.start_soon(_pipe, backend, client)
-                return
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, handle)
-        yield listener.extra(anyio.abc.SocketAttribute.local_port)
-        tg.cancel_scope.cancel()
-
-
 async def _answered(client: LiveClient, text: str) -> None:
     await client.send_text(text)
     async for event in client.events():
@@ -129,10 +61,10 @@ async def _answered(client: LiveClient, text: str) -> None:
             return
 
 
-async def _one_run(env: dict[str, str], redis_port: int) -> tuple[float, float]:
-    servers = [_serve(env, redis_port) for _ in range(2)]
+async def _one_run(env: dict[str, str], redis_url: str) -> tuple[float, float]:
+    servers = [_serve(env, redis_url) for _ in range(2)]
     try:
-        async with _balancer([s.port for s in servers]) as port:  # type: ignore[attr-defined]
+        async with round_robin([s.port for s in servers]) as port:  # type: ignore[attr-defined]
             async with LiveClient.connect(f"ws://127.0.0.1:{port}/live") as client:
                 await _answered(client, "one")
                 await anyio.sleep(0.3)
@@ -152,7 +84,7 @@ async def _one_run(env: dict[str, str], redis_port: int) -> tuple[float, float]:
 
 
 async def main(runs: int) -> None:
-    with _redis() as redis_port:
+    with redis_server() as (redis_url, _):
         async with running_emulator(Script(speed=20)) as emu:
             env = {
                 **os.environ,
@@ -163,7 +95,7 @@ async def main(runs: int) -> None:
             }
             backs, answers = [], []
             for n in range(runs):
-                back, answer = await _one_run(env, redis_port)
+                back, answer = await _one_run(env, redis_url)
                 backs.append(back)
                 answers.append(answer)
                 print(f"run {n + 1}: reattached {back:.2f} s, next answer {answer:.2f} s after the kill", flush=True)

@@ -87,6 +87,8 @@ class Agent:
     - `context_compression`: a sliding context window, so a conversation is not
       capped at 15 minutes of audio (on by default).
     - `config`: a `types.LiveConnectConfig` whose set fields override the rest.
+    - `on_key_press`: on phone calls, `(call id, digit)` for each key the
+      caller presses (the model is told too, as text).
 
     Session resumption is always requested: it is what lets a conversation
     survive the model closing its connection.
@@ -104,6 +106,10 @@ class Agent:
     tool_timeout: float = 10.0
     client_tool_timeout: float = 30.0
     config: types.LiveConnectConfig | None = None
+    # Phone calls: called with (the call's id, the digit) when a caller presses
+    # a key, before the model is told. Called from the session's own task: it
+    # must not block (record the key; a tool can read it).
+    on_key_press: Callable[[str, str], object] | None = None
 
     def __post_init__(self) -> None:
         names = [t.__name__ for t in self.tools] + [d.name or "" for d in self.client_tools]

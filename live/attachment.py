@@ -230,6 +230,8 @@ class ClientAttachment:
         """
         runner = self._runner
         config = runner.config
+        if self.door.checks_own_credentials:
+            return self.door.authorize(token)
         opening = "session.start" if spend else "session.resume"
         if config.token is None and config.token_secret is None:
             return None

@@ -1,4 +1,4 @@
-"""The `live` command: `live serve`, `live emulator`, `live mic`, `live record`, `live replay`.
+"""The `live` command: `live serve`, `live call`, `live emulator`, `live mic`, `live record`, `live replay`.
 
 Each subcommand lives in the module that implements it and owns its own
 arguments; this dispatcher only imports the one that was asked for.
@@ -11,6 +11,7 @@ import sys
 
 _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("live.serve_cli", "run the session server (WebSocket /live, browser page /)"),
+    "call": ("live.phone.call_cli", "serve an agent on Twilio and have it call a phone number"),
     "emulator": ("connections.emulator.cli", "run a local Gemini Live endpoint over TLS"),
     "mic": ("clients.mic", "talk to a server from this terminal's microphone"),
     "token": ("live.auth", "print a signed session token for a server started with --token-secret"),

@@ -130,6 +130,22 @@ class Metrics:
             ["model", "agent", "end_reason"],
             registry=r,
         )
+        # By front door (its `name`: live, twilio, telnyx, ...): phone calls beside
+        # browser sessions, per carrier. Separate from `live_sessions` so its
+        # labels, and the dashboards built on them, stay as they were.
+        self.door_sessions_active = Gauge(
+            "live_door_sessions_active",
+            "Client sessions open now, by the front door they came through.",
+            ["door"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.door_sessions = Counter(
+            "live_door_sessions",
+            "Client sessions ended, by the front door they came through and why they ended.",
+            ["door", "end_reason"],
+            registry=r,
+        )
         self.turn_latency = Histogram(
             "live_turn_latency_seconds",
             "From the end of the user's turn (activity.end, a typed turn, or the "

@@ -182,11 +182,12 @@ class SessionObserver:
         "_metrics", "_model", "_agent", "_tools", "_frames_in", "_frames_out",
         "_turn_end", "_reply_audio_queued", "_started_at", "_calls",
         "_reconnect_cause", "_counted_late", "_counted_flushed", "_opened",
-        "_frames_in_kept", "_frames_out_kept",
+        "_frames_in_kept", "_frames_out_kept", "_door",
     )
 
-    def __init__(self, metrics: Metrics, *, model: str, agent: str, tools: Iterable[str]) -> None:
+    def __init__(self, metrics: Metrics, *, model: str, agent: str, tools: Iterable[str], door: str = "live") -> None:
         self._metrics = metrics
+        self._door = door  # the front door's name: which wire (a carrier) the session came through
         self._model = model
         self._agent = agent
         self._tools = frozenset(tools)
@@ -210,6 +211,7 @@ class SessionObserver:
     def opened(self) -> None:
         self._opened = True
         self._metrics.sessions_active.inc()
+        self._metrics.door_sessions_active.labels(self._door).inc()
 
     def abandon(self) -> None:
         """This socket turned out to serve another session (a reattach): not a session."""
@@ -217,6 +219,7 @@ class SessionObserver:
         if self._opened:
             self._opened = False
             self._metrics.sessions_active.dec()
+            self._metrics.door_sessions_active.labels(self._door).dec()
 
     def started(self, now: float) -> None:
         """`session.start` was accepted: the first reply audio is timed from here."""
@@ -231,10 +234,13 @@ class SessionObserver:
         flushed: int = 0,
     ) -> None:
         self.catch_up(late_dropped, flushed)
-        self._metrics.sessions.labels(self._model, self._agent, end_reason_code(reason, error)).inc()
+        code = end_reason_code(reason, error)
+        self._metrics.sessions.labels(self._model, self._agent, code).inc()
+        self._metrics.door_sessions.labels(self._door, code).inc()
         if self._opened:
             self._opened = False
             self._metrics.sessions_active.dec()
+            self._metrics.door_sessions_active.labels(self._door).dec()
 
     def catch_up(self, late_dropped: int, flushed: int) -> None:
         """Bring what the session counts itself up to date in the metrics: its

@@ -144,6 +144,7 @@ class SessionRunner:
             model=self.model,
             agent=agent.name,
             tools=[*agent.tools_by_name, *(d.name or "" for d in agent.client_tools)],
+            door=door.name,
         )
         self.client = ClientAttachment(self, ws, door)
         self.link = ModelLink(self)

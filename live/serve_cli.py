@@ -12,12 +12,14 @@ import asyncio
 import importlib
 import logging
 import os
+import secrets
 import signal
 import ssl
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
@@ -26,7 +28,7 @@ from live import capacity, logs
 from live.agent import Agent
 from live.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
-from live.extras import MissingExtra
+from live.extras import MissingExtra, require
 from live.sockets import LAYERS
 from live.fleet import Fleet
 from live.loop import CHOICES as LOOPS, LoopUnavailable, backend_options
@@ -38,6 +40,9 @@ from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multi
 from live.doors.gemini_live import gemini_doors
 from live.server import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
 from live.store import StoreError, open_store
+
+if TYPE_CHECKING:
+    from live.phone.lines import PhoneLines
 
 DEFAULT_MODEL = "local/echo"
 DEFAULT_INSTRUCTION = "You are a friendly voice assistant. Keep your answers short and clear."
@@ -151,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     gemini = parser.add_argument_group("the Live API's own endpoint (see docs/gemini-endpoint.md)")
     gemini.add_argument("--gemini-endpoint", action="store_true", help="also serve the Live API's WebSocket paths (/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent and the v1alpha ones), so google-genai and @google/genai apps connect with only their base URL changed; the key they send is one of this server's tokens (serve it over TLS: --certfile)")
     gemini.add_argument("--gemini-model", action="append", default=[], metavar="PATTERN", help="with --gemini-endpoint: a model name (fnmatch pattern, without models/) a client may ask for in its setup; the session runs the server's model whichever it names (repeatable; default: the server's model)")
+    phone = parser.add_argument_group("phone calls (see docs/phone.md)")
+    phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice (on --phone-port) and the media stream /twilio/media; the auth token comes from $TWILIO_AUTH_TOKEN")
+    phone.add_argument("--telnyx", action="store_true", help="answer Telnyx calls: the Call Control webhook POST /telnyx/call (on --phone-port) answers with the media stream /telnyx/media; keys from $TELNYX_API_KEY and $TELNYX_PUBLIC_KEY")
+    phone.add_argument("--public-url", metavar="URL", help="the https:// address carriers reach this server at (a tunnel's in development); webhooks' signatures are checked against it")
+    phone.add_argument("--phone-port", type=int, metavar="PORT", help="port of the carriers' webhooks (they POST, which the WebSocket port does not read) (default: --port + 1)")
+    phone.add_argument("--stream-url", metavar="URL", help="the wss:// address of the media stream, when it is not --public-url's host with /twilio/media")
     tls = parser.add_argument_group("TLS (so browsers on other machines may use the microphone)")
     tls.add_argument("--certfile", help="PEM certificate chain: serve https:// and wss:// directly")
     tls.add_argument("--keyfile", help="PEM private key of --certfile (if not in the same file)")
@@ -247,6 +258,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             f"message, does not fit in --max-frame-bytes {args.max_frame_bytes}; raise "
             "--max-frame-bytes or lower --max-image-bytes"
         )
+    lines = args.phone_lines = _phone_lines(args, agent, token_secret)
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -256,7 +268,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         max_image_bytes=args.max_image_bytes,
         max_image_rate=args.max_image_rate,
         idle_timeout=args.idle_timeout,
-        allowed_hosts=tuple(args.allow_host),
+        allowed_hosts=tuple(args.allow_host) + tuple(sorted(lines.public_hosts if lines else ())),
         allowed_origins=tuple(args.allow_origin),
         token=args.token or None,
         token_secret=token_secret,
@@ -288,12 +300,62 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             )
         except OSError as exc:
             raise UsageError(f"--record {args.record}: {exc.strerror or exc}") from None
-    doors = None
+    doors = lines.mounted_on(DEFAULT_DOORS) if lines else None
     if args.gemini_endpoint:
-        doors = {**DEFAULT_DOORS, **gemini_doors(args.gemini_model or [agent.model.removeprefix("models/")])}
+        models = args.gemini_model or [agent.model.removeprefix("models/")]
+        doors = {**(doors or DEFAULT_DOORS), **gemini_doors(models)}
     elif args.gemini_model:
         raise UsageError("--gemini-model needs --gemini-endpoint")
     return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors)
+
+
+# A secret that signs the tokens of calls, shared by the worker processes (a
+# webhook answered by one, the call's stream taken by another).
+CALL_SECRET_ENV = "LIVE_CALL_TOKEN_SECRET"
+
+
+def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | None) -> PhoneLines | None:
+    if not (args.twilio or args.telnyx):
+        if args.public_url or args.stream_url or args.phone_port is not None:
+            raise UsageError("--public-url, --stream-url and --phone-port are for phone calls: add --twilio or --telnyx")
+        return None
+    flag = "--twilio" if args.twilio else "--telnyx"
+    try:
+        require("phone", flag, "twilio", "h11", "cryptography")
+    except MissingExtra as exc:
+        raise UsageError(str(exc)) from None
+    if not args.public_url or urlsplit(args.public_url).scheme not in ("https", "http") or not urlsplit(args.public_url).hostname:
+        raise UsageError(f"{flag} needs --public-url https://NAME, the address the carrier reaches this server at")
+    if args.twilio and args.telnyx and args.stream_url:
+        raise UsageError("--stream-url names one carrier's stream: with both --twilio and --telnyx, route both through --public-url")
+    if args.phone_port is None:
+        args.phone_port = args.port + 1 if args.port else 0
+    secret = token_secret or os.environ.get(CALL_SECRET_ENV)
+    if secret is None:
+        secret = os.environ[CALL_SECRET_ENV] = secrets.token_urlsafe(32)
+    from live.phone.calls import CallTokens
+    from live.phone.lines import PhoneLines
+
+    lines = PhoneLines(tokens=CallTokens(secret, agent=agent.name))
+    if args.twilio:
+        auth_token = os.environ.get("TWILIO_AUTH_TOKEN", "")
+        if not auth_token:
+            raise UsageError("--twilio needs the account's auth token in $TWILIO_AUTH_TOKEN (Twilio console, Account Info)")
+        from live.phone.control import TwilioCallControl
+
+        # With the account's id the agent's call-control tools can act (end_call, transfer_call).
+        account_sid = os.environ.get("TWILIO_ACCOUNT_SID")
+        control = TwilioCallControl(account_sid, auth_token) if account_sid else None
+        lines.add_twilio(auth_token, args.public_url, stream_url=args.stream_url, control=control, on_dtmf=agent.on_key_press)
+    if args.telnyx:
+        api_key, public_key = os.environ.get("TELNYX_API_KEY", ""), os.environ.get("TELNYX_PUBLIC_KEY", "")
+        if not api_key or not public_key:
+            raise UsageError("--telnyx needs $TELNYX_API_KEY (answers calls) and $TELNYX_PUBLIC_KEY (checks webhooks), "
+                             "both from the Telnyx portal")
+        lines.add_telnyx(public_key, api_key, args.public_url, stream_url=args.stream_url,
+                         api_base_url=os.environ.get("TELNYX_API_BASE_URL", "https://api.telnyx.com/v2"),
+                         on_dtmf=agent.on_key_press)
+    return lines
 
 
 async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:
@@ -335,6 +397,16 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
 
         tg.start_soon(stop_on_signal)
         port = await tg.start(serve)
+        lines = getattr(args, "phone_lines", None)
+        webhooks = None
+        if lines is not None:
+            from live.phone.webhooks import WebhookListener
+
+            webhooks = WebhookListener(
+                lines.webhooks, server.config.host, args.phone_port, reuse_port=args.workers > 1,
+                ssl_context=tls_context(args.certfile, args.keyfile) if args.certfile else None,
+            )
+            args.phone_port = await tg.start(webhooks.serve)
         logger = logging.getLogger("live.server")
         logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
         found = getattr(args, "capacity_found", None)
@@ -350,6 +422,8 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         extra = ["--port", str(port)]
         if server.metrics_port is not None:
             extra += ["--metrics-port", str(server.metrics_port)]
+        if webhooks is not None:
+            extra += ["--phone-port", str(args.phone_port)]
         workers = await _start_workers([*argv, *extra], args.workers - 1)
         host = server.config.host
         shown = f"[{host}]" if ":" in host else host
@@ -365,7 +439,22 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
             metrics_host = server.config.metrics_host
             metrics_shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host
             print(f"live: metrics on http://{metrics_shown}:{server.metrics_port}/metrics", flush=True)
+        if lines is not None and lines.twilio_webhook is not None:
+            print(
+                f"live: Twilio voice webhook {lines.twilio_webhook.public_url}/twilio/voice (served on "
+                f"{web}://{shown}:{args.phone_port}/twilio/voice), media stream {lines.twilio_webhook.stream_url}",
+                flush=True,
+            )
+        if lines is not None and lines.telnyx_webhook is not None:
+            print(
+                f"live: Telnyx call webhook {args.public_url.rstrip('/')}/telnyx/call (served on "
+                f"{web}://{shown}:{args.phone_port}/telnyx/call), media stream {lines.telnyx_webhook.stream_url}",
+                flush=True,
+            )
         tg.start_soon(_stop_workers_with, server, workers)
+        after_ready = getattr(args, "after_ready", None)
+        if after_ready is not None:  # `live call`: place the call once the server answers
+            tg.start_soon(after_ready, server, args)
         if server.agent.model == DEFAULT_MODEL and (
             os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
         ):
@@ -420,8 +509,10 @@ async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[
                 worker_stopped(worker.pid)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], *, after_ready: Callable[..., Any] | None = None) -> int:
+    """`live serve`; `after_ready(server, args)` runs in the server's task group once it listens."""
     args = build_parser().parse_args(argv)
+    args.after_ready = after_ready
     logs.configure(args.log_level, args.log_format, args.worker_index if args.workers > 1 else None)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         print(f"live serve: --metrics-port must be a port number, not {args.metrics_port}", file=sys.stderr)

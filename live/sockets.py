@@ -42,6 +42,28 @@ def serve_with(layer: str) -> tuple[str, Callable[..., contextlib.AbstractAsyncC
     return "websockets", _serve_websockets
 
 
+class _ServerConnection(websockets.asyncio.server.ServerConnection):
+    """websockets' server connection, reading again when it closes.
+
+    A peer that keeps sending (a phone line: 50 frames a second) fills the
+    receive queue of a connection the server is refusing; reading pauses there,
+    the peer's close reply is never read, and the closing handshake waits out
+    the close timeout. Frames nobody will take are dropped and reading resumes.
+    (It reaches into websockets' frame assembler: `recv_messages`.)
+    """
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        messages = self.recv_messages
+        # No flow control while closing: what arrives until the peer's close
+        # (milliseconds; the close timeout at most) is dropped unread.
+        messages.high = messages.low = None
+        messages.frames.queue.clear()
+        if messages.paused:
+            messages.paused = False
+            messages.resume()
+        await super().close(code, reason)
+
+
 @contextlib.asynccontextmanager
 async def _serve_websockets(
     handler: Callable[[Any], Awaitable[None]],
@@ -70,6 +92,7 @@ async def _serve_websockets(
         max_queue=max_queue,
         server_header=server_header,
         compression=None,  # PCM does not compress: it would only spend CPU per frame
+        create_connection=_ServerConnection,
         ping_interval=ping_interval,
         ping_timeout=ping_timeout,
         **kwargs,

@@ -236,6 +236,10 @@ class WebSocket(WSListener):  # type: ignore[misc]
             self._deliver(payload, self._fragments_text)
 
     def _deliver(self, payload: bytes, text: bool) -> None:
+        if self._transport.is_close_frame_sent:
+            # We are closing: no one reads what comes now, and it must not
+            # fill the queue and stop reading before the peer's close arrives.
+            return
         # Text stays bytes until `recv()` says how it wants it.
         self._messages.append((payload, text))
         waiter = self._recv_waiter
@@ -342,6 +346,11 @@ class WebSocket(WSListener):  # type: ignore[misc]
             transport.send_close(WSCloseCode(code), close_reason_bytes(reason))
             if self._close_timeout is not None:
                 self._close_timer = self._loop.call_later(self._close_timeout, transport.disconnect, False)
+            if self._reading_paused:
+                # A peer that kept sending (a phone line never stops) filled the
+                # queue; its close answers only reach us if we read again.
+                self._reading_paused = False
+                transport.underlying_transport.resume_reading()
         await self.wait_closed()
 
     async def wait_closed(self) -> None:

@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import pytest
-from anyio.abc import SocketStream
 
+from bench.balancer import round_robin as balancer
 from clients.client import LiveClient, Reattaching
 from connections.emulator import Script
 from connections.emulator.server import running_emulator
@@ -72,40 +72,6 @@ class Serving:
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
-
-
-async def _pipe(source: SocketStream, sink: SocketStream) -> None:
-    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        while True:
-            await sink.send(await source.receive())
-    with contextlib.suppress(Exception):
-        await sink.send_eof()
-
-
-@contextlib.asynccontextmanager
-async def balancer(ports: list[int]) -> AsyncIterator[int]:
-    """A round-robin TCP load balancer on a free port (no stickiness)."""
-    turn = [0]
-
-    async def handle(client: SocketStream) -> None:
-        async with client:
-            for _ in range(len(ports)):
-                port = ports[turn[0] % len(ports)]
-                turn[0] += 1
-                try:
-                    backend = await anyio.connect_tcp("127.0.0.1", port)
-                except OSError:
-                    continue  # a dead server: the next one
-                async with backend, anyio.create_task_group() as tg:
-                    tg.start_soon(_pipe, client, backend)
-                    tg.start_soon(_pipe, backend, client)
-                return
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, handle)
-        yield listener.extra(anyio.abc.SocketAttribute.local_port)
-        tg.cancel_scope.cancel()
 
 
 @contextlib.asynccontextmanager

@@ -33,13 +33,13 @@ import pytest
 from anyio.abc import SocketStream
 from websockets.exceptions import ConnectionClosed
 
+from bench.balancer import round_robin as balancer
 from clients.client import LiveClient, Reattaching
 from connections.emulator import Script
 from connections.emulator.server import running_emulator
 from live import protocol as p
 from live.store import RedisStore
 from serving import late_tail, replies
-from test_fleet import balancer
 from test_store import RedisServer, _free_port
 
 pytestmark = pytest.mark.anyio

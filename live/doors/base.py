@@ -78,6 +78,10 @@ class FrontDoor(abc.ABC):
     # The label this door's sessions carry in metrics and logs.
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # True: the door checks its clients' credentials itself (`authorize`), in
+    # place of the server's token check (a carrier cannot present the
+    # server's token; its call does, signed by the server's own webhook).
+    checks_own_credentials: ClassVar[bool] = False
 
     def __init__(self, request: Request | None = None) -> None:
         # The socket's handshake: its headers and query may carry what the
@@ -91,6 +95,11 @@ class FrontDoor(abc.ABC):
         `SessionClose`, an error to answer (the socket stays open), or None
         (nothing to do yet). Raising `live.protocol.ProtocolError` answers its
         code and message."""
+
+    def authorize(self, token: str | None) -> str | None:
+        """With `checks_own_credentials`: None if the start's `token` opens a
+        session, else why not (never the token itself)."""
+        return None
 
     @abc.abstractmethod
     def inputs(self, frame: str | bytes) -> Iterable[Input]:

@@ -1,0 +1,385 @@
+"""A phone carrier double: places calls to the server as Twilio does, from its public documentation.
+
+It does what Twilio's side of a call does, and shares nothing with the
+server's code: it POSTs the voice webhook as a signed form
+(`X-Twilio-Signature`: base64 HMAC-SHA1, keyed with the account's auth token,
+of the URL followed by each form field's name and value, sorted by name),
+reads the TwiML answer, opens the `<Connect><Stream>` WebSocket and speaks
+Media Streams on it: `connected`, `start` (the `<Parameter>`s as
+`customParameters`), `media` every 20 ms (base64 μ-law; silence while the
+caller says nothing), `dtmf`, `stop`. What the server sends back plays at real
+time: a `mark` is echoed when the audio before it has played, and `clear`
+drops what is buffered and echoes the marks it dropped.
+
+    double = TwilioDouble(auth_token)
+    async with double.call("http://127.0.0.1:8766/twilio/voice") as call:
+        await call.speak(question_ulaw)
+        await call.wait_for_reply()
+        heard = call.played()  # the μ-law the caller heard
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import contextlib
+import dataclasses
+import hashlib
+import hmac
+import json
+import secrets
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import AsyncIterator, Mapping
+from urllib.parse import urlencode, urlsplit
+
+import anyio
+import h11
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+__all__ = ["CallRefused", "TwilioCall", "TwilioDouble", "twilio_signature"]
+
+FRAME = 160  # 20 ms of μ-law at 8 kHz
+FRAME_SECONDS = 0.02
+ULAW_SILENCE = b"\xff" * FRAME
+
+
+class CallRefused(Exception):
+    """The server did not take the call: its webhook answer, or the stream's close."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"{status}: {body[:200]}")
+        self.status = status
+        self.body = body
+
+
+def twilio_signature(auth_token: str, url: str, params: Mapping[str, str]) -> str:
+    """`X-Twilio-Signature` as Twilio's security documentation defines it."""
+    data = url + "".join(name + params[name] for name in sorted(params))
+    digest = hmac.new(auth_token.encode(), data.encode(), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
+
+
+async def http_post(url: str, form: Mapping[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
+    """One POST of a form over HTTP/1.1 (Twilio's webhooks)."""
+    return await http_post_raw(url, urlencode(form).encode(), {"Content-Type": "application/x-www-form-urlencoded", **headers})
+
+
+async def http_post_raw(url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
+    """One POST over HTTP/1.1; (status, body)."""
+    parts = urlsplit(url)
+    conn = h11.Connection(h11.CLIENT)
+    request = h11.Request(method="POST", target=(parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=[
+        ("Host", parts.netloc), ("Content-Length", str(len(body))), ("User-Agent", "carrier-double/1.0"), *headers.items(),
+    ])
+    async with await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 80) as stream:
+        await stream.send(conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+        status, answer = 0, bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await stream.receive())
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                answer += event.data
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                return status, bytes(answer)
+
+
+def _sid(prefix: str) -> str:
+    return prefix + secrets.token_hex(16)
+
+
+@dataclasses.dataclass
+class Heard:
+    """What reached the caller's side, with the double's clock (seconds since the call began)."""
+
+    media: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)  # received frames
+    clears: list[float] = dataclasses.field(default_factory=list)
+    marks_echoed: list[str] = dataclasses.field(default_factory=list)
+    frames: list[dict] = dataclasses.field(default_factory=list)  # every message, as received
+
+
+class TwilioCall:
+    """One call in progress: the caller's mouth (`speak`, `press`) and ear (`heard`)."""
+
+    def __init__(self, ws, stream_sid: str, call_sid: str, started: float) -> None:
+        self.ws = ws
+        self.stream_sid = stream_sid
+        self.call_sid = call_sid
+        self.started = started
+        self.heard = Heard()
+        self.closed: tuple[int | None, str] | None = None
+        self._sequence = 2
+        self._chunk = 0
+        self._outgoing: collections.deque[bytes] = collections.deque()
+        # The caller's playback buffer: frames and marks in the order received.
+        self._buffer: list[tuple[str, bytes | str]] = []
+        self._played: list[bytes] = []
+        self._sent_speech_end: float | None = None
+        self._got_audio = anyio.Event()
+        self.new_twiml: str | None = None  # what the REST API moved the call to
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    # How this carrier names the stream and numbers messages on the wire.
+    STREAM_FIELD = "streamSid"
+    SEQUENCE_FIELD = "sequenceNumber"
+
+    async def _send(self, message: dict) -> None:
+        message = {"event": message.pop("event"), self.SEQUENCE_FIELD: str(self._sequence),
+                   self.STREAM_FIELD: self.stream_sid, **message}
+        self._sequence += 1
+        await self.ws.send(json.dumps(message))
+
+    def _addressed(self, message: dict) -> bool:
+        """Twilio's messages to Twilio name the stream they are for."""
+        return message.get("streamSid") == self.stream_sid
+
+    async def _media(self, ulaw: bytes) -> None:
+        self._chunk += 1
+        await self._send({
+            "event": "media",
+            "media": {"track": "inbound", "chunk": str(self._chunk), "timestamp": str(self._chunk * 20),
+                      "payload": base64.b64encode(ulaw).decode()},
+        })
+
+    async def speak(self, ulaw: bytes, *, silence_after: float = 0.0) -> None:
+        """Say `ulaw` (the line sends it in 20 ms frames at real time); return when it is said."""
+        frames = [ulaw[i : i + FRAME] for i in range(0, len(ulaw), FRAME)]
+        if frames:
+            frames[-1] += ULAW_SILENCE[len(frames[-1]):]
+        self._outgoing.extend(frames)
+        while self._outgoing:
+            await anyio.sleep(FRAME_SECONDS / 2)
+        self._sent_speech_end = self.now()
+        if silence_after:
+            await self.silence(silence_after)
+
+    async def silence(self, seconds: float) -> None:
+        """Say nothing for `seconds` (the line carries silence meanwhile)."""
+        await anyio.sleep(seconds)
+
+    async def _line(self) -> None:
+        """The caller's microphone: a frame every 20 ms, speech when there is some, else silence."""
+        deadline = time.monotonic()
+        while self.closed is None:
+            try:
+                await self._media(self._outgoing.popleft() if self._outgoing else ULAW_SILENCE)
+            except ConnectionClosed:
+                return  # the server hung up: _receive records how
+            deadline += FRAME_SECONDS
+            await anyio.sleep(max(0.0, deadline - time.monotonic()))
+
+    async def press(self, digit: str) -> None:
+        await self._send({"event": "dtmf", "dtmf": {"track": "inbound_track", "digit": digit}})
+
+    async def send_raw(self, frame: str | bytes) -> None:
+        """A frame as is (for tests of what a server does with a bad one)."""
+        await self.ws.send(frame)
+
+    async def leave_stream(self, twiml: str) -> None:
+        """The call was given new TwiML (REST): it leaves the stream, which stops."""
+        self.new_twiml = twiml
+        await self.hang_up()
+        with contextlib.suppress(ConnectionClosed):
+            await self.ws.close()
+
+    async def hang_up(self) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            await self._send({"event": "stop",
+                              "stop": {"accountSid": "AC", "callSid": self.call_sid}})
+
+    @property
+    def speech_ended_at(self) -> float | None:
+        return self._sent_speech_end
+
+    def played(self) -> bytes:
+        """The μ-law the caller's ear played so far."""
+        return b"".join(self._played)
+
+    def received(self) -> bytes:
+        return b"".join(frame for _, frame in self.heard.media)
+
+    async def wait_for_audio(self, timeout: float = 10.0) -> float:
+        """Seconds on the call's clock when the first reply frame arrived."""
+        with anyio.fail_after(timeout):
+            await self._got_audio.wait()
+        return self.heard.media[0][0]
+
+    async def wait_quiet(self, quiet: float = 0.6, timeout: float = 20.0) -> None:
+        """Until no reply audio arrived for `quiet` seconds (after some did)."""
+        await self.wait_for_audio(timeout)
+        with anyio.fail_after(timeout):
+            while not self._buffer_empty_for(quiet):
+                await anyio.sleep(0.05)
+
+    def _buffer_empty_for(self, quiet: float) -> bool:
+        last = self.heard.media[-1][0] if self.heard.media else 0.0
+        return not self._buffer and self.now() - last >= quiet
+
+    # ------------------------------------------------------------------ the ear
+
+    async def _receive(self) -> None:
+        try:
+            async for frame in self.ws:
+                message = json.loads(frame)
+                self.heard.frames.append(message)
+                event = message.get("event")
+                if not self._addressed(message):
+                    raise AssertionError(f"a message for another stream: {message!r}")
+                if event == "media":
+                    ulaw = base64.b64decode(message["media"]["payload"], validate=True)
+                    self.heard.media.append((self.now(), ulaw))
+                    self._buffer.append(("media", ulaw))
+                    self._got_audio.set()
+                elif event == "mark":
+                    self._buffer.append(("mark", message["mark"]["name"]))
+                elif event == "clear":
+                    self.heard.clears.append(self.now())
+                    dropped = [item for kind, item in self._buffer if kind == "mark"]
+                    self._buffer.clear()
+                    for name in dropped:
+                        await self._echo_mark(name)
+                else:
+                    raise AssertionError(f"not a message Twilio takes: {message!r}")
+        except ConnectionClosed as exc:
+            self.closed = (exc.rcvd.code if exc.rcvd else None, exc.rcvd.reason if exc.rcvd else "")
+        else:
+            rcvd = getattr(self.ws, "close_rcvd", None)
+            self.closed = (rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+
+    async def _echo_mark(self, name: str) -> None:
+        self.heard.marks_echoed.append(name)
+        with contextlib.suppress(ConnectionClosed):
+            await self._send({"event": "mark", "mark": {"name": name}})
+
+    async def _play(self) -> None:
+        """The handset: one buffered frame per 20 ms, marks echoed as they are reached."""
+        deadline = time.monotonic()
+        while True:
+            while self._buffer and self._buffer[0][0] == "mark":
+                await self._echo_mark(self._buffer.pop(0)[1])  # type: ignore[arg-type]
+            if self._buffer:
+                self._played.append(self._buffer.pop(0)[1])  # type: ignore[arg-type]
+                deadline += FRAME_SECONDS
+            else:
+                deadline = time.monotonic() + 0.005
+            await anyio.sleep(max(0.0, deadline - time.monotonic()))
+
+
+class TwilioRestDouble:
+    """Twilio's REST API for calls, as the twilio library's `http_client` seam sees it.
+
+    `POST /2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json` with `Twiml`
+    (`<Hangup/>`, `<Dial>`) moves a live call off its stream: the stream gets
+    `stop` and closes. `POST .../Calls.json` (`To`, `From`, `Url`) places a
+    call: the double then rings `Url` as it rings an inbound one. Requests are
+    checked for the account's Basic credentials (401 otherwise).
+    """
+
+    def __init__(self, double: TwilioDouble) -> None:
+        self.double = double
+        self.requests: list[tuple[str, str, dict]] = []
+        self.is_async = False
+        self.timeout = None
+        self.logger = None
+        self._test_only_last_request = None
+        self._test_only_last_response = None
+
+    def request(self, method, uri, params=None, data=None, headers=None, auth=None, timeout=None, allow_redirects=False):
+        from twilio.http.response import Response
+
+        self.requests.append((method, uri, dict(data or {})))
+        if auth != (self.double.account_sid, self.double.auth_token):
+            return Response(401, json.dumps({"code": 20003, "message": "Authenticate", "status": 401}))
+        path = urlsplit(uri).path
+        prefix = f"/2010-04-01/Accounts/{self.double.account_sid}/Calls"
+        if method == "POST" and path.startswith(prefix + "/") and path.endswith(".json"):
+            call_sid = path[len(prefix) + 1 : -len(".json")]
+            call = self.double.calls.get(call_sid)
+            if call is None:
+                return Response(404, json.dumps({"code": 20404, "message": "not found", "status": 404}))
+            if "Twiml" in (data or {}):
+                anyio.from_thread.run(call.leave_stream, data["Twiml"])
+            return Response(200, json.dumps({"sid": call_sid, "account_sid": self.double.account_sid, "status": "in-progress"}))
+        if method == "POST" and path == prefix + ".json":
+            call_sid = _sid("CA")
+            self.double.placed.append({"sid": call_sid, **dict(data or {})})
+            return Response(201, json.dumps({"sid": call_sid, "account_sid": self.double.account_sid, "status": "queued",
+                                             "to": data.get("To"), "from": data.get("From")}))
+        return Response(404, json.dumps({"code": 20404, "message": "not found", "status": 404}))
+
+
+class TwilioDouble:
+    """Twilio's side of calls to one account (its auth token signs every webhook)."""
+
+    def __init__(self, auth_token: str, account_sid: str | None = None) -> None:
+        self.auth_token = auth_token
+        self.account_sid = account_sid or _sid("AC")
+        self.calls: dict[str, TwilioCall] = {}  # calls on a stream now, by CallSid
+        self.placed: list[dict] = []  # outbound calls asked for through the REST API
+        self.rest = TwilioRestDouble(self)
+
+    async def ring(self, webhook_url: str, *, signed_with: str | None = None, caller: str = "+15550100001",
+                   called: str = "+15550100002", call_sid: str | None = None) -> tuple[int, str, str]:
+        """POST the voice webhook; (status, body, CallSid)."""
+        call_sid = call_sid or _sid("CA")
+        form = {
+            "AccountSid": self.account_sid, "ApiVersion": "2010-04-01", "CallSid": call_sid,
+            "CallStatus": "ringing", "Called": called, "Caller": caller, "Direction": "inbound",
+            "From": caller, "To": called,
+        }
+        signature = twilio_signature(signed_with or self.auth_token, webhook_url, form)
+        status, body = await http_post(webhook_url, form, {"X-Twilio-Signature": signature})
+        return status, body.decode("utf-8", "replace"), call_sid
+
+    @staticmethod
+    def stream_of(twiml: str) -> tuple[str, dict[str, str]]:
+        """The `<Connect><Stream>` of a TwiML answer: its URL and its parameters."""
+        root = ET.fromstring(twiml)
+        stream = root.find("./Connect/Stream")
+        if root.tag != "Response" or stream is None:
+            raise CallRefused(200, f"no <Connect><Stream> in the answer: {twiml[:200]}")
+        params = {p.get("name", ""): p.get("value", "") for p in stream.findall("Parameter")}
+        return stream.get("url", ""), params
+
+    @contextlib.asynccontextmanager
+    async def call(self, webhook_url: str, *, stream_url: str | None = None,
+                   parameters: Mapping[str, str] | None = None) -> AsyncIterator[TwilioCall]:
+        """A call answered by the server's webhook, its media stream open, until hang-up.
+
+        `stream_url` replaces the TwiML's address (the server's public one is
+        a tunnel's; a test reaches the server at its local port); `parameters`
+        replace what the TwiML gave (to present a forged token).
+        """
+        status, body, call_sid = await self.ring(webhook_url)
+        if status != 200:
+            raise CallRefused(status, body)
+        url, params = self.stream_of(body)
+        if parameters is not None:
+            params = dict(parameters)
+        stream_sid = _sid("MZ")
+        async with ws_connect(stream_url or url, compression=None, max_size=1 << 20) as ws:
+            await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+            await ws.send(json.dumps({
+                "event": "start", "sequenceNumber": "1", "streamSid": stream_sid,
+                "start": {"accountSid": self.account_sid, "streamSid": stream_sid, "callSid": call_sid,
+                          "tracks": ["inbound"], "customParameters": params,
+                          "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}},
+            }))
+            call = TwilioCall(ws, stream_sid, call_sid, time.monotonic())
+            self.calls[call_sid] = call
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call._receive)
+                tg.start_soon(call._play)
+                tg.start_soon(call._line)
+                try:
+                    yield call
+                finally:
+                    self.calls.pop(call_sid, None)
+                    await call.hang_up()
+                    tg.cancel_scope.cancel()

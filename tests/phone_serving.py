@@ -1,0 +1,131 @@
+"""A server with Twilio phone lines on loopback ports, and the carrier double that calls it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import numpy as np
+
+from clients.phone_double import TwilioDouble
+from clients.telnyx_double import TelnyxDouble
+from live.agent import Agent
+from live.doors import NativeDoor
+from live.llm import BaseLlm
+from live.phone.audio import ulaw_encode
+from live.phone.calls import CallTokens
+from live.phone.lines import PhoneLines, TWILIO_VOICE_PATH
+from live.phone.webhooks import WebhookListener
+from live.server import LiveServer, ServerConfig
+
+AUTH_TOKEN = "0123456789abcdef0123456789abcdef"  # a Twilio auth token's shape (32 hex)
+
+
+@dataclasses.dataclass
+class PhoneServer:
+    server: LiveServer
+    lines: PhoneLines
+    webhook_url: str
+    media_url: str
+    double: TwilioDouble
+
+    def call(self, **kwargs):
+        """A call from the double, its stream sent to the server's local port."""
+        kwargs.setdefault("stream_url", self.media_url)
+        return self.double.call(self.webhook_url, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def running_phone(agent: Agent, llm: BaseLlm, *, recorder=None, **config) -> AsyncIterator[PhoneServer]:
+    config.setdefault("audio_lead", 0.2)
+    config.setdefault("sockets", os.environ.get("LIVE_SOCKETS", "auto"))
+    async with anyio.create_task_group() as tg:
+        # The public URL is the webhook listener's own address here (no tunnel).
+        listener = WebhookListener({}, "127.0.0.1", 0)
+        listener_scope = anyio.CancelScope()
+
+        async def serve_webhooks(*, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+            with listener_scope:
+                await listener.serve(task_status=task_status)
+
+        webhook_port = await tg.start(serve_webhooks)
+        public = f"http://127.0.0.1:{webhook_port}"
+        lines = PhoneLines.twilio(AUTH_TOKEN, public, agent=agent.name, on_dtmf=agent.on_key_press)
+        listener.routes.update(lines.webhooks)
+        server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}),
+                            recorder=recorder)
+        port = await tg.start(server.serve)
+        try:
+            yield PhoneServer(server, lines, public + TWILIO_VOICE_PATH, f"ws://127.0.0.1:{port}/twilio/media",
+                              TwilioDouble(AUTH_TOKEN))
+        finally:
+            server.stop()
+            listener_scope.cancel()
+
+
+def spoken_ulaw(text: str, tmp: Path) -> bytes:
+    """`text` spoken by espeak-ng (American voice, moderate rate) as 8 kHz μ-law, through sox."""
+    wav, ul = tmp / "speech.wav", tmp / "speech.ul"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(wav), text], check=True, capture_output=True)
+    subprocess.run(["sox", str(wav), "-r", "8000", "-e", "u-law", "-c", "1", "-t", "ul", str(ul)], check=True, capture_output=True)
+    return ul.read_bytes()
+
+
+def synthetic_ulaw(seconds: float = 1.5) -> bytes:
+    """Speech-like audio made in-process (a voiced buzz with syllables), for machines without espeak-ng."""
+    rate = 8000
+    t = np.arange(int(seconds * rate)) / rate
+    voice = sum(np.sin(2 * np.pi * f * t) / k for k, f in enumerate((140, 280, 420, 700, 1100), 1))
+    envelope = 0.55 + 0.45 * np.sin(2 * np.pi * 4 * t)
+    return ulaw_encode((6000 * voice * envelope / 2).astype("<i2").tobytes())
+
+
+@dataclasses.dataclass
+class TelnyxServer:
+    server: LiveServer
+    lines: PhoneLines
+    webhook_url: str
+    double: TelnyxDouble
+
+    def call(self, **kwargs):
+        return self.double.call(self.webhook_url, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def running_telnyx(agent: Agent, llm: BaseLlm, **config) -> AsyncIterator[TelnyxServer]:
+    """A server with a Telnyx line, and the Telnyx double (its REST API on a port of its own)."""
+    from live.phone.lines import TELNYX_CALL_PATH
+
+    config.setdefault("audio_lead", 0.2)
+    config.setdefault("sockets", os.environ.get("LIVE_SOCKETS", "auto"))
+    double = TelnyxDouble()
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def serve_all(*, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+            with scope:
+                async with anyio.create_task_group() as inner:
+                    await inner.start(double.serve_api)
+                    port = await inner.start(listener.serve)
+                    task_status.started(port)
+
+        listener = WebhookListener({}, "127.0.0.1", 0)
+        webhook_port = await tg.start(serve_all)
+        public = f"http://127.0.0.1:{webhook_port}"
+        lines = PhoneLines(tokens=CallTokens(agent=agent.name)).add_telnyx(
+            double.public_key, double.api_key, public, api_base_url=double.api_base_url, on_dtmf=agent.on_key_press,
+        )
+        listener.routes.update(lines.webhooks)
+        server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}))
+        port = await tg.start(server.serve)
+        lines.telnyx_webhook.stream_url = f"ws://127.0.0.1:{port}/telnyx/media"
+        try:
+            yield TelnyxServer(server, lines, public + TELNYX_CALL_PATH, double)
+        finally:
+            server.stop()
+            scope.cancel()
