@@ -146,13 +146,15 @@ CONFIG = types.LiveConnectConfig(
 async def test_a_text_turn_is_answered_with_audio_and_its_transcript(ca, cert_files, caplog):
     caplog.set_level("INFO", "live.server")
     script = Script(speed=20, replies=["Hello from the other side."])
-    async with serving(script, **cert_files) as (emu, _, url):
+    async with serving(script, **cert_files) as (emu, server, url):
         client = sdk_client(url, ca, token())
         async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
             await session.send_client_content(
                 turns=types.Content(role="user", parts=[types.Part(text="hello")]), turn_complete=True
             )
             messages = await turn(session)
+            exposition = server.metrics.exposition()[0].decode()
+            assert 'live_door_sessions_active{door="gemini"} 1.0' in exposition  # counted under its door
             # What the turn cost: the message after its turnComplete (the
             # service bundles the two in one).
             with anyio.fail_after(5):
