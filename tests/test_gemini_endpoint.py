@@ -442,6 +442,20 @@ async def refused(url: str, ca: trustme.CA, key: str, model: str = MODEL, api_ve
     return caught.value.code, caught.value.details
 
 
+async def test_the_tokens_max_duration_ends_the_session_with_a_normal_close(ca, cert_files):
+    async with serving(Script(speed=20), **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, mint_token(SECRET, agent=AGENT.name, ttl=600, max_duration=1.0))
+        with pytest.raises(errors.APIError) as caught:
+            with anyio.fail_after(10):
+                async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+                    while True:
+                        await turn(session)
+        assert caught.value.code == 1000
+        with anyio.fail_after(5):
+            while emu.sessions[0].client_close is None:  # the server let go of Google's connection too
+                await anyio.sleep(0.05)
+
+
 async def test_a_wrong_token_is_the_services_bad_key_close(ca, cert_files):
     async with serving(Script(speed=20), **cert_files) as (emu, _, url):
         assert await refused(url, ca, "not-a-token") == (1008, BAD_KEY)
