@@ -476,6 +476,8 @@ class SessionRunner:
         if recorder is None:
             return
         header = {**self.server.record_header(start), "door": self.door.name}
+        if start.config is not None:  # what the client's own setup asked of the model
+            header["client_config"] = start.config.model_dump(mode="json", exclude_none=True)
         self.record = recorder.start(self.id, header, input_rate=start.input_rate)
         if self.record is not None:
             current_record.set(self.record)  # read by Recorded(llm) in this session's tasks

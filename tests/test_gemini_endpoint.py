@@ -37,6 +37,8 @@ from live import protocol as p
 from live.agent import Agent
 from live.auth import mint_token
 from live.doors.gemini_live import GEMINI_PATHS, GeminiLiveDoor, gemini_doors
+from live.record import Recorder
+from live.record import load as load_record
 from live.server import DEFAULT_DOORS
 
 pytestmark = pytest.mark.anyio
@@ -281,7 +283,9 @@ async def test_a_tool_call_goes_to_the_client_and_its_response_to_the_model(ca, 
         assert len(upstream.tool_responses) == 1
 
 
-async def test_the_apps_own_instruction_and_tools_reach_the_model_and_its_tool_is_called_on_it(ca, cert_files):
+async def test_the_apps_own_instruction_and_tools_reach_the_model_and_its_tool_is_called_on_it(
+    ca, cert_files, tmp_path
+):
     script = Script(speed=20, tool_args={"find_recipe": {"dish": "soup"}})
     recipe = types.FunctionDeclaration(
         name="find_recipe",
@@ -297,7 +301,7 @@ async def test_the_apps_own_instruction_and_tools_reach_the_model_and_its_tool_i
             ),
         }
     )
-    async with serving(script, **cert_files) as (emu, _, url):
+    async with serving(script, recorder=Recorder(str(tmp_path)), **cert_files) as (emu, _, url):
         client = sdk_client(url, ca, token())
         async with client.aio.live.connect(model=MODEL, config=config) as session:
             await session.send_realtime_input(text="please find_recipe for soup")
@@ -322,6 +326,11 @@ async def test_the_apps_own_instruction_and_tools_reach_the_model_and_its_tool_i
         assert declared == ["check_stock", "find_recipe"]  # the agent's, and the app's besides them
         voice = get_field(get_field(get_field(setup, "generationConfig"), "speechConfig"), "voiceConfig")
         assert get_field(get_field(voice, "prebuiltVoiceConfig"), "voiceName") == "Puck"
+    # The session's record says which door it came through and what the app's setup asked.
+    [folder] = [f for f in tmp_path.iterdir() if f.is_dir()]
+    header = load_record(folder).header
+    assert header["door"] == "gemini"
+    assert header["client_config"]["system_instruction"]["parts"] == [{"text": "You are a chef."}]
 
 
 async def test_an_app_that_asks_for_text_gets_text(ca, cert_files):
