@@ -623,3 +623,16 @@ def test_a_request_routes_by_its_path_with_one_leading_slash_and_no_query():
     assert route_path("/" + GEMINI_PATHS[0] + "?key=secret") == GEMINI_PATHS[0]  # @google/genai's //ws/...
     assert route_path("/live?token=x") == "/live"
     assert route_path("") == "/"
+
+
+def test_typed_turns_wait_for_turn_complete_then_go_as_one():
+    door = gemini_doors(["*"])[GEMINI_PATHS[0]](_Request(GEMINI_PATHS[0], {}))
+
+    def content(text: str, complete: bool) -> str:
+        return json.dumps({"clientContent": {"turns": [{"role": "user", "parts": [{"text": text}]}], "turnComplete": complete}})
+
+    assert list(door.inputs(content("My name is Ada.", False))) == []
+    assert list(door.inputs(content("Who am I?", True))) == [p.Text("My name is Ada.\nWho am I?")]
+    assert list(door.inputs(content("Again?", True))) == [p.Text("Again?")]
+    with pytest.raises(p.ProtocolError):
+        list(door.inputs(content("x" * (p.MAX_TEXT_CHARS + 1), False)))

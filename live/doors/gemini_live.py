@@ -127,6 +127,9 @@ class GeminiLiveDoor(FrontDoor):
         # Audio at another rate than the session's, resampled as it comes:
         # the rate and its stream (soxr keeps a little of each chunk for the next).
         self._resampler: tuple[int, soxr.ResampleStream] | None = None
+        # The user's typed turns of clientContent not yet ended by turnComplete
+        # (bounded: MAX_TEXT_CHARS in all).
+        self._typed: list[str] = []
 
     # ------------------------------------------------------------------ opening
 
@@ -219,21 +222,31 @@ class GeminiLiveDoor(FrontDoor):
         return out
 
     def _client_content(self, body: Mapping[str, Any]) -> list[Input]:
-        # A turn of typed text from the user goes to the session as a typed
-        # turn; earlier turns, the model's turns and other parts cannot be
+        # The user's typed turns go to the session as one typed turn once
+        # turnComplete says the content is whole (the model answers then, as
+        # the service's does); the model's turns and other parts cannot be
         # seeded mid-session yet.
-        texts: list[str] = []
+        texts = self._typed
         for turn in _list(get_field(body, "turns")):
             if not isinstance(turn, Mapping):
                 raise _invalid(INVALID)
             if (get_field(turn, "role") or "user") != "user":
                 raise _invalid("Only the user's turns are accepted in clientContent by this endpoint.")
+            parts = []
             for part in _list(get_field(turn, "parts")):
                 text = get_field(part, "text")
                 if not isinstance(text, str):
                     raise _invalid("Only text parts are accepted in clientContent by this endpoint.")
-                texts.append(text)
-        return [Text(_text("".join(texts)))] if texts else []
+                parts.append(text)
+            texts.append("".join(parts))
+        if sum(map(len, texts)) > MAX_TEXT_CHARS:
+            self._typed = []
+            raise _invalid(INVALID)
+        if not get_field(body, "turnComplete"):
+            return []
+        self._typed = []
+        whole = "\n".join(t for t in texts if t)
+        return [Text(whole)] if whole else []
 
     def _tool_response(self, body: Mapping[str, Any]) -> list[Input]:
         out: list[Input] = []
