@@ -293,7 +293,7 @@ class WebSocket(WSListener):  # type: ignore[misc]
         payload, text = messages.popleft()
         if self._reading_paused and len(messages) <= self._max_queue_low:
             self._reading_paused = False
-            self._transport.underlying_transport.resume_reading()
+            self._resume_reading()
         if text if decode is None else decode:
             try:
                 return payload.decode()
@@ -350,8 +350,22 @@ class WebSocket(WSListener):  # type: ignore[misc]
                 # A peer that kept sending (a phone line never stops) filled the
                 # queue; its close answers only reach us if we read again.
                 self._reading_paused = False
-                transport.underlying_transport.resume_reading()
+                self._resume_reading()
         await self.wait_closed()
+
+    def _resume_reading(self) -> None:
+        """Read again; and behind TLS, deliver what the TLS layer already holds.
+
+        aiofastnet (1.x) reads the socket first when reading resumes and, on an
+        empty socket, returns before handing over records its TLS buffers still
+        hold: frames a client sent in one burst would wait for its next bytes.
+        Its read of those buffers is asked for once more, on the next loop turn.
+        """
+        underlying = self._transport.underlying_transport
+        underlying.resume_reading()
+        deliver = getattr(underlying, "_do_read", None)
+        if deliver is not None:
+            self._loop.call_soon(_deliver_buffered, underlying, deliver)
 
     async def wait_closed(self) -> None:
         """Until the connection is down."""
@@ -420,6 +434,17 @@ def _closed(handshake: Any) -> websockets.ConnectionClosed:
     ok = rcvd is not None and sent is not None and rcvd.code in OK_CLOSE_CODES and sent.code in OK_CLOSE_CODES
     kind = websockets.ConnectionClosedOK if ok else websockets.ConnectionClosedError
     return kind(rcvd, sent, bool(handshake.recv_then_sent) if rcvd and sent else None)
+
+
+def _deliver_buffered(transport: Any, deliver: Callable[[], Any]) -> None:
+    """What a TLS transport holds decrypted or undecrypted, handed to its protocol
+    (unless the connection went, or reading paused again, meanwhile)."""
+    if transport.is_closing():
+        return
+    try:
+        deliver()
+    except Exception:  # the transport's own read reports its errors to the protocol
+        logger.debug("delivering buffered TLS data failed", exc_info=True)
 
 
 def close_reason_bytes(reason: str) -> bytes:

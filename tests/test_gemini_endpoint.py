@@ -174,22 +174,15 @@ async def test_a_text_turn_is_answered_with_audio_and_its_transcript(ca, cert_fi
         assert "eyJ" not in caplog.text  # the token (a JWT) is never logged
 
 
-# The server stops reading a client's socket while WS_QUEUE_FRAMES frames
-# wait; behind TLS on picows, aiofastnet 1.2.0's resume_reading schedules a
-# read that returns on EAGAIN before it hands over what its TLS buffers still
-# hold (ssl_transport.pyx, _read_ready), so those frames wait for the client's
-# next bytes. The /live door too; a microphone's paced frames are not affected.
-BURST_STALLS_ON_PICOWS_TLS = pytest.mark.xfail(
-    strict=True, reason="aiofastnet 1.2.0 behind TLS: frames buffered when reading resumes wait for more bytes"
-)
-
 
 @pytest.mark.parametrize(
     ("layer", "pause"),
     [
         ("picows", 0.02),  # a microphone: a chunk at a time
         ("websockets", None),  # all at once
-        pytest.param("picows", None, marks=BURST_STALLS_ON_PICOWS_TLS),
+        # All at once on picows behind TLS: reading pauses while frames wait,
+        # and what the TLS layer holds when it resumes must still be delivered.
+        ("picows", None),
     ],
 )
 async def test_a_spoken_turn_is_heard_and_answered_with_audio(ca, cert_files, layer, pause):
