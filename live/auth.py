@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import heapq
 import ipaddress
+import math
 import os
 import re
 import secrets
@@ -209,7 +210,9 @@ def verify_token(
     if token_agent is not None and not isinstance(token_agent, str):
         raise TokenRefused("the token's 'agent' claim must be a string")
     if max_duration is not None and (
-        isinstance(max_duration, bool) or not isinstance(max_duration, (int, float)) or max_duration <= 0
+        isinstance(max_duration, bool)
+        or not isinstance(max_duration, (int, float))
+        or not 0 < max_duration < math.inf  # NaN and infinity are no duration
     ):
         raise TokenRefused("the token's 'max_duration' claim must be a positive number of seconds")
     if token_agent is not None and agent is not None and token_agent != agent:

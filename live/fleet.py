@@ -92,6 +92,7 @@ class Fleet:
         self._changed: set[str] = set()
         # Sessions that ended while the store was away: let go at the next beat.
         self._unreleased: dict[str, bool] = {}
+        self._gone: set[str] = set()  # held by another server now: never written here
         self._wake = anyio.Event()
 
     async def _safe(self, call: Callable[[], Awaitable[T]], fallback: T) -> T:
@@ -140,14 +141,19 @@ class Fleet:
         period = self.lease_seconds / 3
         next_beat = self._clock()
         while True:
-            if self._clock() >= next_beat:
-                next_beat = self._clock() + period
-                await self.beat(list(held()), facts, on_lost=on_lost, on_unsure=on_unsure)
-            changed, self._changed = self._changed, set()
-            for session_id in changed:
-                state = facts(session_id)
-                if state is not None:
-                    await self.save(session_id, state)
+            try:
+                if self._clock() >= next_beat:
+                    next_beat = self._clock() + period
+                    with anyio.move_on_after(period):  # a stalled store does not hold the next beat
+                        await self.beat(list(held()), facts, on_lost=on_lost, on_unsure=on_unsure)
+                changed, self._changed = self._changed, set()
+                for session_id in changed:
+                    state = facts(session_id)
+                    if state is not None and not await self.save(session_id, state):
+                        break
+            except Exception:  # a bug here must not take every session of the server down
+                log.exception("fleet heartbeat failed; trying again at the next beat")
+                await anyio.sleep(period)
             if not self._changed:
                 self._wake = anyio.Event()
                 with anyio.move_on_after(max(0.0, next_beat - self._clock())):
@@ -163,6 +169,12 @@ class Fleet:
     ) -> None:
         store = self.store
         sent_at = self._clock()
+        unsure = sent_at - self._renewed_at > self.lease_seconds * 2 / 3
+        if unsure:
+            # Not renewed for most of a lease: before this beat's calls may hang on
+            # a stalled store, let go of what another server may be taking over.
+            for session_id in session_ids:
+                on_unsure(session_id)
         try:
             await store.announce(self.server_id, self.address, self.lease_seconds)
             lost = (
@@ -172,7 +184,7 @@ class Fleet:
             )
         except StoreError as exc:
             self._store_failed(exc)
-            if sent_at - self._renewed_at > self.lease_seconds * 2 / 3:
+            if not unsure and self._clock() - self._renewed_at > self.lease_seconds * 2 / 3:
                 # Our leases may have run out: another server may take these over.
                 for session_id in session_ids:
                     on_unsure(session_id)
@@ -190,6 +202,8 @@ class Fleet:
             if await self._reclaim(session_id):
                 continue
             gone.add(session_id)
+            self._gone.add(session_id)
+            self._changed.discard(session_id)
             self.fenced += 1
             log.warning("session %s is held by another server now: letting it go here", session_id)
             on_lost(session_id)
@@ -198,33 +212,49 @@ class Fleet:
             await self._safe(lambda: store.hold_slots(kept, self.state_ttl), None)
         for session_id in kept:
             state = facts(session_id)
-            if state is not None:
-                await self.save(session_id, state)
+            if state is not None and not await self.save(session_id, state):
+                break  # the store failed: the next beat tries again
 
     async def _reclaim(self, session_id: str) -> bool:
-        """A lease found gone: claim it back when nobody else holds it."""
+        """A lease found gone: claim it back when nobody else holds it. True
+        also when the store cannot say (the next beat asks again): only another
+        holder is a reason to let the session go."""
         store = self.store
-        holder = await self._safe(lambda: store.holder(session_id), None)
-        if holder is not None and holder != self.server_id:
-            return False
-        if not await self._safe(lambda: store.claim(session_id, self.server_id, self.lease_seconds), False):
-            return False
+        try:
+            holder = await store.holder(session_id)
+            if holder is not None and holder != self.server_id:
+                return False
+            if not await store.claim(session_id, self.server_id, self.lease_seconds):
+                return False
+        except StoreError as exc:
+            self._store_failed(exc)
+            return True
         self.reclaimed += 1
         self._saved.pop(session_id, None)  # written again below
         log.warning("session %s: its lease was gone from the store; claimed back", session_id)
         return True
 
-    async def save(self, session_id: str, state: dict[str, Any]) -> None:
-        text = json.dumps(state, sort_keys=True, default=str)
-        if self._saved.get(session_id) == text:
-            return
+    async def save(self, session_id: str, state: dict[str, Any]) -> bool:
+        """Write a session's facts if they changed; False when the store failed."""
+        if session_id in self._gone:
+            return True  # another server carries it now: its facts are that server's
         try:
-            await self.store.save_state(session_id, state, self.state_ttl)
+            text = json.dumps(state, sort_keys=True, default=str, allow_nan=False)
+        except ValueError:  # a number JSON cannot carry (a tool's NaN): not storable
+            if self._saved.get(session_id) != "unstorable":
+                self._saved[session_id] = "unstorable"
+                log.warning("session %s: its facts hold a non-finite number and cannot be stored", session_id)
+            return True
+        if self._saved.get(session_id) == text:
+            return True
+        try:
+            await self.store.save_state(session_id, json.loads(text), self.state_ttl)
         except StoreError as exc:
             self._store_failed(exc)
-            return
+            return False
         self._store_answered()
         self._saved[session_id] = text
+        return True
 
     async def retire(self) -> None:
         await self._safe(lambda: self.store.retire(self.server_id), None)
@@ -245,6 +275,8 @@ class Fleet:
         return Admission.ADMITTED if taken else Admission.FULL
 
     async def started(self, session_id: str, state: dict[str, Any]) -> None:
+        self._unreleased.pop(session_id, None)
+        self._gone.discard(session_id)
         await self._safe(lambda: self.store.claim(session_id, self.server_id, self.lease_seconds), True)
         await self.save(session_id, state)
 
@@ -257,6 +289,9 @@ class Fleet:
         """
         self._saved.pop(session_id, None)
         self._changed.discard(session_id)
+        if session_id in self._gone:
+            self._gone.discard(session_id)
+            return  # its lease, facts and slot are the new holder's
         try:
             await self._let_go(session_id, keep_state)
         except StoreError as exc:
@@ -293,6 +328,8 @@ class Fleet:
     async def take_over(self, session_id: str) -> bool:
         """Hold a session whose holder is gone, and its slot (never refused for room)."""
         store = self.store
+        self._unreleased.pop(session_id, None)  # a release queued here earlier is stale now
+        self._gone.discard(session_id)
         if not await self._safe(lambda: store.take_over(session_id, self.server_id, self.lease_seconds), False):
             return False
         if self.max_sessions_global is not None:

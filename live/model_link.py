@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import anyio
 from anyio.abc import TaskStatus
@@ -432,12 +432,38 @@ def with_client_config(
     config: types.LiveConnectConfig, client: types.LiveConnectConfig
 ) -> types.LiveConnectConfig:
     """The agent's connection config with what a client's own setup asked: its
-    set fields replace the agent's; its tools are declared besides the agent's."""
+    set fields replace the agent's; its tools are declared besides the agent's,
+    and its system instruction follows the agent's."""
     update = {
         name: getattr(client, name)
         for name in client.model_fields_set
-        if getattr(client, name) is not None and name != "tools"
+        if getattr(client, name) is not None and name not in ("tools", "system_instruction")
     }
     if client.tools:
         update["tools"] = [*(config.tools or []), *client.tools]
+    if client.system_instruction is not None:
+        # The agent's instruction (the operator's policy, and what its own tools
+        # are for) comes first; the app's follows it, never replaces it.
+        update["system_instruction"] = _joined_instructions(config.system_instruction, client.system_instruction)
     return config.model_copy(update=update)
+
+
+def _joined_instructions(first: Any, then: Any) -> types.Content | Any:
+    texts = [_instruction_text(x) for x in (first, then)]
+    if not texts[0]:
+        return then
+    return types.Content(role="user", parts=[types.Part(text="\n\n".join(t for t in texts if t))])
+
+
+def _instruction_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, types.Content):
+        return "".join(part.text or "" for part in value.parts or [])
+    if isinstance(value, types.Part):
+        return value.text or ""
+    if isinstance(value, list):
+        return "".join(_instruction_text(item) for item in value)
+    return str(value)

@@ -547,13 +547,19 @@ class SessionRunner:
         if native and self.record is not None and isinstance(frame, str):
             self.record.client_text(frame)
         try:
-            inputs = self.door.inputs(frame)
+            inputs = list(self.door.inputs(frame))
         except ProtocolError as exc:
             error = ErrorEvent(exc.code, exc.message, exc.fatal)
             if exc.fatal:
                 self.finish(exc.message, CLOSE_POLICY, error)
             else:
                 await self.apply([SendEvent(error)])
+            return
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            # A frame of a shape the door did not foresee: bad input, not a
+            # broken session (the door's own checks name what they refuse).
+            log.info("session %s: a frame the %s door could not read (%s)", self.id, self.door.name, type(exc).__name__)
+            await self.apply([SendEvent(ErrorEvent("invalid_frame", "a frame this session could not read was dropped"))])
             return
         for item in inputs:
             if type(item) is bytes:

@@ -440,6 +440,8 @@ class LiveServer:
         temporary.finish(text, CLOSE_NORMAL, ErrorEvent("session_expired", text, True))
 
     def _durable_state(self, session_id: str) -> dict[str, Any] | None:
+        """The facts of a session another server could carry on (one whose client
+        can reattach); None for the others, which hold only a lease and a slot."""
         session = self.live_sessions.get(session_id)
         return None if session is None or session.core is None else session.durable_state()
 
@@ -641,7 +643,9 @@ class LiveServer:
                     tg.start_soon(
                         functools.partial(
                             self.fleet.run,
-                            lambda: list(self.live_sessions),
+                            # Every session counted here, reattachable or not
+                            # (a phone call's slot is renewed like any other).
+                            lambda: [r.id for r in self.sessions if r.core is not None and not r.handed_off],
                             self._durable_state,
                             on_lost=self._lost_to_fleet,
                             on_unsure=self._unsure_in_fleet,

@@ -496,6 +496,8 @@ class RedisStore(SessionStore):
             return await method(*args, **kwargs)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"cannot reach Redis at {self._url}: {_reason(exc)}") from None
+        except redis.exceptions.RedisError as exc:  # READONLY after a failover, OOM, MISCONF
+            raise StoreError(f"Redis at {self._url} refused: {_reason(exc)}") from None
         except RuntimeError as exc:
             # A pooled connection whose transport the event loop already closed
             # (after a timeout mid-reply): drop the pool's connections, so the

@@ -157,3 +157,35 @@ async def test_a_dead_servers_session_can_be_taken_over_within_the_reattach_grac
     assert (await b.locate("s1"))[2] == {"handle": "h1"}
     clock.now += 10  # 35 s: longer than the grace
     assert await b.locate("s1") == (None, None, None)
+
+
+async def test_facts_a_store_cannot_carry_are_skipped_not_fatal():
+    """A client's tool result with a NaN in it: the facts cannot be stored as
+    JSON; the heartbeat goes on (the session just cannot be taken over)."""
+    clock = Clock()
+    store = FlakyStore(clock)
+    a = fleet_on(store, clock, "A")
+    await a.started("s1", {"handle": "h1"})
+    await a.beat(["s1"], lambda sid: {"handle": "h2", "tools": [{"response": {"x": float("nan")}}]})
+    assert await store.load_state("s1") == {"handle": "h1"}
+    assert await store.holder("s1") == "A"
+
+
+async def test_a_store_that_fails_while_a_lease_is_claimed_back_does_not_end_the_session():
+    clock = Clock()
+    store = FlakyStore(clock)
+    a = fleet_on(store, clock, "A")
+    await a.started("s1", {})
+    store.empty()
+    real_holder = store.holder
+
+    async def failing_holder(session_id: str) -> str | None:
+        raise StoreUnavailable("cannot reach Redis at redis://test: timed out")
+
+    store.holder = failing_holder  # type: ignore[method-assign]
+    lost: list[str] = []
+    await a.beat(["s1"], lambda sid: {}, on_lost=lost.append)
+    assert lost == []  # unknown is not "another server holds it"
+    store.holder = real_holder  # type: ignore[method-assign]
+    await a.beat(["s1"], lambda sid: {}, on_lost=lost.append)
+    assert lost == [] and await store.holder("s1") == "A"
