@@ -23,8 +23,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 import anyio
-
-import anyio
 from google.genai import types
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect

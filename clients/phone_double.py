@@ -271,6 +271,23 @@ class TwilioCall:
             await anyio.sleep(max(0.0, deadline - time.monotonic()))
 
 
+@contextlib.asynccontextmanager
+async def on_the_line(call: TwilioCall, calls: dict, key: str) -> AsyncIterator[TwilioCall]:
+    """A connected call's handset running (hearing, playing, the line), listed in
+    `calls` under `key` until it hangs up."""
+    calls[key] = call
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call._receive)
+        tg.start_soon(call._play)
+        tg.start_soon(call._line)
+        try:
+            yield call
+        finally:
+            calls.pop(key, None)
+            await call.hang_up()
+            tg.cancel_scope.cancel()
+
+
 class TwilioRestDouble:
     """Twilio's REST API for calls, as the twilio library's `http_client` seam sees it.
 
@@ -372,14 +389,5 @@ class TwilioDouble:
                           "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}},
             }))
             call = TwilioCall(ws, stream_sid, call_sid, time.monotonic())
-            self.calls[call_sid] = call
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call._receive)
-                tg.start_soon(call._play)
-                tg.start_soon(call._line)
-                try:
-                    yield call
-                finally:
-                    self.calls.pop(call_sid, None)
-                    await call.hang_up()
-                    tg.cancel_scope.cancel()
+            async with on_the_line(call, self.calls, call_sid):
+                yield call

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from websockets.asyncio.client import connect as ws_connect
 
-from clients.phone_double import CallRefused, TwilioCall, http_post_raw
+from clients.phone_double import CallRefused, TwilioCall, http_post_raw, on_the_line
 
 __all__ = ["TelnyxCall", "TelnyxDouble"]
 
@@ -158,14 +158,5 @@ class TelnyxDouble:
                 "user_id": str(uuid.uuid4()), "call_control_id": call_id, "client_state": params.get("client_state"),
                 "media_format": {"encoding": encoding, "sample_rate": 8000, "channels": 1}}}))
             call = TelnyxCall(ws, stream_id, call_id, time.monotonic())
-            self.calls[call_id] = call
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(call._receive)
-                tg.start_soon(call._play)
-                tg.start_soon(call._line)
-                try:
-                    yield call
-                finally:
-                    self.calls.pop(call_id, None)
-                    await call.hang_up()
-                    tg.cancel_scope.cancel()
+            async with on_the_line(call, self.calls, call_id):
+                yield call
