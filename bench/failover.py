@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
 import statistics
@@ -86,13 +85,7 @@ async def _one_run(env: dict[str, str], redis_url: str) -> tuple[float, float]:
 async def main(runs: int) -> None:
     with redis_server() as (redis_url, _):
         async with running_emulator(Script(speed=20)) as emu:
-            env = {
-                **os.environ,
-                "GOOGLE_API_KEY": "dev",
-                "GOOGLE_GEMINI_BASE_URL": emu.base_url,
-                "SSL_CERT_FILE": str(emu.ca_file),
-                "NO_PROXY": "127.0.0.1,localhost",
-            }
+            env = emu.environment()
             backs, answers = [], []
             for n in range(runs):
                 back, answer = await _one_run(env, redis_url)

@@ -24,7 +24,6 @@ import argparse
 import collections
 import contextlib
 import json
-import os
 import random
 import re
 import subprocess
@@ -146,9 +145,7 @@ async def soak(sessions: int, minutes: float, seed: int, log_path: str | None = 
         ),
     )
     async with running_emulator(script) as emu:
-        env = {**os.environ, "GOOGLE_API_KEY": emu.api_key, "GOOGLE_GEMINI_BASE_URL": emu.base_url,
-               "SSL_CERT_FILE": emu.ca_file, "NO_PROXY": "127.0.0.1,localhost"}
-        env.pop("GEMINI_API_KEY", None)
+        env = emu.environment()
         log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
         server = subprocess.Popen(
             [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--agent", "bench.soak:AGENT",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -77,13 +76,7 @@ class Serving:
 @contextlib.asynccontextmanager
 async def fleet(redis: RedisServer, count: int, *extra: str) -> AsyncIterator[tuple[object, list[Serving], str]]:
     async with running_emulator(Script(speed=20)) as emu:
-        env = {
-            **os.environ,
-            "GOOGLE_API_KEY": "dev",
-            "GOOGLE_GEMINI_BASE_URL": emu.base_url,
-            "SSL_CERT_FILE": str(emu.ca_file),
-            "NO_PROXY": "127.0.0.1,localhost",
-        }
+        env = emu.environment()
         servers = [
             Serving(env, "--redis", redis.url, "--fleet-lease", str(LEASE), *extra) for _ in range(count)
         ]

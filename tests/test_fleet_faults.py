@@ -258,13 +258,7 @@ async def _run(seed: int, talkers: list[Talker], run: Run, log_dir: str) -> None
     servers: list[Server] = []
     try:
         async with running_emulator(Script(speed=20)) as emu, contextlib.AsyncExitStack() as stack:
-            env = {
-                **os.environ,
-                "GOOGLE_API_KEY": "dev",
-                "GOOGLE_GEMINI_BASE_URL": emu.base_url,
-                "SSL_CERT_FILE": str(emu.ca_file),
-                "NO_PROXY": "127.0.0.1,localhost",
-            }
+            env = emu.environment()
             cuts = [await stack.enter_async_context(Partition(redis.port).running()) for _ in range(SERVERS)]
             servers.extend(Server(env, cut.port, log_dir, i) for i, cut in enumerate(cuts))
             for server in servers:

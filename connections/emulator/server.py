@@ -20,7 +20,7 @@ import logging
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -117,6 +117,21 @@ class Emulator:
         method = "BidiGenerateContentConstrained" if constrained else "BidiGenerateContent"
         base = self.base_url.replace("https://", "wss://", 1)
         return f"{base}/ws/google.ai.generativelanguage.{api_version}.GenerativeService.{method}"
+
+    def environment(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment of a process (`live serve`, a script) that talks to this
+        emulator through the SDK: `base` (default: this process's) with the key,
+        base URL and trusted certificate set, and loopback kept off any proxy."""
+        env = dict(os.environ if base is None else base)
+        env.pop("GEMINI_API_KEY", None)  # the SDK would prefer it to GOOGLE_API_KEY
+        no_proxy = env.get("NO_PROXY")
+        env.update(
+            GOOGLE_API_KEY=self.api_key,
+            GOOGLE_GEMINI_BASE_URL=self.base_url,
+            SSL_CERT_FILE=str(self.ca_file),
+            NO_PROXY="127.0.0.1,localhost" + (f",{no_proxy}" if no_proxy else ""),
+        )
+        return env
 
     @property
     def exports(self) -> str:
