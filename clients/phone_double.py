@@ -210,11 +210,12 @@ class TwilioCall:
             await self._got_audio.wait()
         return self.heard.media[0][0]
 
-    async def wait_quiet(self, quiet: float = 0.6, timeout: float = 20.0) -> None:
-        """Until no reply audio arrived for `quiet` seconds (after some did)."""
+    async def wait_quiet(self, quiet: float = 0.6, timeout: float = 20.0, *, after: int = 0) -> None:
+        """Until no reply audio arrived for `quiet` seconds, once more than
+        `after` reply frames came (a later answer: pass how many were heard)."""
         await self.wait_for_audio(timeout)
         with anyio.fail_after(timeout):
-            while not self._buffer_empty_for(quiet):
+            while len(self.heard.media) <= after or not self._buffer_empty_for(quiet):
                 await anyio.sleep(0.05)
 
     def _buffer_empty_for(self, quiet: float) -> bool:
