@@ -41,8 +41,8 @@ from live.queues import BYTES_PER_SECOND_OUT
 from live.reattach import ReplayBuffer, new_resume_token, token_digest, with_seq
 
 if TYPE_CHECKING:
-    from live.websocket import WebSocket
     from live.runner import SessionRunner
+    from live.websocket import WebSocket
 
 __all__ = ["ClientAttachment", "peer_address"]
 
@@ -208,10 +208,16 @@ class ClientAttachment:
                     runner.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
                     return None
                 grant = self.grant
+                try:
+                    opening = self.door.admitted(opening, grant)
+                except ProtocolError as exc:
+                    log.warning("session %s refused from %s: %s", runner.id, self.peer, exc.code)
+                    runner.finish(exc.message, CLOSE_POLICY, ErrorEvent(exc.code, exc.message, True))
+                    return None
                 if grant is not None:
                     log.info(
-                        "session %s token accepted from %s subject=%s agent=%s max_duration=%s",
-                        runner.id, self.peer, grant.subject, grant.agent, grant.max_duration,
+                        "session %s token accepted from %s subject=%s agent=%s max_duration=%s token_id=%s",
+                        runner.id, self.peer, grant.subject, grant.agent, grant.max_duration, grant.token_id,
                     )
                 return opening
         if runner.end_reason is None:
@@ -261,7 +267,9 @@ class ClientAttachment:
         except TokenRefused as exc:
             return str(exc)
         if spend and not runner.server.spent_tokens.spend(grant):
-            return "the token was already used to open a session (a token opens one: mint one per visit)"
+            if grant.uses == 1:
+                return "the token was already used to open a session (a token opens one: mint one per visit)"
+            return f"the token was already used to open the {grant.uses} sessions it may open"
         self.grant = grant
         self.principal = grant.subject or ""
         return None

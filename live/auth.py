@@ -78,7 +78,15 @@ class Grant:
     agent: str | None = None
     max_duration: float | None = None
     expires_at: float | None = None
-    token_id: str | None = None  # the `jti`: the token opens one session
+    token_id: str | None = None  # the `jti`
+    # How many sessions the token may open (0: no limit); by default one.
+    uses: int = 1
+    # A wall-clock time (Unix seconds) at which a session it opened ends,
+    # whenever it started (the Live API's `expireTime`).
+    ends_at: float | None = None
+    # The Live API's constraints on a session's setup, from a token minted on
+    # the `auth_tokens` route: {"setup": {...}, "lock": [field paths] | None}.
+    live: dict[str, Any] | None = None
 
 
 def check_secret(secret: str) -> str:
@@ -101,6 +109,9 @@ def mint_token(
     not_before: float | None = None,
     issuer: str | None = None,
     now: float | None = None,
+    uses: int = 1,
+    ends_at: float | None = None,
+    live: dict[str, Any] | None = None,
 ) -> str:
     """A signed token that opens one session within `ttl` seconds.
 
@@ -111,13 +122,17 @@ def mint_token(
     `max_duration` ends the session after that many seconds; `not_before` (a
     Unix time) delays when it may be used; `issuer` is the `iss` a server
     started with `--token-issuer` expects. Each token has its own `jti`: the
-    server lets it open one session only.
+    server lets it open `uses` sessions (0: any number), one by default.
+    `ends_at` (a Unix time) ends every session it opened then; `live` carries
+    the Live API's constraints on a session's setup (`live.doors.gemini_tokens`).
     """
     check_secret(secret)
     if ttl <= 0:
         raise ValueError(f"ttl must be positive, not {ttl}")
     if max_duration is not None and max_duration <= 0:
         raise ValueError(f"max_duration must be positive, not {max_duration}")
+    if isinstance(uses, bool) or not isinstance(uses, int) or uses < 0:
+        raise ValueError(f"uses must be a whole number, 0 or more, not {uses!r}")
     issued = time.time() if now is None else now
     claims: dict[str, Any] = {
         "iat": int(issued),
@@ -134,6 +149,12 @@ def mint_token(
         claims["agent"] = agent
     if max_duration is not None:
         claims["max_duration"] = max_duration
+    if uses != 1:
+        claims["uses"] = uses
+    if ends_at is not None:
+        claims["ends_at"] = int(ends_at)
+    if live is not None:
+        claims["live"] = live
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
@@ -217,12 +238,24 @@ def verify_token(
         raise TokenRefused("the token's 'max_duration' claim must be a positive number of seconds")
     if token_agent is not None and agent is not None and token_agent != agent:
         raise TokenRefused(f"the token is for agent {token_agent!r}, not {agent!r}")
+    uses = claims.get("uses", 1)
+    if isinstance(uses, bool) or not isinstance(uses, int) or uses < 0:
+        raise TokenRefused("the token's 'uses' claim must be a whole number, 0 or more")
+    ends_at = claims.get("ends_at")
+    if ends_at is not None and (isinstance(ends_at, bool) or not isinstance(ends_at, (int, float)) or not math.isfinite(ends_at)):
+        raise TokenRefused("the token's 'ends_at' claim must be a time (Unix seconds)")
+    live = claims.get("live")
+    if live is not None and not isinstance(live, dict):
+        raise TokenRefused("the token's 'live' claim must be an object")
     return Grant(
         subject=subject,
         agent=token_agent,
         max_duration=float(max_duration) if max_duration is not None else None,
         expires_at=float(expires_at),
         token_id=token_id,
+        uses=uses,
+        ends_at=float(ends_at) if ends_at is not None else None,
+        live=live,
     )
 
 
@@ -234,29 +267,32 @@ def _duration(seconds: float) -> str:
 
 
 class SpentTokens:
-    """The `jti` of tokens that opened a session, each kept until its token expires.
+    """How many sessions each token (by `jti`) opened, kept until it expires.
 
     In this process only: servers of a fleet each keep their own, so a token
-    could open one session on each server (docs/access.md). Bounded by what
+    could open its sessions on each server (docs/access.md). Bounded by what
     valid tokens can exist: every entry goes once its token's `exp` has passed.
     """
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self._spent: set[str] = set()
+        self._spent: dict[str, int] = {}
         self._expiry: list[tuple[float, str]] = []
 
     def spend(self, grant: Grant) -> bool:
-        """Mark the grant's token used; False if it already was."""
+        """Count one use of the grant's token; False if its uses are spent."""
         now = self._clock()
         while self._expiry and self._expiry[0][0] < now:
-            self._spent.discard(heapq.heappop(self._expiry)[1])
+            self._spent.pop(heapq.heappop(self._expiry)[1], None)
         token_id = grant.token_id
-        if token_id is None:
+        if token_id is None or grant.uses == 0:
             return True
-        if token_id in self._spent:
+        used = self._spent.get(token_id, 0)
+        if used >= grant.uses:
             return False
-        self._spent.add(token_id)
+        self._spent[token_id] = used + 1
+        if used:
+            return True
         expires = (grant.expires_at if grant.expires_at is not None else now) + LEEWAY_SECONDS
         heapq.heappush(self._expiry, (expires, token_id))
         return True

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, cast
@@ -82,10 +83,10 @@ from live.session import SessionCore
 from live.tool_tasks import ToolTasks
 
 if TYPE_CHECKING:
-    from live.websocket import WebSocket
     from anyio.abc import TaskGroup
 
     from live.server import LiveServer
+    from live.websocket import WebSocket
 
 __all__ = ["SessionRunner"]
 
@@ -122,7 +123,7 @@ class SessionRunner:
         self.handed_off = False  # this socket's handler gave it to another session
         self.adopted: dict[str, Any] | None = None  # facts of a session taken over from the fleet
         self.to_fleet = False  # handed to another server of the fleet: its state stays stored
-        self.ends_at: float | None = None  # wall-clock end its token's max_duration sets
+        self.ends_at: float | None = None  # wall-clock end its token sets (max_duration, ends_at)
         self.end_reason: str | None = None
         self.close_code = CLOSE_NORMAL
         self.audio_frames_in = 0
@@ -257,8 +258,10 @@ class SessionRunner:
                     grant = client.grant
                     # A session taken over keeps the end the token that opened it set
                     # (`ends_at`, stored), not one from the token its resume carried.
-                    if self.adopted is None and grant is not None and grant.max_duration is not None:
-                        self.ends_at = time.time() + grant.max_duration
+                    if self.adopted is None and grant is not None:
+                        self.ends_at = grant.ends_at
+                        if grant.max_duration is not None:
+                            self.ends_at = min(self.ends_at or math.inf, time.time() + grant.max_duration)
                     if self.ends_at is not None:
                         tg.start_soon(self._limit_duration, self.ends_at)
                     await self._converse(start)
@@ -315,10 +318,12 @@ class SessionRunner:
                 "audio_dropped": self.upstream.dropped_audio,
                 "late_audio_dropped": core.late_audio_dropped if core else 0,
                 "reconnects": self.link.reconnects,
+                "tokens": core.tokens_used if core else 0,
+                "token_id": client.grant.token_id if client.grant else None,
             }
             log.info(
                 "session %s ended model=%s duration=%.1fs reason=%s audio_in=%d "
-                "audio_dropped=%d late_audio_dropped=%d reconnects=%d",
+                "audio_dropped=%d late_audio_dropped=%d reconnects=%d tokens=%d token_id=%s",
                 self.id,
                 *summary.values(),
                 extra={"fields": {"event": "session.ended", **summary}},
@@ -484,10 +489,10 @@ class SessionRunner:
             self.record.client_event(start.to_json())
 
     async def _limit_duration(self, ends_at: float) -> None:
-        """End the session when its token's `max_duration` runs out (`ends_at`,
+        """End the session when its token's time runs out (`ends_at`: max_duration or its end,
         wall-clock: it holds on whichever server of a fleet carries it)."""
         await anyio.sleep(max(0.0, ends_at - time.time()))
-        message = "the session reached the time its token allows (max_duration)"
+        message = "the session reached the time its token allows (max_duration, or the end it names)"
         self.finish(message, CLOSE_NORMAL, ErrorEvent("session_expired", message, True))
 
     async def _watch_idle(self) -> None:

@@ -38,6 +38,7 @@ from live.addresses import AddressSet
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.doors.gemini_live import gemini_doors
+from live.http_post import Handler, PostListener
 from live.server import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
 from live.store import StoreError, open_store
 
@@ -156,11 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     gemini = parser.add_argument_group("the Live API's own endpoint (see docs/gemini-endpoint.md)")
     gemini.add_argument("--gemini-endpoint", action="store_true", help="also serve the Live API's WebSocket paths (/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent and the v1alpha ones), so google-genai and @google/genai apps connect with only their base URL changed; the key they send is one of this server's tokens (serve it over TLS: --certfile)")
     gemini.add_argument("--gemini-model", action="append", default=[], metavar="PATTERN", help="with --gemini-endpoint: a model name (fnmatch pattern, without models/) a client may ask for in its setup; the session runs the server's model whichever it names (repeatable; default: the server's model)")
+    gemini.add_argument("--mint-key", default=os.environ.get("LIVE_MINT_KEY"), help="with --gemini-endpoint and --token-secret: the key a backend presents to POST /v1alpha/auth_tokens (on --post-port), google-genai's client.auth_tokens.create, to mint ephemeral tokens for its apps (default: $LIVE_MINT_KEY; none: the route is not served)")
     phone = parser.add_argument_group("phone calls (see docs/phone.md)")
-    phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice (on --phone-port) and the media stream /twilio/media; the auth token comes from $TWILIO_AUTH_TOKEN")
-    phone.add_argument("--telnyx", action="store_true", help="answer Telnyx calls: the Call Control webhook POST /telnyx/call (on --phone-port) answers with the media stream /telnyx/media; keys from $TELNYX_API_KEY and $TELNYX_PUBLIC_KEY")
+    phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice (on --post-port) and the media stream /twilio/media; the auth token comes from $TWILIO_AUTH_TOKEN")
+    phone.add_argument("--telnyx", action="store_true", help="answer Telnyx calls: the Call Control webhook POST /telnyx/call (on --post-port) answers with the media stream /telnyx/media; keys from $TELNYX_API_KEY and $TELNYX_PUBLIC_KEY")
     phone.add_argument("--public-url", metavar="URL", help="the https:// address carriers reach this server at (a tunnel's in development); webhooks' signatures are checked against it")
-    phone.add_argument("--phone-port", type=int, metavar="PORT", help="port of the carriers' webhooks (they POST, which the WebSocket port does not read) (default: --port + 1)")
+    phone.add_argument("--post-port", "--phone-port", dest="post_port", type=int, metavar="PORT", help="port of the POST routes: carriers' webhooks, the Live API's auth_tokens (the WebSocket port reads only GET) (default: --port + 1)")
     phone.add_argument("--stream-url", metavar="URL", help="the wss:// address of the media stream, when it is not --public-url's host with /twilio/media")
     tls = parser.add_argument_group("TLS (so browsers on other machines may use the microphone)")
     tls.add_argument("--certfile", help="PEM certificate chain: serve https:// and wss:// directly")
@@ -301,11 +303,26 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         except OSError as exc:
             raise UsageError(f"--record {args.record}: {exc.strerror or exc}") from None
     doors = lines.mounted_on(DEFAULT_DOORS) if lines else None
+    posts: dict[str, Handler] = dict(lines.webhooks) if lines else {}
     if args.gemini_endpoint:
         models = args.gemini_model or [agent.model.removeprefix("models/")]
         doors = {**(doors or DEFAULT_DOORS), **gemini_doors(models)}
+        if args.mint_key:
+            if token_secret is None:
+                raise UsageError("--mint-key mints signed tokens: it needs --token-secret (or $LIVE_TOKEN_SECRET)")
+            from live.doors.gemini_tokens import AUTH_TOKENS_PATH, AuthTokenMinter
+
+            posts[AUTH_TOKENS_PATH] = AuthTokenMinter(
+                args.mint_key, token_secret, allowed_models=models, agent=agent.name,
+                issuer=args.token_issuer or None, max_lifetime=args.max_token_lifetime,
+            ).answer
     elif args.gemini_model:
         raise UsageError("--gemini-model needs --gemini-endpoint")
+    if not posts and args.post_port is not None:
+        raise UsageError("--post-port serves phone webhooks (--twilio, --telnyx) and auth_tokens (--gemini-endpoint --mint-key): add one")
+    if posts and args.post_port is None:
+        args.post_port = args.port + 1 if args.port else 0
+    args.post_routes = posts
     return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors)
 
 
@@ -316,8 +333,8 @@ CALL_SECRET_ENV = "LIVE_CALL_TOKEN_SECRET"
 
 def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | None) -> PhoneLines | None:
     if not (args.twilio or args.telnyx):
-        if args.public_url or args.stream_url or args.phone_port is not None:
-            raise UsageError("--public-url, --stream-url and --phone-port are for phone calls: add --twilio or --telnyx")
+        if args.public_url or args.stream_url:
+            raise UsageError("--public-url and --stream-url are for phone calls: add --twilio or --telnyx")
         return None
     flag = "--twilio" if args.twilio else "--telnyx"
     try:
@@ -328,8 +345,6 @@ def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | Non
         raise UsageError(f"{flag} needs --public-url https://NAME, the address the carrier reaches this server at")
     if args.twilio and args.telnyx and args.stream_url:
         raise UsageError("--stream-url names one carrier's stream: with both --twilio and --telnyx, route both through --public-url")
-    if args.phone_port is None:
-        args.phone_port = args.port + 1 if args.port else 0
     secret = token_secret or os.environ.get(CALL_SECRET_ENV)
     if secret is None:
         secret = os.environ[CALL_SECRET_ENV] = secrets.token_urlsafe(32)
@@ -398,15 +413,14 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         tg.start_soon(stop_on_signal)
         port = await tg.start(serve)
         lines = getattr(args, "phone_lines", None)
+        posts = getattr(args, "post_routes", None)
         webhooks = None
-        if lines is not None:
-            from live.phone.webhooks import WebhookListener
-
-            webhooks = WebhookListener(
-                lines.webhooks, server.config.host, args.phone_port, reuse_port=args.workers > 1,
+        if posts:
+            webhooks = PostListener(
+                posts, server.config.host, args.post_port, reuse_port=args.workers > 1,
                 ssl_context=tls_context(args.certfile, args.keyfile) if args.certfile else None,
             )
-            args.phone_port = await tg.start(webhooks.serve)
+            args.post_port = await tg.start(webhooks.serve)
         logger = logging.getLogger("live.server")
         logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
         found = getattr(args, "capacity_found", None)
@@ -423,7 +437,7 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         if server.metrics_port is not None:
             extra += ["--metrics-port", str(server.metrics_port)]
         if webhooks is not None:
-            extra += ["--phone-port", str(args.phone_port)]
+            extra += ["--post-port", str(args.post_port)]
         workers = await _start_workers([*argv, *extra], args.workers - 1)
         host = server.config.host
         shown = f"[{host}]" if ":" in host else host
@@ -442,13 +456,19 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         if lines is not None and lines.twilio_webhook is not None:
             print(
                 f"live: Twilio voice webhook {lines.twilio_webhook.public_url}/twilio/voice (served on "
-                f"{web}://{shown}:{args.phone_port}/twilio/voice), media stream {lines.twilio_webhook.stream_url}",
+                f"{web}://{shown}:{args.post_port}/twilio/voice), media stream {lines.twilio_webhook.stream_url}",
                 flush=True,
             )
         if lines is not None and lines.telnyx_webhook is not None:
             print(
                 f"live: Telnyx call webhook {args.public_url.rstrip('/')}/telnyx/call (served on "
-                f"{web}://{shown}:{args.phone_port}/telnyx/call), media stream {lines.telnyx_webhook.stream_url}",
+                f"{web}://{shown}:{args.post_port}/telnyx/call), media stream {lines.telnyx_webhook.stream_url}",
+                flush=True,
+            )
+        if posts and "/v1alpha/auth_tokens" in posts:
+            print(
+                f"live: Live API auth_tokens on {web}://{shown}:{args.post_port}/v1alpha/auth_tokens "
+                "(google-genai's client.auth_tokens.create, with the --mint-key)",
                 flush=True,
             )
         tg.start_soon(_stop_workers_with, server, workers)

@@ -180,6 +180,7 @@ class SessionCore(Handover):
         self.tools: dict[str, ToolCall] = {}
         self.resumption_handle: str | None = None
         self.late_audio_dropped = 0
+        self.tokens_used = 0  # the model's usage reports, summed (total_token_count)
         self.awaiting_reply_since: float | None = None
         self.epoch = 0
         self.user_speaking = False
@@ -494,6 +495,7 @@ class SessionCore(Handover):
             reason = response.turn_complete_reason
             actions.append(SendEvent(TurnComplete(reason.value if reason else None)))
         if response.usage_metadata is not None:
+            self.tokens_used += response.usage_metadata.total_token_count or 0
             actions.append(SendEvent(_usage_event(response.usage_metadata)))
         if response.go_away_time_left is not None:
             actions.append(SendEvent(SessionGoAway(response.go_away_time_left)))

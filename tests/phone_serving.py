@@ -16,11 +16,11 @@ from clients.phone_double import TwilioDouble
 from clients.telnyx_double import TelnyxDouble
 from live.agent import Agent
 from live.doors import NativeDoor
+from live.http_post import PostListener
 from live.llm import BaseLlm
 from live.phone.audio import ulaw_encode
 from live.phone.calls import CallTokens
-from live.phone.lines import PhoneLines, TWILIO_VOICE_PATH
-from live.phone.webhooks import WebhookListener
+from live.phone.lines import TWILIO_VOICE_PATH, PhoneLines
 from live.server import LiveServer, ServerConfig
 
 AUTH_TOKEN = "0123456789abcdef0123456789abcdef"  # a Twilio auth token's shape (32 hex)
@@ -46,7 +46,7 @@ async def running_phone(agent: Agent, llm: BaseLlm, *, recorder=None, **config) 
     config.setdefault("sockets", os.environ.get("LIVE_SOCKETS", "auto"))
     async with anyio.create_task_group() as tg:
         # The public URL is the webhook listener's own address here (no tunnel).
-        listener = WebhookListener({}, "127.0.0.1", 0)
+        listener = PostListener({}, "127.0.0.1", 0)
         listener_scope = anyio.CancelScope()
 
         async def serve_webhooks(*, task_status=anyio.TASK_STATUS_IGNORED) -> None:
@@ -114,7 +114,7 @@ async def running_telnyx(agent: Agent, llm: BaseLlm, **config) -> AsyncIterator[
                     port = await inner.start(listener.serve)
                     task_status.started(port)
 
-        listener = WebhookListener({}, "127.0.0.1", 0)
+        listener = PostListener({}, "127.0.0.1", 0)
         webhook_port = await tg.start(serve_all)
         public = f"http://127.0.0.1:{webhook_port}"
         lines = PhoneLines(tokens=CallTokens(agent=agent.name)).add_telnyx(

@@ -6,26 +6,35 @@ Google's service, over TLS, with the server's own key."""
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import os
 import re
 import shutil
-import ssl
 import warnings
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 import trustme
 from audio_fixtures import silence, tone
-from emulated import MODEL, gemini_for
-from google import genai
+from emulated import MODEL
+from gemini_serving import (
+    AGENT,
+    CONFIG,
+    SECRET,
+    ca_fixture,  # noqa: F401 (a fixture)
+    cert_files_fixture,  # noqa: F401 (a fixture)
+    refused,
+    reply_audio,
+    said,
+    sdk_client,
+    serving,
+    token,
+    turn,
+)
 from google.genai import errors, types
-from serving import running
 
-from connections.emulator import Fault, Script, running_emulator
+from connections.emulator import Fault, Script
 from connections.emulator.wire import (
     BAD_KEY,
     BAD_TOKEN,
@@ -34,115 +43,12 @@ from connections.emulator.wire import (
     not_found,
 )
 from live import protocol as p
-from live.agent import Agent
 from live.auth import mint_token
 from live.doors.gemini_live import GEMINI_PATHS, GeminiLiveDoor, gemini_doors
 from live.record import Recorder
 from live.record import load as load_record
-from live.server import DEFAULT_DOORS
 
 pytestmark = pytest.mark.anyio
-
-SECRET = "a-test-secret-that-is-long-enough-for-hs256"
-STOCK = types.FunctionDeclaration(
-    name="check_stock",
-    description="How many of an item are in stock.",
-    parameters=types.Schema(type="OBJECT", properties={"item": types.Schema(type="STRING")}),
-)
-AGENT = Agent(name="shop", model=MODEL, client_tools=[STOCK])
-
-
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture
-def cert_files(ca: trustme.CA, tmp_path: Path) -> dict[str, str]:
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
-    for i, pem in enumerate(cert.cert_chain_pems):
-        pem.write_to_path(str(certfile), append=i > 0)
-    cert.private_key_pem.write_to_path(str(keyfile))
-    return {"certfile": str(certfile), "keyfile": str(keyfile)}
-
-
-def sdk_client(url: str, ca: trustme.CA, key: str, api_version: str = "v1beta") -> genai.Client:
-    """google-genai as an app builds it, pointed at our server."""
-    context = ssl.create_default_context()
-    ca.configure_trust(context)
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
-    return genai.Client(
-        vertexai=False,
-        api_key=key,
-        http_options=types.HttpOptions(
-            base_url=f"https://127.0.0.1:{port}",
-            api_version=api_version,
-            async_client_args={"ssl": context},
-        ),
-    )
-
-
-def token() -> str:
-    return mint_token(SECRET, agent=AGENT.name, ttl=600)
-
-
-async def turn(session: Any, *, timeout: float = 10.0) -> list[types.LiveServerMessage]:
-    """Messages up to the turn's end (`receive()` stops after turnComplete)."""
-    seen = []
-    with anyio.fail_after(timeout):
-        async for message in session.receive():
-            seen.append(message)
-    return seen
-
-
-def said(messages: list[types.LiveServerMessage]) -> str:
-    return "".join(
-        m.server_content.output_transcription.text or ""
-        for m in messages
-        if m.server_content and m.server_content.output_transcription
-    )
-
-
-def reply_audio(messages: list[types.LiveServerMessage]) -> bytes:
-    return b"".join(
-        part.inline_data.data
-        for m in messages
-        if m.server_content and m.server_content.model_turn
-        for part in m.server_content.model_turn.parts or []
-        if part.inline_data and part.inline_data.mime_type == "audio/pcm;rate=24000"
-    )
-
-
-def serving(script: Script, **config: Any):
-    """The emulator with `script`, and our server before it with the endpoint on."""
-
-    # The last words of a reply's transcript come after its turnComplete on
-    # some models (as on the real service); these tests read one turn at a time.
-    script = dataclasses.replace(script, profile_overrides={"late_transcripts": False})
-
-    class Both:
-        async def __aenter__(self):
-            self.emu_cm = running_emulator(script)
-            emu = await self.emu_cm.__aenter__()
-            doors = {**DEFAULT_DOORS, **gemini_doors([MODEL])}
-            config.setdefault("token_secret", SECRET)
-            self.server_cm = running(AGENT, gemini_for(emu), doors=doors, **config)
-            server, url = await self.server_cm.__aenter__()
-            return emu, server, url
-
-        async def __aexit__(self, *exc):
-            await self.server_cm.__aexit__(*exc)
-            await self.emu_cm.__aexit__(*exc)
-
-    return Both()
-
-
-CONFIG = types.LiveConnectConfig(
-    response_modalities=[types.Modality.AUDIO],
-    output_audio_transcription=types.AudioTranscriptionConfig(),
-    input_audio_transcription=types.AudioTranscriptionConfig(),
-)
 
 
 async def test_a_text_turn_is_answered_with_audio_and_its_transcript(ca, cert_files, caplog):
@@ -433,15 +339,6 @@ async def test_google_genai_for_javascript_under_node_talks_to_it_unmodified(ca,
         assert refused["close"] == {"code": 1008, "reason": BAD_KEY}
         assert len(emu.sessions) == 1
     assert key not in caplog.text and "not-a-token" not in caplog.text  # a key in the query is never logged
-
-
-async def refused(url: str, ca: trustme.CA, key: str, model: str = MODEL, api_version: str = "v1beta") -> tuple[int, str]:
-    client = sdk_client(url, ca, key, api_version)
-    with pytest.raises(errors.APIError) as caught:
-        with anyio.fail_after(10):
-            async with client.aio.live.connect(model=model, config=CONFIG) as session:
-                await turn(session)
-    return caught.value.code, caught.value.details
 
 
 async def test_the_tokens_max_duration_ends_the_session_with_a_normal_close(ca, cert_files):

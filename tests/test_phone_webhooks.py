@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from clients.phone_double import http_post_raw
-from live.phone.webhooks import HttpAnswer, WebhookListener
+from live.http_post import HttpAnswer, PostListener
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +30,7 @@ async def test_only_bounded_posts_to_known_paths_reach_a_handler():
         seen.append((target, headers.get("content-type"), body))
         return HttpAnswer(200, b"ok\n")
 
-    listener = WebhookListener({"/hook": handler}, "127.0.0.1", 0)
+    listener = PostListener({"/hook": handler}, "127.0.0.1", 0)
     async with anyio.create_task_group() as tg:
         port = await tg.start(listener.serve)
         status, body = await http_post_raw(f"http://127.0.0.1:{port}/hook?x=1", b"a=1", {"Content-Type": "application/x-www-form-urlencoded"})
@@ -48,7 +48,7 @@ async def test_a_handler_that_fails_is_a_500_without_its_insides():
     def broken(target, headers, body):
         raise RuntimeError("secret internals")
 
-    listener = WebhookListener({"/hook": broken}, "127.0.0.1", 0)
+    listener = PostListener({"/hook": broken}, "127.0.0.1", 0)
     async with anyio.create_task_group() as tg:
         port = await tg.start(listener.serve)
         status, body = await http_post_raw(f"http://127.0.0.1:{port}/hook", b"", {})

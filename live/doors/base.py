@@ -19,6 +19,7 @@ nothing more:
   time by the session) is written: format, rate, frame size;
 - `capabilities`: what the client can do (reattach after a drop, run tools,
   send images), which the session honours;
+- `admitted(start, grant)`: the start as the client's token lets it be;
 - `closing(code, reason, error)`: the close code and reason this client is
   told its session ended with (by default the server's own).
 
@@ -36,6 +37,7 @@ from typing import ClassVar, TypeAlias
 
 from websockets.http11 import Request
 
+from live.auth import Grant
 from live.protocol import (
     ClientMessage,
     ErrorEvent,
@@ -95,6 +97,13 @@ class FrontDoor(abc.ABC):
         `SessionClose`, an error to answer (the socket stays open), or None
         (nothing to do yet). Raising `live.protocol.ProtocolError` answers its
         code and message."""
+
+    def admitted(self, start: SessionStart, grant: Grant | None) -> SessionStart:
+        """The start as the client's credential lets it be (`grant`: the
+        token's, None for an open server or its static token). A door whose
+        tokens constrain a session (the Live API's ephemeral tokens) applies
+        them here; raising `live.protocol.ProtocolError` refuses the session."""
+        return start
 
     def authorize(self, token: str | None) -> str | None:
         """With `checks_own_credentials`: None if the start's `token` opens a

@@ -49,8 +49,10 @@ from connections.emulator.wire import (
     not_found,
     rate_of,
 )
+from live.auth import Grant
 from live.config import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
+from live.doors.gemini_tokens import constrained_setup
 from live.protocol import (
     DEFAULT_INPUT_RATE,
     MAX_INPUT_RATE,
@@ -130,6 +132,7 @@ class GeminiLiveDoor(FrontDoor):
         # The user's typed turns of clientContent not yet ended by turnComplete
         # (bounded: MAX_TEXT_CHARS in all).
         self._typed: list[str] = []
+        self._setup: Mapping[str, Any] = {}  # as the app sent it
 
     # ------------------------------------------------------------------ opening
 
@@ -158,6 +161,28 @@ class GeminiLiveDoor(FrontDoor):
         setup = message["setup"]
         if not isinstance(setup, Mapping):
             raise _invalid(INVALID)
+        self._setup = setup
+        return self._start(setup)
+
+    def admitted(self, start: SessionStart, grant: Grant | None) -> SessionStart:
+        """A token minted on `auth_tokens` with a locked setup: the session runs
+        with the token's fields where it locks them (see `gemini_tokens`)."""
+        live = grant.live if grant is not None else None
+        if not live:
+            return start
+        token_setup = live.get("setup")
+        lock = live.get("lock")
+        if not isinstance(token_setup, Mapping) or not (lock is None or isinstance(lock, list)):
+            raise _invalid(INVALID)
+        return self._start(constrained_setup(self._setup, token_setup, lock))
+
+    @classmethod
+    def check_setup(cls, setup: Mapping[str, Any]) -> None:
+        """Raise `ProtocolError` (invalid_argument) if a setup's fields have the wrong shape."""
+        _client_config(setup)
+        _manual_turns(setup)
+
+    def _start(self, setup: Mapping[str, Any]) -> SessionStart:
         model = get_field(setup, "model")
         if not isinstance(model, str) or not model.startswith("models/"):
             raise ProtocolError("model_not_found", not_found(str(model or "models/"), self.version), fatal=True)
@@ -165,12 +190,10 @@ class GeminiLiveDoor(FrontDoor):
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in self.allowed_models):
             raise ProtocolError("model_not_found", not_found(model, self.version), fatal=True)
         self.model = model
-        detection = get_field(get_field(setup, "realtimeInputConfig", {}), "automaticActivityDetection", {})
-        manual = get_field(detection, "disabled") is True
         return SessionStart(
             token=self.credential(),
             input_rate=DEFAULT_INPUT_RATE,
-            turn_taking="manual" if manual else "auto",
+            turn_taking="manual" if _manual_turns(setup) else "auto",
             config=_client_config(setup),
         )
 
@@ -352,6 +375,15 @@ def gemini_doors(allowed_models: Iterable[str]) -> dict[str, type[GeminiLiveDoor
 
 def _invalid(reason: str) -> ProtocolError:
     return ProtocolError("invalid_argument", reason, fatal=True)
+
+
+def _manual_turns(setup: Mapping[str, Any]) -> bool:
+    """The app marks turns itself (`activityStart` / `activityEnd`)."""
+    config = get_field(setup, "realtimeInputConfig")
+    detection = get_field(config, "automaticActivityDetection")
+    if not isinstance(config or {}, Mapping) or not isinstance(detection or {}, Mapping):
+        raise _invalid(INVALID)
+    return get_field(detection, "disabled") is True
 
 
 def _client_config(setup: Mapping[str, Any]) -> types.LiveConnectConfig | None:
