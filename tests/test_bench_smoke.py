@@ -124,3 +124,26 @@ def test_repeated_runs_end_with_each_paths_median_and_range() -> None:
         "N=50 floor over 3 runs: CPU s per session-min 0.250 (0.210 to 0.270), "
         "added p99 up ms +0.50 (+0.00 to +1.00), added p99 down ms +0.50 (+0.50 to +1.50); real time in 3",
     ]
+
+
+def test_gemini_endpoint_benchmark_prints_each_paths_figures_and_what_the_endpoint_adds(capsys) -> None:
+    from bench import gemini_endpoint
+
+    report = gemini_endpoint.main(["--turns", "1", "--warmup", "0"])
+    printed = capsys.readouterr().out.splitlines()
+    assert report["upstream_connections"] == 3  # one a path, none replaced
+    for path in ("direct", "endpoint", "endpoint-unpaced"):
+        figures = report["paths"][path]
+        for key in ("text_first", "text_done", "vad_first_audio", "end_first_audio"):
+            assert figures[key]["n"] == 1 and figures[key]["median_ms"] > 0, (path, key)
+        assert figures["audio_gap"]["n"] > 0 and figures["reply_span"]["n"] == 3
+        # A row per measure: n, median, p90, p99; the endpoint's with what it adds.
+        rows = [line.split() for line in printed if f" {path} " in f" {line} "]
+        assert len(rows) == len(gemini_endpoint.MEASURES), printed
+        for row in rows:
+            numbers = row[row.index(path) + 1 :]
+            assert len(numbers) in ((4,) if path == "direct" else (5, 7)), row
+            assert all(float(n) == float(n) for n in numbers if n != "(paced)"), row
+    assert set(report["added"]["endpoint-unpaced"]) == set(gemini_endpoint.MEASURES)
+    assert "text_done" not in report["added"]["endpoint"]  # decided by the pacing, not comparable
+    assert json.loads(json.dumps(report)) == report  # what --json writes
