@@ -34,7 +34,6 @@ from live.protocol import (
     SessionReattached,
     SessionResume,
     SessionStart,
-    encode,
     is_image_message,
 )
 from live.queues import BYTES_PER_SECOND_OUT
@@ -68,6 +67,9 @@ class ClientAttachment:
             max_events=config.reattach_events if reattach else 0,
         )
         self.resume_digest: str | None = None
+        # Where the stream was when the socket was lost: a client whose frames
+        # are not numbered gets what came after it when it comes back.
+        self.seq_at_loss: int | None = None
         # Taken once per frame to the client and almost never contended: no
         # extra trip through the event loop when it is free.
         self.send_lock = anyio.Lock(fast_acquire=True)
@@ -84,19 +86,30 @@ class ClientAttachment:
 
     async def send_now(self, event: ServerEvent) -> None:
         """Send outside the stream (before the pumps run, or after they stopped)."""
+        self._runner.obs.event(event)
+        await self.send_frames(self.door.event(event))
+
+    async def send_frames(self, frames: str | bytes | tuple[str | bytes, ...] | None) -> None:
+        """A door's frame (or frames, or none), outside the stream."""
         runner = self._runner
-        runner.obs.event(event)
-        frame = self.door.event(event)
         ws = self.ws
-        if ws is None or frame is None:
+        if ws is None or frames is None:
             return
-        try:
-            await ws.send(frame)
-        except ConnectionClosed:
-            return
-        runner.obs.frame_out(frame, runner.clock())
-        if runner.record is not None:
-            runner.record.server_frame(frame)
+        for frame in frames if isinstance(frames, tuple) else (frames,):
+            try:
+                await ws.send(frame)
+            except ConnectionClosed:
+                return
+            runner.obs.frame_out(frame, runner.clock())
+            if runner.record is not None:
+                runner.record.server_frame(frame)
+
+    def keep_for_reattach(self) -> None:
+        """The client may come back (its door said so once its opening was
+        read): keep the stream for a replay, as for a door that always may."""
+        config = self._runner.config
+        self.replay.max_audio_bytes = int(config.reattach_audio_seconds * BYTES_PER_SECOND_OUT)
+        self.replay.max_events = config.reattach_events
 
     async def write_client(self) -> None:
         """The session's stream to the client, numbered and kept for a replay.
@@ -263,6 +276,7 @@ class ClientAttachment:
                 agent=runner.server.agent.name,
                 issuer=config.token_issuer,
                 max_lifetime=config.max_token_lifetime,
+                resuming=not spend,
             )
         except TokenRefused as exc:
             return str(exc)
@@ -320,7 +334,12 @@ class ClientAttachment:
                 else:
                     await runner.client_frame(frame, behind=waiting() > 0)
         except ConnectionClosed as closed:
-            if runner.end_reason is None and self.ws is ws and _closed_normally(closed):
+            if (
+                runner.end_reason is None
+                and self.ws is ws
+                and _closed_normally(closed)
+                and not self.door.may_return_after_close()
+            ):
                 # The client said goodbye (1000): nothing to come back to. Its slot
                 # and model connection are freed now, not after the reattach grace.
                 runner.finish("client closed the connection")
@@ -375,6 +394,7 @@ class ClientAttachment:
             runner.finish("client disconnected")
             return
         self.ws = None
+        self.seq_at_loss = self.replay.last_seq
         self._socket_done.set()
         log.info("session %s lost its client; waiting %g s for it to come back", runner.id, grace)
         self._away = anyio.CancelScope()
@@ -395,14 +415,18 @@ class ClientAttachment:
             if self._away is not None:
                 self._away.cancel()
                 self._away = None
+            if not self.door.capabilities.reattach:  # unnumbered: what came after the loss
+                last_seq = self.seq_at_loss if self.ws is None and self.seq_at_loss is not None else self.replay.last_seq
             frames, missed = self.replay.after(last_seq)
             self.ws = ws
             self._socket_done.set()
             self._socket_done = anyio.Event()
             self.last_client_frame = runner.clock()
             self.reattaches += 1
+            said = self.door.event(SessionReattached(runner.id, len(frames), missed, resume_token))
             try:
-                await ws.send(encode(SessionReattached(runner.id, len(frames), missed, resume_token)))
+                for frame in said if isinstance(said, tuple) else (said,) if said is not None else ():
+                    await ws.send(frame)
                 for frame in frames:
                     await ws.send(frame)
             except ConnectionClosed:

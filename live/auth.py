@@ -166,6 +166,7 @@ def verify_token(
     issuer: str | None = None,
     max_lifetime: float | None = DEFAULT_MAX_LIFETIME,
     now: float | None = None,
+    resuming: bool = False,
 ) -> Grant:
     """The grant of a valid token for this server's `agent`; `TokenRefused` otherwise.
 
@@ -176,6 +177,10 @@ def verify_token(
     leeway for clock skew. Whether its `jti` was already used is
     `SpentTokens`' to say. Text that is not a token (not even UTF-8) is refused
     like any other.
+
+    `resuming`: the token comes back to a session it opened. One that names an
+    end for its sessions (`ends_at`) is good for that until then, past its
+    `exp` (as the Live API's ephemeral tokens are).
     """
     try:
         token.encode()
@@ -186,7 +191,8 @@ def verify_token(
             token,
             secret,
             algorithms=[ALGORITHM],
-            options={"require": ["exp", "jti"]},
+            # Resuming, `exp` is checked below, with the token's `ends_at`.
+            options={"require": ["exp", "jti"], "verify_exp": not resuming},
             issuer=issuer,
             leeway=LEEWAY_SECONDS,
         )
@@ -213,6 +219,11 @@ def verify_token(
     expires_at = claims["exp"]
     if isinstance(expires_at, bool) or not isinstance(expires_at, (int, float)):
         raise TokenRefused("the token's 'exp' claim must be a number")
+    if resuming:
+        end = claims.get("ends_at")
+        good_until = end if isinstance(end, (int, float)) and not isinstance(end, bool) and end > expires_at else expires_at
+        if good_until + LEEWAY_SECONDS < time.time():
+            raise TokenRefused("the token has expired")
     if max_lifetime is not None:
         current = time.time() if now is None else now
         issued = claims.get("iat")

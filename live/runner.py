@@ -345,7 +345,9 @@ class SessionRunner:
                 return
             link = await self.link.open_first(start.history)
             resume_token = None
-            if self.config.reattach_grace > 0 and self.door.capabilities.reattach:
+            if self.config.reattach_grace > 0 and self.door.resumable():
+                if not self.door.capabilities.reattach:
+                    client.keep_for_reattach()
                 resume_token = client.new_resume_token()
                 self.server.live_sessions[self.id] = self
             await client.send_now(
@@ -362,6 +364,8 @@ class SessionRunner:
         else:
             link = await self.link.take_over()
             self.server.live_sessions[self.id] = self
+            if not self.door.capabilities.reattach:
+                client.keep_for_reattach()
             stored_seq = int(self.adopted.get("last_seq") or 0)
             replay = client.replay
             # The stored token worked once; the client gets the next.
@@ -424,6 +428,9 @@ class SessionRunner:
             "principal": self.client.principal,
             "last_seq": self.client.replay.last_seq,
             "ends_at": self.ends_at,
+            "client_config": (
+                self.client_config.model_dump(mode="json", exclude_none=True) if self.client_config is not None else None
+            ),
             "core": core.snapshot() if core is not None else {},
         }
 
@@ -451,9 +458,12 @@ class SessionRunner:
         principal = state.get("principal")
         self.client.principal = principal if isinstance(principal, str) else None
         self.client.replay.last_seq = message.last_seq
+        client_config = state.get("client_config")
         return SessionStart(
             input_rate=int(state.get("input_rate") or DEFAULT_INPUT_RATE),
             turn_taking=str(state.get("turn_taking") or "auto"),
+            # What the app's own setup asked of the model (its door reads one).
+            config=types.LiveConnectConfig.model_validate(client_config) if isinstance(client_config, dict) else None,
         )
 
     async def hand_to_fleet(self, time_left: float) -> None:
@@ -465,7 +475,8 @@ class SessionRunner:
             self.shutdown()
             return
         async with self.client.send_lock:  # in order with the stream, and sent before the end
-            await self.client.send_now(SessionGoAway(time_left))
+            self.obs.event(SessionGoAway(time_left))
+            await self.client.send_frames(self.door.going_away(time_left))
         with anyio.move_on_after(time_left):
             while not core.at_safe_point:
                 await anyio.sleep(0.05)

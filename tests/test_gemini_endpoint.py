@@ -38,6 +38,7 @@ from connections.emulator import Fault, Script
 from connections.emulator.wire import (
     BAD_KEY,
     BAD_TOKEN,
+    INVALID_HANDLE,
     UNREGISTERED,
     get_field,
     not_found,
@@ -537,3 +538,51 @@ def test_an_apps_instruction_follows_the_operators_and_never_replaces_it():
     text = "".join(part.text for part in merged.system_instruction.parts)
     assert text.index("Only talk about the shop's stock.") < text.index("You are a chef.")
     assert with_client_config(types.LiveConnectConfig(), app).system_instruction == app.system_instruction
+
+
+# ------------------------------------------------------------------ session resumption
+
+
+async def test_an_app_that_asked_for_resumption_comes_back_with_its_handle(ca, cert_files):
+    script = Script(speed=20, replies=["First answer.", "Second answer."])
+    config = CONFIG.model_copy(update={"session_resumption": types.SessionResumptionConfig()})
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        handles = []
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_realtime_input(text="one")
+            for message in await turn(session):
+                if message.session_resumption_update and message.session_resumption_update.new_handle:
+                    handles.append(message.session_resumption_update.new_handle)
+        assert handles and all(handles)  # given once the session is set up
+        # The app's socket is gone (here closed; a dropped one is the same); it
+        # comes back with its handle, as google-genai does, and the conversation goes on.
+        again = config.model_copy(update={"session_resumption": types.SessionResumptionConfig(handle=handles[-1])})
+        async with client.aio.live.connect(model=MODEL, config=again) as session:
+            await session.send_realtime_input(text="two")
+            messages = await turn(session)
+        assert said(messages) == "Second answer."
+        updates = [m.session_resumption_update.new_handle for m in messages if m.session_resumption_update]
+        assert updates and updates[-1] != handles[-1]  # a handle works once: here is the next
+        assert len(emu.sessions) == 1  # the same conversation, on the same connection to Google
+        # The handle used is spent; an unknown one is the service's close for it.
+        stale = config.model_copy(update={"session_resumption": types.SessionResumptionConfig(handle=handles[-1])})
+        for handle_config in (stale, config.model_copy(update={"session_resumption": types.SessionResumptionConfig(handle="nonsense")})):
+            with pytest.raises(errors.APIError) as caught:
+                with anyio.fail_after(10):
+                    async with client.aio.live.connect(model=MODEL, config=handle_config) as session:
+                        await turn(session)
+            assert (caught.value.code, caught.value.details) == (1007, INVALID_HANDLE)
+
+
+async def test_an_app_that_did_not_ask_for_resumption_gets_no_handles(ca, cert_files):
+    script = Script(speed=20, replies=["Hello."])
+    async with serving(script, **cert_files) as (_, server, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="hello")
+            messages = await turn(session)
+        assert not any(m.session_resumption_update for m in messages)
+        with anyio.fail_after(5):
+            while server.sessions:  # its session ended with its socket
+                await anyio.sleep(0.05)

@@ -18,7 +18,9 @@ nothing more:
 - `audio(pcm)`: how reply audio (PCM16 mono at 24 kHz, already paced to real
   time by the session) is written: format, rate, frame size;
 - `capabilities`: what the client can do (reattach after a drop, run tools,
-  send images), which the session honours;
+  send images), which the session honours; `resumable()`, whether this client
+  may come back (a Live API app that asked for session resumption may);
+- `going_away(time_left)`: how the client is told its server is stopping;
 - `admitted(start, grant)`: the start as the client's token lets it be;
 - `closing(code, reason, error)`: the close code and reason this client is
   told its session ended with (by default the server's own).
@@ -43,6 +45,7 @@ from live.protocol import (
     ErrorEvent,
     ServerEvent,
     SessionClose,
+    SessionGoAway,
     SessionResume,
     SessionStart,
 )
@@ -118,8 +121,28 @@ class FrontDoor(abc.ABC):
         error is fatal)."""
 
     @abc.abstractmethod
-    def event(self, event: ServerEvent) -> str | bytes | None:
-        """The frame that tells this client of `event`, or None to leave it out."""
+    def event(self, event: ServerEvent) -> str | bytes | tuple[str | bytes, ...] | None:
+        """The frame that tells this client of `event`, or None to leave it out.
+        For the events sent outside the stream (`SessionStarted`,
+        `SessionReattached`), a tuple of frames may say it."""
+
+    def resumable(self) -> bool:
+        """Whether this client may come back to its session on a new socket
+        (asked once the opening was read). By default: `capabilities.reattach`."""
+        return self.capabilities.reattach
+
+    def may_return_after_close(self) -> bool:
+        """Whether a socket this client closed normally may still come back
+        (the session then waits for it, as after a drop). By default a normal
+        close is goodbye."""
+        return False
+
+    def going_away(self, time_left: float) -> str | bytes | None:
+        """The frame that tells this client its server is stopping and its
+        session goes on elsewhere in `time_left` seconds (it should come back
+        on a new socket)."""
+        frame = self.event(SessionGoAway(time_left))
+        return frame if not isinstance(frame, tuple) else None
 
     @abc.abstractmethod
     def audio(self, pcm: bytes) -> Sequence[str | bytes]:

@@ -42,6 +42,7 @@ from connections.emulator.wire import (
     BAD_KEY,
     BAD_TOKEN,
     INVALID,
+    INVALID_HANDLE,
     TOP_LEVEL,
     UNREGISTERED,
     b64decode,
@@ -66,6 +67,8 @@ from live.protocol import (
     GenerationComplete,
     ProtocolError,
     ServerEvent,
+    SessionReattached,
+    SessionResume,
     SessionStart,
     SessionStarted,
     Text,
@@ -133,6 +136,10 @@ class GeminiLiveDoor(FrontDoor):
         # (bounded: MAX_TEXT_CHARS in all).
         self._typed: list[str] = []
         self._setup: Mapping[str, Any] = {}  # as the app sent it
+        # The app asked for session resumption: it gets handles, and may come
+        # back with one on a new socket (`_resuming`: this socket did).
+        self._resumption = False
+        self._resuming = False
 
     # ------------------------------------------------------------------ opening
 
@@ -162,7 +169,37 @@ class GeminiLiveDoor(FrontDoor):
         if not isinstance(setup, Mapping):
             raise _invalid(INVALID)
         self._setup = setup
-        return self._start(setup)
+        start = self._start(setup)
+        resumption = get_field(setup, "sessionResumption")
+        if resumption is None:
+            return start
+        if not isinstance(resumption, Mapping):
+            raise _invalid(INVALID)
+        self._resumption = True
+        handle = get_field(resumption, "handle")
+        if handle is None or handle == "":
+            return start
+        session_id, _, resume_token = handle.partition(".") if isinstance(handle, str) else ("", "", "")
+        if not session_id or not resume_token:
+            raise _invalid(INVALID_HANDLE)
+        self._resuming = True
+        # The session goes on as it was set up; this setup only finds it.
+        return SessionResume(session_id=session_id, resume_token=resume_token, token=start.token)
+
+    def resumable(self) -> bool:
+        return self._resumption
+
+    def may_return_after_close(self) -> bool:
+        # The service keeps a resumable session past its socket, however it
+        # closed: an app closes its socket on a goAway, then resumes.
+        return self._resumption
+
+    def going_away(self, time_left: float) -> str | None:
+        """The service's goAway, for an app that can come back with its handle;
+        the others learn of it from the close."""
+        if not self._resumption:
+            return None
+        return _DUMPS({"goAway": {"timeLeft": f"{max(0.0, time_left):.3f}s"}})
 
     def admitted(self, start: SessionStart, grant: Grant | None) -> SessionStart:
         """A token minted on `auth_tokens` with a locked setup: the session runs
@@ -299,8 +336,14 @@ class GeminiLiveDoor(FrontDoor):
     # ------------------------------------------------------------------ events
 
     def event(self, event: ServerEvent) -> str | None:
-        if isinstance(event, SessionStarted):
-            return _DUMPS({"setupComplete": {"sessionId": event.session_id}})
+        if isinstance(event, (SessionStarted, SessionReattached)):
+            if isinstance(event, SessionReattached):
+                self._resuming = False  # found: what ends it from now on ends a session
+            ready = _DUMPS({"setupComplete": {"sessionId": event.session_id}})
+            if event.resume_token is None or not self._resumption:
+                return ready
+            handle = f"{event.session_id}.{event.resume_token}"
+            return ready, _DUMPS({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
         if isinstance(event, TextEvent):
             return _content({"modelTurn": {"parts": [{"text": event.text}]}})
         # Transcripts go out as the service sends them: fragments. The whole
@@ -349,6 +392,10 @@ class GeminiLiveDoor(FrontDoor):
         """The service's close for how the session ended."""
         if error is None:
             return code, reason if code == CLOSE_NORMAL else ""
+        if self._resuming and (
+            error.code == "session_expired" or (error.code == "unauthorized" and error.message.startswith("session.resume:"))
+        ):
+            return CLOSE_INVALID, INVALID_HANDLE  # no session for that handle (any more)
         if error.code == "unauthorized":
             if self.credential() is None:
                 return CLOSE_POLICY, UNREGISTERED
