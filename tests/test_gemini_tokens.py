@@ -33,9 +33,19 @@ from google import genai
 from google.genai import errors, types
 
 from connections.emulator import Script
-from connections.emulator.wire import BAD_KEY, BAD_TOKEN, UNREGISTERED, get_field, not_found
+from connections.emulator.wire import (
+    BAD_KEY,
+    BAD_TOKEN,
+    UNREGISTERED,
+    get_field,
+    not_found,
+)
 from live.auth import verify_token
-from live.doors.gemini_tokens import AUTH_TOKENS_PATH, AuthTokenMinter, constrained_setup
+from live.doors.gemini_tokens import (
+    AUTH_TOKENS_PATH,
+    AuthTokenMinter,
+    constrained_setup,
+)
 from live.http_post import PostListener
 from live.server import tls_context
 
