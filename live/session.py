@@ -482,6 +482,12 @@ class SessionCore(Handover):
             self._generated = self._owed[: self._answerable]
             del self._owed[: self._answerable]
             self._answerable = 0
+        if response.usage_metadata is not None:
+            # Before the turn's end when they come together (as the service
+            # sends them), so a client reading up to turnComplete sees what the
+            # turn cost.
+            self.tokens_used += response.usage_metadata.total_token_count or 0
+            actions.append(SendEvent(_usage_event(response.usage_metadata)))
         if response.turn_complete:
             if self.interaction_busy:
                 # A filler completed and the answer is still to come: the turns
@@ -494,9 +500,6 @@ class SessionCore(Handover):
             self.turn = TurnState.LISTENING
             reason = response.turn_complete_reason
             actions.append(SendEvent(TurnComplete(reason.value if reason else None)))
-        if response.usage_metadata is not None:
-            self.tokens_used += response.usage_metadata.total_token_count or 0
-            actions.append(SendEvent(_usage_event(response.usage_metadata)))
         if response.go_away_time_left is not None:
             actions.append(SendEvent(SessionGoAway(response.go_away_time_left)))
         update = response.session_resumption_update

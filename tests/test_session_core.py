@@ -77,8 +77,8 @@ def test_one_bundled_message_yields_audio_transcript_and_turn_end_in_order():
     response.usage_metadata = types.UsageMetadata(prompt_token_count=7, response_token_count=3, total_token_count=10)
     actions = s.model_response(response, now=0.0)
     kinds = [type(a.event).__name__ if isinstance(a, SendEvent) else type(a).__name__ for a in actions]
-    assert kinds == ["SendAudio", "TranscriptOutput", "GenerationComplete", "TurnComplete", "Usage"]
-    assert events(actions)[-1].total_tokens == 10
+    assert kinds == ["SendAudio", "TranscriptOutput", "GenerationComplete", "Usage", "TurnComplete"]  # what it cost, within the turn
+    assert events(actions)[-2].total_tokens == 10
     assert s.turn is TurnState.LISTENING
 
 
