@@ -54,7 +54,7 @@ class Serving:
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        match = re.search(r"https?://127\.0\.0\.1:(\d+)/", line)
         assert match, f"live serve did not start: {line!r} {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
         self.port = int(match.group(1))
 
