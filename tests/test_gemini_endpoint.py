@@ -582,3 +582,29 @@ async def test_an_app_that_did_not_ask_for_resumption_gets_no_handles(ca, cert_f
         with anyio.fail_after(5):
             while server.sessions:  # its session ended with its socket
                 await anyio.sleep(0.05)
+
+
+async def test_the_apps_sampling_and_search_reach_the_model_and_it_gets_the_transcripts_it_asked_for(ca, cert_files):
+    script = Script(speed=20, user_says=["what time is it"], replies=["Half past nine."])
+    config = types.LiveConnectConfig(
+        response_modalities=[types.Modality.AUDIO],
+        output_audio_transcription=types.AudioTranscriptionConfig(),  # not the input's
+        temperature=0.2,
+        max_output_tokens=256,
+        tools=[types.Tool(google_search=types.GoogleSearch())],
+    )
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            speech = tone(0.4) + silence(0.8)
+            for i in range(0, len(speech), 3200):
+                await session.send_realtime_input(audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000"))
+            messages = await turn(session, timeout=5)
+    assert said(messages) == "Half past nine."
+    assert not any(m.server_content and m.server_content.input_transcription for m in messages)
+    [upstream] = emu.sessions
+    generation = get_field(upstream.setup, "generationConfig")
+    assert get_field(generation, "temperature") == 0.2 and get_field(generation, "maxOutputTokens") == 256
+    assert any(get_field(tool, "googleSearch") is not None for tool in get_field(upstream.setup, "tools"))
+    # The server still transcribes the user for itself.
+    assert get_field(upstream.setup, "inputAudioTranscription") is not None

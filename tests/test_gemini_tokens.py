@@ -104,7 +104,10 @@ async def test_a_backend_mints_a_token_and_its_app_talks_with_it(ca, cert_files,
             backend(port, ca),
             uses=1,
             live_connect_constraints=types.LiveConnectConstraints(
-                model=MODEL, config=types.LiveConnectConfig(system_instruction="Talk like a pirate.")
+                model=MODEL,
+                config=types.LiveConnectConfig(
+                    system_instruction="Talk like a pirate.", output_audio_transcription=types.AudioTranscriptionConfig()
+                ),
             ),
         )
         assert token.name.startswith("auth_tokens/")

@@ -140,6 +140,9 @@ class GeminiLiveDoor(FrontDoor):
         # back with one on a new socket (`_resuming`: this socket did).
         self._resumption = False
         self._resuming = False
+        # Which transcriptions the app asked for: it gets those only.
+        self._transcribe_input = False
+        self._transcribe_output = False
 
     # ------------------------------------------------------------------ opening
 
@@ -227,6 +230,8 @@ class GeminiLiveDoor(FrontDoor):
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in self.allowed_models):
             raise ProtocolError("model_not_found", not_found(model, self.version), fatal=True)
         self.model = model
+        self._transcribe_input = get_field(setup, "inputAudioTranscription") is not None
+        self._transcribe_output = get_field(setup, "outputAudioTranscription") is not None
         return SessionStart(
             token=self.credential(),
             input_rate=DEFAULT_INPUT_RATE,
@@ -351,11 +356,11 @@ class GeminiLiveDoor(FrontDoor):
         # estimate of what was heard of a cut reply are ours, not the
         # service's: a client that joins the fragments would get them twice.
         if isinstance(event, TranscriptOutput):
-            if event.final or event.heard:
+            if event.final or event.heard or not self._transcribe_output:
                 return None
             return _content({"outputTranscription": {"text": event.text}})
         if isinstance(event, TranscriptInput):
-            if event.final:
+            if event.final or not self._transcribe_input:
                 return None
             return _content({"inputTranscription": {"text": event.text}})
         if isinstance(event, TurnInterrupted):
@@ -443,16 +448,38 @@ def _client_config(setup: Mapping[str, Any]) -> types.LiveConnectConfig | None:
             if isinstance(instruction, str):
                 instruction = {"parts": [{"text": instruction}]}
             fields["system_instruction"] = types.Content.model_validate(instruction)
-        declarations = [
-            types.FunctionDeclaration.model_validate(declaration)
-            for tool in _list(get_field(setup, "tools"))
-            for declaration in _list(get_field(tool, "functionDeclarations"))
-        ]
+        tools = []
+        declarations = []
+        for tool in _list(get_field(setup, "tools")):
+            if not isinstance(tool, Mapping):
+                raise _invalid(INVALID)
+            declarations += [
+                types.FunctionDeclaration.model_validate(declaration)
+                for declaration in _list(get_field(tool, "functionDeclarations"))
+            ]
+            # The kinds the service runs itself (a search, code execution) go
+            # to the model as the app declared them.
+            builtin = {k: v for k, v in tool.items() if _snake(k) in _BUILTIN_TOOLS}
+            if builtin:
+                tools.append(types.Tool.model_validate(builtin))
         if declarations:
-            fields["tools"] = [types.Tool(function_declarations=declarations)]
+            tools.insert(0, types.Tool(function_declarations=declarations))
+        if tools:
+            fields["tools"] = tools
         generation = get_field(setup, "generationConfig") or {}
         if not isinstance(generation, Mapping):
             raise _invalid(INVALID)
+        for name in _SAMPLING:
+            value = get_field(generation, name)
+            if value is not None:
+                fields[_snake(name)] = value
+        thinking = get_field(generation, "thinkingConfig")
+        if thinking is not None:
+            fields["thinking_config"] = types.ThinkingConfig.model_validate(thinking)
+        for name in ("proactivity", "enableAffectiveDialog"):
+            value = get_field(setup, name)
+            if value is not None:
+                fields[_snake(name)] = value
         modalities = get_field(generation, "responseModalities")
         if modalities:
             names = [m.upper() if isinstance(m, str) else m for m in _list(modalities)]
@@ -462,9 +489,20 @@ def _client_config(setup: Mapping[str, Any]) -> types.LiveConnectConfig | None:
         speech = get_field(generation, "speechConfig")
         if speech is not None:
             fields["speech_config"] = types.SpeechConfig.model_validate(speech)
+        config = types.LiveConnectConfig(**fields) if fields else None
     except (pydantic.ValidationError, ValueError, TypeError, AttributeError):
         raise _invalid(INVALID) from None
-    return types.LiveConnectConfig(**fields) if fields else None
+    return config
+
+
+# generationConfig's fields an app may set for its session, as they are.
+_SAMPLING = ("temperature", "topP", "topK", "maxOutputTokens", "seed", "mediaResolution")
+# The tool kinds the service runs itself.
+_BUILTIN_TOOLS = frozenset({"google_search", "code_execution", "url_context", "google_search_retrieval"})
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
 
 
 def _list(value: Any) -> list[Any]:
