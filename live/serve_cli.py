@@ -38,6 +38,7 @@ from live.addresses import AddressSet
 from live.record import Recorder
 from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.doors.gemini_live import gemini_doors
+from live.doors.gemini_policy import GeminiPolicy, PolicyError
 from live.http_post import Handler, PostListener
 from live.server import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
 from live.store import StoreError, open_store
@@ -157,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     gemini = parser.add_argument_group("the Live API's own endpoint (see docs/gemini-endpoint.md)")
     gemini.add_argument("--gemini-endpoint", action="store_true", help="also serve the Live API's WebSocket paths (/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent and the v1alpha ones), so google-genai and @google/genai apps connect with only their base URL changed; the key they send is one of this server's tokens (serve it over TLS: --certfile)")
     gemini.add_argument("--gemini-model", action="append", default=[], metavar="PATTERN", help="with --gemini-endpoint: a model name (fnmatch pattern, without models/) a client may ask for in its setup; the session runs the server's model whichever it names (repeatable; default: the server's model)")
+    gemini.add_argument("--gemini-policy", metavar="FILE", help="with --gemini-endpoint: a TOML file of what apps may ask: models, an instruction said before theirs, tools removed (see docs/gemini-endpoint.md)")
     gemini.add_argument("--mint-key", default=os.environ.get("LIVE_MINT_KEY"), help="with --gemini-endpoint and --token-secret: the key a backend presents to POST /v1alpha/auth_tokens (on --post-port), google-genai's client.auth_tokens.create, to mint ephemeral tokens for its apps (default: $LIVE_MINT_KEY; none: the route is not served)")
     phone = parser.add_argument_group("phone calls (see docs/phone.md)")
     phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice (on --post-port) and the media stream /twilio/media; the auth token comes from $TWILIO_AUTH_TOKEN")
@@ -305,19 +307,26 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
     doors = lines.mounted_on(DEFAULT_DOORS) if lines else None
     posts: dict[str, Handler] = dict(lines.webhooks) if lines else {}
     if args.gemini_endpoint:
-        models = args.gemini_model or [agent.model.removeprefix("models/")]
-        doors = {**(doors or DEFAULT_DOORS), **gemini_doors(models)}
+        policy = GeminiPolicy()
+        if args.gemini_policy:
+            try:
+                policy = GeminiPolicy.load(args.gemini_policy)
+            except PolicyError as exc:
+                raise UsageError(f"--gemini-policy {exc}") from None
+        models = args.gemini_model or ([] if policy.models else [agent.model.removeprefix("models/")])
+        policy = policy.with_models(models)
+        doors = {**(doors or DEFAULT_DOORS), **gemini_doors(policy=policy)}
         if args.mint_key:
             if token_secret is None:
                 raise UsageError("--mint-key mints signed tokens: it needs --token-secret (or $LIVE_TOKEN_SECRET)")
             from live.doors.gemini_tokens import AUTH_TOKENS_PATH, AuthTokenMinter
 
             posts[AUTH_TOKENS_PATH] = AuthTokenMinter(
-                args.mint_key, token_secret, allowed_models=models, agent=agent.name,
+                args.mint_key, token_secret, allowed_models=policy.models, agent=agent.name,
                 issuer=args.token_issuer or None, max_lifetime=args.max_token_lifetime,
             ).answer
-    elif args.gemini_model:
-        raise UsageError("--gemini-model needs --gemini-endpoint")
+    elif args.gemini_model or args.gemini_policy:
+        raise UsageError("--gemini-model and --gemini-policy need --gemini-endpoint")
     if not posts and args.post_port is not None:
         raise UsageError("--post-port serves phone webhooks (--twilio, --telnyx) and auth_tokens (--gemini-endpoint --mint-key): add one")
     if posts and args.post_port is None:

@@ -105,7 +105,7 @@ def serving(script: Script, **config: Any):
         async def __aenter__(self):
             self.emu_cm = running_emulator(script)
             emu = await self.emu_cm.__aenter__()
-            doors = {**DEFAULT_DOORS, **gemini_doors([MODEL])}
+            doors = {**DEFAULT_DOORS, **gemini_doors([MODEL], policy=config.pop("policy", None))}
             config.setdefault("token_secret", SECRET)
             self.server_cm = running(AGENT, gemini_for(emu), doors=doors, **config)
             server, url = await self.server_cm.__aenter__()

@@ -27,7 +27,6 @@ handled by the session, and this client never hears of it.
 from __future__ import annotations
 
 import base64
-import fnmatch
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -53,6 +52,7 @@ from connections.emulator.wire import (
 from live.auth import Grant
 from live.config import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
+from live.doors.gemini_policy import BUILTIN_TOOL_KINDS, GeminiPolicy
 from live.doors.gemini_tokens import constrained_setup
 from live.protocol import (
     DEFAULT_INPUT_RATE,
@@ -119,8 +119,10 @@ class GeminiLiveDoor(FrontDoor):
     # The Live API's client runs the tools it is called for; it cannot come
     # back to a session after a drop (the SDKs open a new one).
     capabilities = Capabilities(client_tools=True)
-    # fnmatch patterns of the model names a client may ask for in `setup`
-    # (without "models/"); set per server by `gemini_doors`.
+    # What the operator lets an app ask (its `models`: fnmatch patterns of the
+    # model names a client may give in `setup`, without "models/"); set per
+    # server by `gemini_doors`.
+    policy: ClassVar[GeminiPolicy] = GeminiPolicy()
     allowed_models: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, request: Any = None) -> None:
@@ -219,7 +221,7 @@ class GeminiLiveDoor(FrontDoor):
     @classmethod
     def check_setup(cls, setup: Mapping[str, Any]) -> None:
         """Raise `ProtocolError` (invalid_argument) if a setup's fields have the wrong shape."""
-        _client_config(setup)
+        _client_config(setup, cls.policy)
         _manual_turns(setup)
 
     def _start(self, setup: Mapping[str, Any]) -> SessionStart:
@@ -227,7 +229,7 @@ class GeminiLiveDoor(FrontDoor):
         if not isinstance(model, str) or not model.startswith("models/"):
             raise ProtocolError("model_not_found", not_found(str(model or "models/"), self.version), fatal=True)
         name = model.removeprefix("models/")
-        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in self.allowed_models):
+        if not self.policy.allows_model(name):
             raise ProtocolError("model_not_found", not_found(model, self.version), fatal=True)
         self.model = model
         self._transcribe_input = get_field(setup, "inputAudioTranscription") is not None
@@ -236,7 +238,7 @@ class GeminiLiveDoor(FrontDoor):
             token=self.credential(),
             input_rate=DEFAULT_INPUT_RATE,
             turn_taking="manual" if _manual_turns(setup) else "auto",
-            config=_client_config(setup),
+            config=_client_config(setup, self.policy),
         )
 
     # ------------------------------------------------------------------ inputs
@@ -416,9 +418,11 @@ class GeminiLiveDoor(FrontDoor):
         return code, error.message
 
 
-def gemini_doors(allowed_models: Iterable[str]) -> dict[str, type[GeminiLiveDoor]]:
-    """The Live API's paths, each with a door that allows these model patterns."""
-    door = type("GeminiLiveDoor", (GeminiLiveDoor,), {"allowed_models": tuple(allowed_models)})
+def gemini_doors(allowed_models: Iterable[str] = (), policy: GeminiPolicy | None = None) -> dict[str, type[GeminiLiveDoor]]:
+    """The Live API's paths, each with a door that allows these model patterns
+    (besides the policy's) and keeps the policy's rules."""
+    policy = (policy or GeminiPolicy()).with_models(allowed_models)
+    door = type("GeminiLiveDoor", (GeminiLiveDoor,), {"policy": policy, "allowed_models": policy.models})
     return dict.fromkeys(GEMINI_PATHS, door)
 
 
@@ -438,9 +442,10 @@ def _manual_turns(setup: Mapping[str, Any]) -> bool:
     return get_field(detection, "disabled") is True
 
 
-def _client_config(setup: Mapping[str, Any]) -> types.LiveConnectConfig | None:
-    """What of an app's setup its session honours: its system instruction, its
-    function tools (the app runs them), its response modalities and voice."""
+def _client_config(setup: Mapping[str, Any], policy: GeminiPolicy) -> types.LiveConnectConfig | None:
+    """What of an app's setup its session honours, within the operator's
+    policy: its system instruction (after the policy's), its tools (less those
+    the policy removes), its generation settings."""
     fields: dict[str, Any] = {}
     try:
         instruction = get_field(setup, "systemInstruction")
@@ -448,18 +453,23 @@ def _client_config(setup: Mapping[str, Any]) -> types.LiveConnectConfig | None:
             if isinstance(instruction, str):
                 instruction = {"parts": [{"text": instruction}]}
             fields["system_instruction"] = types.Content.model_validate(instruction)
+        if policy.instruction:
+            own = fields.get("system_instruction")
+            text = "".join(part.text or "" for part in (own.parts or [])) if own is not None else ""
+            joined = "\n\n".join(t for t in (policy.instruction, text) if t)
+            fields["system_instruction"] = types.Content(parts=[types.Part(text=joined)])
         tools = []
         declarations = []
         for tool in _list(get_field(setup, "tools")):
             if not isinstance(tool, Mapping):
                 raise _invalid(INVALID)
-            declarations += [
-                types.FunctionDeclaration.model_validate(declaration)
-                for declaration in _list(get_field(tool, "functionDeclarations"))
-            ]
+            for declaration in _list(get_field(tool, "functionDeclarations")):
+                declared = types.FunctionDeclaration.model_validate(declaration)
+                if policy.keeps_function(declared.name or ""):
+                    declarations.append(declared)
             # The kinds the service runs itself (a search, code execution) go
-            # to the model as the app declared them.
-            builtin = {k: v for k, v in tool.items() if _snake(k) in _BUILTIN_TOOLS}
+            # to the model as the app declared them, those the policy allows.
+            builtin = {k: v for k, v in tool.items() if _snake(k) in BUILTIN_TOOL_KINDS and policy.keeps_builtin(_snake(k))}
             if builtin:
                 tools.append(types.Tool.model_validate(builtin))
         if declarations:
@@ -497,8 +507,6 @@ def _client_config(setup: Mapping[str, Any]) -> types.LiveConnectConfig | None:
 
 # generationConfig's fields an app may set for its session, as they are.
 _SAMPLING = ("temperature", "topP", "topK", "maxOutputTokens", "seed", "mediaResolution")
-# The tool kinds the service runs itself.
-_BUILTIN_TOOLS = frozenset({"google_search", "code_execution", "url_context", "google_search_retrieval"})
 
 
 def _snake(name: str) -> str:

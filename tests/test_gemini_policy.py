@@ -1,0 +1,112 @@
+"""The operator's policy for Live API apps (`live serve --gemini-policy FILE`):
+which models they may name, an instruction said before theirs, tools removed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from emulated import MODEL
+from gemini_serving import (
+    CONFIG,
+    ca_fixture,  # noqa: F401 (a fixture)
+    cert_files_fixture,  # noqa: F401 (a fixture)
+    refused,
+    sdk_client,
+    serving,
+    token,
+    turn,
+)
+from google.genai import types
+
+from connections.emulator import Script
+from connections.emulator.wire import get_field, not_found
+from live.doors.gemini_policy import GeminiPolicy, PolicyError
+
+pytestmark = pytest.mark.anyio
+
+POLICY = GeminiPolicy.from_table(
+    {
+        "models": ["gemini-*-live-*"],
+        "instruction": "Never give medical advice.",
+        "remove_tools": ["delete_*"],
+        "builtin_tools": ["code_execution"],
+    }
+)
+
+
+def declared(name: str) -> types.FunctionDeclaration:
+    return types.FunctionDeclaration(name=name, description=f"{name}.")
+
+
+async def test_the_policy_shapes_what_an_app_asks_and_the_model_hears_it(ca, cert_files):
+    script = Script(speed=20, replies=["Hello."])
+    config = CONFIG.model_copy(
+        update={
+            "system_instruction": "You are a cheerful nurse.",
+            "tools": [
+                types.Tool(function_declarations=[declared("delete_account"), declared("check_weather")]),
+                types.Tool(google_search=types.GoogleSearch()),
+                types.Tool(code_execution=types.ToolCodeExecution()),
+            ],
+        }
+    )
+    async with serving(script, policy=POLICY, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_realtime_input(text="hello")
+            await turn(session)
+        # A model the policy does not name is the service's "not found".
+        code, reason = await refused(url, ca, token(), model="gemini-2.0-flash-exp")
+        assert code == 1008 and reason == not_found("models/gemini-2.0-flash-exp", "v1beta")[:123]
+    [upstream] = emu.sessions
+    instruction = " ".join(p["text"] for p in get_field(upstream.setup, "systemInstruction")["parts"])
+    # The operator's policy is said before the app's own words, which still reach the model.
+    assert instruction.index("Never give medical advice.") < instruction.index("You are a cheerful nurse.")
+    tools = get_field(upstream.setup, "tools")
+    names = {d["name"] for tool in tools for d in get_field(tool, "functionDeclarations") or []}
+    assert "check_weather" in names and "delete_account" not in names
+    assert not any(get_field(tool, "googleSearch") is not None for tool in tools)
+    assert any(get_field(tool, "codeExecution") is not None for tool in tools)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("models = 'gemini-*'", "models must be a list"),
+        ("instruction = 3", "instruction must be text"),
+        ("remove_tool = ['x']", "unknown key 'remove_tool'"),
+        ("builtin_tools = ['web_browsing']", "'web_browsing' is not one of"),
+        ("models = [", "not TOML"),
+    ],
+)
+def test_a_bad_policy_file_is_one_line_saying_where(tmp_path, text, words):
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match=words):
+        GeminiPolicy.load(path)
+    result = subprocess.run(
+        [sys.executable, "-m", "live.cli", "serve", "--model", "local/echo", "--gemini-endpoint", "--gemini-policy", str(path)],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2 and str(path) in result.stderr and words.split("'")[0] in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_policys_models_replace_the_servers_own_and_flags_add_to_them(tmp_path):
+    from live.registry import default_registry
+    from live.serve_cli import build_parser, resolve
+
+    path = tmp_path / "policy.toml"
+    path.write_text('models = ["models/gemini-*-live-*"]\n')
+
+    def gemini_door(*argv: str):
+        args = build_parser().parse_args(["--model", "local/echo", "--gemini-endpoint", *argv])
+        [door] = {d for d in resolve(args, default_registry()).doors.values() if getattr(d, "name", "") == "gemini"}
+        return door
+
+    assert gemini_door().policy.models == ("local/echo",)  # no policy: the server's own model
+    assert gemini_door("--gemini-policy", str(path)).policy.models == ("gemini-*-live-*",)
+    both = gemini_door("--gemini-policy", str(path), "--gemini-model", "x-*")
+    assert both.policy.models == ("gemini-*-live-*", "x-*")
