@@ -64,9 +64,9 @@ async def test_a_text_turn_is_answered_with_audio_and_its_transcript(ca, cert_fi
             messages = await turn(session)
             exposition = server.metrics.exposition()[0].decode()
             assert 'live_door_sessions_active{door="gemini"} 1.0' in exposition  # counted under its door
-        # What the turn cost comes within the turn, before its turnComplete.
+        # What the turn cost comes with its turnComplete, in one message, as the service sends it.
         [usage] = [m.usage_metadata for m in messages if m.usage_metadata]
-        assert usage.total_token_count > 0
+        assert messages[-1].usage_metadata is usage and usage.total_token_count > 0
         assert said(messages) == "Hello from the other side."
         assert len(reply_audio(messages)) > 24_000  # more than half a second of speech
         assert messages[-1].server_content.turn_complete
@@ -418,9 +418,14 @@ def test_our_own_recovery_and_errors_never_reach_a_live_api_client():
     ):
         assert door.event(event) is None, event
     assert json.loads(door.event(p.TurnInterrupted())) == {"serverContent": {"interrupted": True}}
-    # A turn the server ended itself (its connection upstream was lost) carries
-    # none of our reasons: the SDKs read turnCompleteReason as the service's enum.
-    assert json.loads(door.event(p.TurnComplete("connection_lost"))) == {"serverContent": {"turnComplete": True}}
+    # A reply the server ended itself (its connection upstream was lost) was
+    # interrupted, to the app: the model answers again; our reasons never go
+    # out as turnCompleteReason (the SDKs read it as the service's enum).
+    assert json.loads(door.event(p.TurnComplete("connection_lost"))) == {"serverContent": {"interrupted": True}}
+    assert json.loads(door.event(p.TurnComplete("our_own"))) == {"serverContent": {"turnComplete": True}}
+    # A turn's usage goes out with its turnComplete, in one message.
+    assert door.event(p.Usage(total_tokens=9)) is None
+    assert json.loads(door.event(p.TurnComplete())) == {"serverContent": {"turnComplete": True}, "usageMetadata": {"totalTokenCount": 9}}
     assert json.loads(door.event(p.TurnComplete("NEED_MORE_INPUT")))["serverContent"]["turnCompleteReason"] == "NEED_MORE_INPUT"
     assert json.loads(door.event(p.ToolCancelled(("c1",)))) == {"toolCallCancellation": {"ids": ["c1"]}}
 
@@ -608,3 +613,19 @@ async def test_the_apps_sampling_and_search_reach_the_model_and_it_gets_the_tran
     assert any(get_field(tool, "googleSearch") is not None for tool in get_field(upstream.setup, "tools"))
     # The server still transcribes the user for itself.
     assert get_field(upstream.setup, "inputAudioTranscription") is not None
+
+
+async def test_a_reply_cut_by_an_upstream_drop_is_interrupted_then_answered_once(ca, cert_files):
+    script = Script(speed=20, replies=["The whole answer."], faults=[Fault("mid_generation", code=1011, n=2, times=1)])
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="hello")
+            messages = await turn(session)
+    contents = [m.server_content for m in messages if m.server_content]
+    cut = next(i for i, c in enumerate(contents) if c.interrupted)
+    # What came before the cut was the answer's start; the answer after it is whole, once.
+    assert not any(c.turn_complete for c in contents[:cut])
+    after = "".join(c.output_transcription.text for c in contents[cut:] if c.output_transcription)
+    assert after == "The whole answer."
+    assert contents[-1].turn_complete and len(emu.sessions) == 2

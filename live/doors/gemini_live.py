@@ -145,6 +145,7 @@ class GeminiLiveDoor(FrontDoor):
         # Which transcriptions the app asked for: it gets those only.
         self._transcribe_input = False
         self._transcribe_output = False
+        self._usage: dict[str, Any] | None = None  # a turn's usage, for its turnComplete
 
     # ------------------------------------------------------------------ opening
 
@@ -342,7 +343,35 @@ class GeminiLiveDoor(FrontDoor):
 
     # ------------------------------------------------------------------ events
 
-    def event(self, event: ServerEvent) -> str | None:
+    def event(self, event: ServerEvent) -> str | tuple[str, ...] | None:
+        # The service sends a turn's usageMetadata in the turnComplete's own
+        # message (Pipecat reads it there); the session tells it just before.
+        # Held, it goes with the next message: the turn's end, or else on its
+        # own just before whatever comes next.
+        if isinstance(event, Usage):
+            self._usage = _usage(event)
+            return None
+        usage, self._usage = self._usage, None
+        if isinstance(event, TurnComplete):
+            # A reply cut short by a drop upstream is answered again on the new
+            # connection: to the app it was interrupted (stop playing it), and
+            # the answer follows as the model's next turn.
+            body: dict[str, Any] = {"interrupted": True} if event.reason == "connection_lost" else {"turnComplete": True}
+            if event.reason in _TURN_COMPLETE_REASONS:
+                body["turnCompleteReason"] = event.reason  # the service's; never one of ours
+            message: dict[str, Any] = {"serverContent": body}
+            if usage:
+                message["usageMetadata"] = usage
+            return _DUMPS(message)
+        frame = self._event(event)
+        if usage is None:
+            return frame
+        alone = _DUMPS({"usageMetadata": usage})
+        if frame is None:
+            return alone
+        return (alone, *frame) if isinstance(frame, tuple) else (alone, frame)
+
+    def _event(self, event: ServerEvent) -> str | tuple[str, ...] | None:
         if isinstance(event, (SessionStarted, SessionReattached)):
             if isinstance(event, SessionReattached):
                 self._resuming = False  # found: what ends it from now on ends a session
@@ -369,11 +398,6 @@ class GeminiLiveDoor(FrontDoor):
             return _content({"interrupted": True})
         if isinstance(event, GenerationComplete):
             return _content({"generationComplete": True})
-        if isinstance(event, TurnComplete):
-            body: dict[str, Any] = {"turnComplete": True}
-            if event.reason in _TURN_COMPLETE_REASONS:
-                body["turnCompleteReason"] = event.reason  # the service's; never one of ours
-            return _content(body)
         if isinstance(event, ToolCallEvent):
             if event.runs_on != "client":
                 return None  # the server runs it: the client has nothing to answer
@@ -381,8 +405,6 @@ class GeminiLiveDoor(FrontDoor):
             return _DUMPS({"toolCall": {"functionCalls": [call]}})
         if isinstance(event, ToolCancelled):
             return _DUMPS({"toolCallCancellation": {"ids": list(event.ids)}})
-        if isinstance(event, Usage):
-            return _DUMPS({"usageMetadata": _usage(event)})
         # Our own recovery (session.reconnecting, session.resumed, go-aways),
         # errors the session goes on after, the session's end (the close says
         # it) and what the Live API has no message for: this client hears none.

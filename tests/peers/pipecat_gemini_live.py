@@ -1,0 +1,81 @@
+"""One turn of a Pipecat pipeline with its GeminiLiveLLMService, unmodified,
+against the server's Live API endpoint. Runs in its own virtual environment
+(tests/.pipecat-venv, made by ./test): Pipecat pins its own google-genai.
+
+    python pipecat_gemini_live.py BASE_URL KEY MODEL TEXT CA_FILE
+
+Prints one JSON line: what the bot said (its transcript), how much reply audio
+came, and the errors the pipeline reported or logged.
+"""
+
+import asyncio
+import json
+import ssl
+import sys
+
+from google.genai.types import HttpOptions
+from loguru import logger
+from pipecat.frames.frames import (
+    ErrorFrame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    TTSAudioRawFrame,
+    TTSTextFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.runner import PipelineRunner
+from pipecat.pipeline.task import PipelineTask
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
+
+
+async def main(base_url: str, key: str, model: str, text: str, ca_file: str) -> dict:
+    result = {"said": "", "audio_bytes": 0, "errors": [], "responses": 0}
+    done = asyncio.Event()
+
+    def logged(message) -> None:
+        # What Pipecat logs as an error (a refused connection is only logged).
+        result["errors"].append(message.record["message"])
+        done.set()
+
+    logger.add(logged, level="ERROR")
+
+    class Collect(FrameProcessor):
+        async def process_frame(self, frame, direction: FrameDirection) -> None:
+            await super().process_frame(frame, direction)
+            if isinstance(frame, TTSAudioRawFrame):
+                result["audio_bytes"] += len(frame.audio)
+            elif isinstance(frame, TTSTextFrame):
+                result["said"] += frame.text
+            elif isinstance(frame, ErrorFrame):
+                result["errors"].append(str(frame.error))
+                done.set()
+            elif isinstance(frame, LLMFullResponseEndFrame):
+                result["responses"] += 1
+                done.set()
+            await self.push_frame(frame, direction)
+
+    context = ssl.create_default_context(cafile=ca_file)
+    llm = GeminiLiveLLMService(
+        api_key=key,
+        model=model,
+        http_options=HttpOptions(base_url=base_url, api_version="v1beta", async_client_args={"ssl": context}),
+    )
+    # Errors travel upstream from the service, its output downstream: one
+    # collector on each side.
+    task = PipelineTask(Pipeline([Collect(), llm, Collect()]), idle_timeout_secs=None)
+    runner = PipelineRunner(handle_sigint=False)
+    running = asyncio.create_task(runner.run(task))
+    await task.queue_frame(LLMContextFrame(LLMContext(messages=[{"role": "user", "content": text}])))
+    try:
+        await asyncio.wait_for(done.wait(), timeout=20)
+    except TimeoutError:
+        result["errors"].append("no response within 20 s")
+    await task.cancel()
+    await asyncio.wait_for(running, timeout=10)
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(*sys.argv[1:6]))), flush=True)
