@@ -60,7 +60,8 @@ EVENTS = "events.jsonl"
 WAV_HEADER = 44
 MIN_ROOM = 4096  # a record with less room than this would say nothing
 SECRET_KEYS = frozenset(
-    {"token", "resume_token", "api_key", "apikey", "key", "password", "secret", "authorization"}
+    # newHandle: a Live API app's resumption handle carries its resume token.
+    {"token", "resume_token", "newhandle", "api_key", "apikey", "key", "password", "secret", "authorization"}
 )
 REDACTED = "<redacted>"
 
@@ -300,8 +301,9 @@ class SessionRecord:
             return
         if type(frame) is bytes:
             self._audio(self._out, frame, "server.audio")
-        elif '"resume_token"' in frame:
-            # session.started carries the session's reattach credential: never recorded.
+        elif '"resume_token"' in frame or '"newHandle"' in frame:
+            # session.started (a Live API app's sessionResumptionUpdate) carries
+            # the session's reattach credential: never recorded.
             self._line({"t": self._t(), "kind": "server", "event": redact(json.loads(frame))})
         else:
             # Already JSON, and made by the server: written as it went out.

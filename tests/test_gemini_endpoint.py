@@ -629,3 +629,20 @@ async def test_a_reply_cut_by_an_upstream_drop_is_interrupted_then_answered_once
     after = "".join(c.output_transcription.text for c in contents[cut:] if c.output_transcription)
     assert after == "The whole answer."
     assert contents[-1].turn_complete and len(emu.sessions) == 2
+
+
+async def test_a_resumption_handle_never_reaches_a_record_or_a_log(ca, cert_files, tmp_path, caplog):
+    caplog.set_level("DEBUG")
+    script = Script(speed=20, replies=["Hello."])
+    config = CONFIG.model_copy(update={"session_resumption": types.SessionResumptionConfig()})
+    async with serving(script, recorder=Recorder(str(tmp_path)), **cert_files) as (_, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_realtime_input(text="hello")
+            messages = await turn(session)
+    [handle] = [m.session_resumption_update.new_handle for m in messages if m.session_resumption_update]
+    secret = handle.partition(".")[2]
+    assert secret and secret not in caplog.text
+    [folder] = [f for f in tmp_path.iterdir() if f.is_dir()]
+    for path in folder.iterdir():
+        assert secret.encode() not in path.read_bytes(), path.name
