@@ -649,10 +649,16 @@ class GenerationComplete:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TurnComplete:
-    """The model's turn is over; it listens."""
+    """The model's turn is over; it listens. `usage`: what the turn cost, when
+    the session tells it with the turn's end (for a door whose clients expect
+    both in one message; never on this protocol's wire, where `usage` follows)."""
 
     type: ClassVar[str] = "turn.complete"
     reason: str | None = None
+    usage: Usage | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "reason": self.reason} if self.reason is not None else {"type": self.type}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

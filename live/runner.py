@@ -240,6 +240,7 @@ class SessionRunner:
                 max_image_rate=self.config.max_image_rate,
                 video_capped=not agent.context_compression,
                 family=family_of(self.model),
+                usage_with_turn_end=self.door.capabilities.usage_with_turn_end,
             )
             self.core.scheduling.update(agent.tool_scheduling)
             if self.adopted is not None:

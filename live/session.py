@@ -167,6 +167,7 @@ class SessionCore(Handover):
         max_image_rate: float = 2.0,
         video_capped: bool = False,
         family: ModelFamily = DEFAULT,
+        usage_with_turn_end: bool = False,
     ) -> None:
         self.input_mime = f"audio/pcm;rate={input_rate}"
         # Copied per frame: half the cost of model_construct, the same Blob.
@@ -181,6 +182,10 @@ class SessionCore(Handover):
         self.resumption_handle: str | None = None
         self.late_audio_dropped = 0
         self.tokens_used = 0  # the model's usage reports, summed (total_token_count)
+        # Usage the model sends with a turn's end rides on its TurnComplete
+        # (a door whose clients expect the two in one message); otherwise it is
+        # its own event, after the turn's end.
+        self.usage_with_turn_end = usage_with_turn_end
         self.awaiting_reply_since: float | None = None
         self.epoch = 0
         self.user_speaking = False
@@ -482,12 +487,9 @@ class SessionCore(Handover):
             self._generated = self._owed[: self._answerable]
             del self._owed[: self._answerable]
             self._answerable = 0
-        if response.usage_metadata is not None:
-            # Before the turn's end when they come together (as the service
-            # sends them), so a client reading up to turnComplete sees what the
-            # turn cost.
-            self.tokens_used += response.usage_metadata.total_token_count or 0
-            actions.append(SendEvent(_usage_event(response.usage_metadata)))
+        usage = response.usage_metadata
+        if usage is not None:
+            self.tokens_used += usage.total_token_count or 0
         if response.turn_complete:
             if self.interaction_busy:
                 # A filler completed and the answer is still to come: the turns
@@ -499,7 +501,13 @@ class SessionCore(Handover):
             self._answerable = 0
             self.turn = TurnState.LISTENING
             reason = response.turn_complete_reason
-            actions.append(SendEvent(TurnComplete(reason.value if reason else None)))
+            if usage is not None and self.usage_with_turn_end:
+                actions.append(SendEvent(TurnComplete(reason.value if reason else None, usage=_usage_event(usage))))
+                usage = None
+            else:
+                actions.append(SendEvent(TurnComplete(reason.value if reason else None)))
+        if usage is not None:
+            actions.append(SendEvent(_usage_event(usage)))
         if response.go_away_time_left is not None:
             actions.append(SendEvent(SessionGoAway(response.go_away_time_left)))
         update = response.session_resumption_update

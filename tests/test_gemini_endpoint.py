@@ -423,9 +423,10 @@ def test_our_own_recovery_and_errors_never_reach_a_live_api_client():
     # out as turnCompleteReason (the SDKs read it as the service's enum).
     assert json.loads(door.event(p.TurnComplete("connection_lost"))) == {"serverContent": {"interrupted": True}}
     assert json.loads(door.event(p.TurnComplete("our_own"))) == {"serverContent": {"turnComplete": True}}
-    # A turn's usage goes out with its turnComplete, in one message.
-    assert door.event(p.Usage(total_tokens=9)) is None
-    assert json.loads(door.event(p.TurnComplete())) == {"serverContent": {"turnComplete": True}, "usageMetadata": {"totalTokenCount": 9}}
+    # A turn's usage goes out with its turnComplete, in one message; alone, alone.
+    ended = door.event(p.TurnComplete(usage=p.Usage(total_tokens=9)))
+    assert json.loads(ended) == {"serverContent": {"turnComplete": True}, "usageMetadata": {"totalTokenCount": 9}}
+    assert json.loads(door.event(p.Usage(total_tokens=3))) == {"usageMetadata": {"totalTokenCount": 3}}
     assert json.loads(door.event(p.TurnComplete("NEED_MORE_INPUT")))["serverContent"]["turnCompleteReason"] == "NEED_MORE_INPUT"
     assert json.loads(door.event(p.ToolCancelled(("c1",)))) == {"toolCallCancellation": {"ids": ["c1"]}}
 

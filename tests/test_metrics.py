@@ -110,7 +110,7 @@ async def whole_conversation() -> tuple[dict, list, int]:
             assert value(await ascrape(server.port), "live_sessions_active") == 1
             for _ in range(5):
                 await client.send_audio(MIC)
-            events = await collect(client, lambda e: isinstance(e, p.TurnComplete))
+            events = await collect(client, lambda e: isinstance(e, p.Usage))
             await client.send_text("Weather in Lisbon?")
             events += await collect(client, lambda e: isinstance(e, p.TurnComplete))
             await client.send_raw("{this is not json")

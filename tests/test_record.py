@@ -67,7 +67,7 @@ async def record_conversation(folder) -> tuple[list, object]:
         async with LiveClient.connect(url, token=TOKEN) as client:
             for _ in range(5):
                 await client.send_audio(MIC)
-            events = await collect(client, lambda e: isinstance(e, p.TurnComplete))
+            events = await collect(client, lambda e: isinstance(e, p.Usage))
             await client.send_text("Weather in Lisbon?")
             events += await collect(client, lambda e: isinstance(e, p.TurnComplete))
             first.drop(1011, "internal error")

@@ -77,9 +77,20 @@ def test_one_bundled_message_yields_audio_transcript_and_turn_end_in_order():
     response.usage_metadata = types.UsageMetadata(prompt_token_count=7, response_token_count=3, total_token_count=10)
     actions = s.model_response(response, now=0.0)
     kinds = [type(a.event).__name__ if isinstance(a, SendEvent) else type(a).__name__ for a in actions]
-    assert kinds == ["SendAudio", "TranscriptOutput", "GenerationComplete", "Usage", "TurnComplete"]  # what it cost, within the turn
-    assert events(actions)[-2].total_tokens == 10
+    assert kinds == ["SendAudio", "TranscriptOutput", "GenerationComplete", "TurnComplete", "Usage"]
+    assert events(actions)[-1].total_tokens == 10
     assert s.turn is TurnState.LISTENING
+
+
+def test_for_a_door_that_wants_them_together_a_turns_usage_rides_on_its_end():
+    s = core(usage_with_turn_end=True)
+    response = LlmResponse(turn_complete=True, usage_metadata=types.UsageMetadata(total_token_count=10))
+    [ended] = events(s.model_response(response, now=0.0))
+    assert isinstance(ended, p.TurnComplete) and ended.usage.total_tokens == 10
+    assert p.encode(ended) == '{"type":"turn.complete"}'  # never on the native wire
+    # Usage on its own (no turn's end with it) is still told, at once.
+    [alone] = events(s.model_response(LlmResponse(usage_metadata=types.UsageMetadata(total_token_count=4)), now=0.1))
+    assert isinstance(alone, p.Usage) and s.tokens_used == 14
 
 
 def test_interruption_flushes_and_drops_late_audio_until_the_turn_closes():

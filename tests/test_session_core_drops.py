@@ -55,7 +55,7 @@ def test_a_late_tail_that_comes_with_the_turns_end_still_ends_the_turn():
     tail.usage_metadata = types.UsageMetadata(total_token_count=9)
     tail.session_resumption_update = types.LiveServerSessionResumptionUpdate(new_handle="h2", resumable=True)
     kinds = [type(a.event) for a in s.model_response(tail, now=0.3) if isinstance(a, SendEvent)]
-    assert kinds == [p.Usage, p.TurnComplete, p.TranscriptOutput]  # the tail told after its turn's end
+    assert kinds == [p.TurnComplete, p.Usage, p.TranscriptOutput]  # the tail told after its turn's end
     assert s.resumption_handle == "h2" and s.at_safe_point
 
 

@@ -66,6 +66,8 @@ class Capabilities:
       `session.resume`; the session keeps its stream (numbered) for a replay.
     - `client_tools`: the agent's client-side tools are offered to it.
     - `images`: it may send camera or screen frames.
+    - `usage_with_turn_end`: a turn's usage comes on its `TurnComplete`
+      (`usage`) when the model sends both together, not as an event after it.
     - `raw_audio`: binary frames in are PCM16 at the session's rate as they are,
       and reply audio goes out as binary PCM16 frames as it is: the session then
       takes the fast lane (no call into the door per audio frame).
@@ -75,6 +77,7 @@ class Capabilities:
     client_tools: bool = False
     images: bool = False
     raw_audio: bool = False
+    usage_with_turn_end: bool = False
 
 
 class FrontDoor(abc.ABC):

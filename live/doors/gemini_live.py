@@ -118,7 +118,7 @@ class GeminiLiveDoor(FrontDoor):
     name = "gemini"
     # The Live API's client runs the tools it is called for; it cannot come
     # back to a session after a drop (the SDKs open a new one).
-    capabilities = Capabilities(client_tools=True)
+    capabilities = Capabilities(client_tools=True, usage_with_turn_end=True)
     # What the operator lets an app ask (its `models`: fnmatch patterns of the
     # model names a client may give in `setup`, without "models/"); set per
     # server by `gemini_doors`.
@@ -145,7 +145,6 @@ class GeminiLiveDoor(FrontDoor):
         # Which transcriptions the app asked for: it gets those only.
         self._transcribe_input = False
         self._transcribe_output = False
-        self._usage: dict[str, Any] | None = None  # a turn's usage, for its turnComplete
 
     # ------------------------------------------------------------------ opening
 
@@ -344,14 +343,6 @@ class GeminiLiveDoor(FrontDoor):
     # ------------------------------------------------------------------ events
 
     def event(self, event: ServerEvent) -> str | tuple[str, ...] | None:
-        # The service sends a turn's usageMetadata in the turnComplete's own
-        # message (Pipecat reads it there); the session tells it just before.
-        # Held, it goes with the next message: the turn's end, or else on its
-        # own just before whatever comes next.
-        if isinstance(event, Usage):
-            self._usage = _usage(event)
-            return None
-        usage, self._usage = self._usage, None
         if isinstance(event, TurnComplete):
             # A reply cut short by a drop upstream is answered again on the new
             # connection: to the app it was interrupted (stop playing it), and
@@ -360,18 +351,12 @@ class GeminiLiveDoor(FrontDoor):
             if event.reason in _TURN_COMPLETE_REASONS:
                 body["turnCompleteReason"] = event.reason  # the service's; never one of ours
             message: dict[str, Any] = {"serverContent": body}
-            if usage:
-                message["usageMetadata"] = usage
+            if event.usage is not None:
+                # In the turn's own message, as the service sends it (Pipecat reads it there).
+                message["usageMetadata"] = _usage(event.usage)
             return _DUMPS(message)
-        frame = self._event(event)
-        if usage is None:
-            return frame
-        alone = _DUMPS({"usageMetadata": usage})
-        if frame is None:
-            return alone
-        return (alone, *frame) if isinstance(frame, tuple) else (alone, frame)
-
-    def _event(self, event: ServerEvent) -> str | tuple[str, ...] | None:
+        if isinstance(event, Usage):
+            return _DUMPS({"usageMetadata": _usage(event)})
         if isinstance(event, (SessionStarted, SessionReattached)):
             if isinstance(event, SessionReattached):
                 self._resuming = False  # found: what ends it from now on ends a session
