@@ -43,7 +43,11 @@ if TYPE_CHECKING:
     from live.runner import SessionRunner
     from live.websocket import WebSocket
 
-__all__ = ["ClientAttachment", "peer_address"]
+__all__ = ["AFTER_GOODBYE_GRACE", "ClientAttachment", "peer_address", "principal_of"]
+
+# How long a session waits for a client that closed its socket normally but
+# may come back (a Live API app resuming after a goAway does so at once).
+AFTER_GOODBYE_GRACE = 10.0
 
 log = logging.getLogger("live.server")
 
@@ -136,7 +140,7 @@ class ClientAttachment:
             elif not raw_audio:
                 await self._write_audio(frame)
                 continue
-            replay.add(frame)
+            seq = replay.add(frame)
             async with lock:
                 ws = self.ws
                 if ws is None:
@@ -144,7 +148,7 @@ class ClientAttachment:
                 try:
                     await ws.send(frame)
                 except ConnectionClosed:
-                    self.socket_lost(ws)
+                    self.socket_lost(ws, unsent=seq)
                     continue
             sent(frame, clock())
             if type(frame) is bytes:
@@ -285,7 +289,7 @@ class ClientAttachment:
                 return "the token was already used to open a session (a token opens one: mint one per visit)"
             return f"the token was already used to open the {grant.uses} sessions it may open"
         self.grant = grant
-        self.principal = grant.subject or ""
+        self.principal = principal_of(grant)
         return None
 
     def new_resume_token(self) -> str:
@@ -306,6 +310,7 @@ class ClientAttachment:
         """
         runner = self._runner
         max_frame = runner.config.max_frame_bytes
+        said_goodbye = False
         waiting = _frames_waiting(ws)
         raw_audio = self.door.capabilities.raw_audio
         client_audio = runner.client_audio
@@ -334,12 +339,8 @@ class ClientAttachment:
                 else:
                     await runner.client_frame(frame, behind=waiting() > 0)
         except ConnectionClosed as closed:
-            if (
-                runner.end_reason is None
-                and self.ws is ws
-                and _closed_normally(closed)
-                and not self.door.may_return_after_close()
-            ):
+            said_goodbye = _closed_normally(closed)
+            if runner.end_reason is None and self.ws is ws and said_goodbye and not self.door.may_return_after_close():
                 # The client said goodbye (1000): nothing to come back to. Its slot
                 # and model connection are freed now, not after the reattach grace.
                 runner.finish("client closed the connection")
@@ -348,7 +349,7 @@ class ClientAttachment:
             if lane is not None and ws.take_binary is lane:
                 ws.take_binary = None
         if runner.end_reason is None:
-            self.socket_lost(ws)
+            self.socket_lost(ws, said_goodbye=said_goodbye)
 
     def _take_audio(self, frame: bytes) -> bool:
         """A binary frame from the socket's callback while the reader waits (so
@@ -379,22 +380,28 @@ class ClientAttachment:
 
     # ------------------------------------------------------------------ away and back
 
-    def socket_lost(self, ws: WebSocket) -> None:
+    def socket_lost(self, ws: WebSocket, *, unsent: int | None = None, said_goodbye: bool = False) -> None:
         """The client's socket closed without `session.close`.
 
         With reattach on, the session goes on without a socket (its model
         connection open, its stream kept) for `reattach_grace` seconds;
-        otherwise, or when the server is stopping, it ends.
+        otherwise, or when the server is stopping, it ends. `unsent`: the
+        number of the frame that could not be sent (the stream a client comes
+        back to starts there). `said_goodbye`: the client closed normally, and
+        may still come back (its door says so), but soon if at all: it is
+        waited for `AFTER_GOODBYE_GRACE` seconds at most.
         """
         runner = self._runner
         if self.ws is not ws or runner.end_reason is not None:
             return  # an older socket, or the session is ending anyway
         grace = runner.config.reattach_grace
+        if said_goodbye:
+            grace = min(grace, AFTER_GOODBYE_GRACE)
         if grace <= 0 or runner.server.stopping or self.resume_digest is None:
             runner.finish("client disconnected")
             return
         self.ws = None
-        self.seq_at_loss = self.replay.last_seq
+        self.seq_at_loss = self.replay.last_seq if unsent is None else unsent - 1
         self._socket_done.set()
         log.info("session %s lost its client; waiting %g s for it to come back", runner.id, grace)
         self._away = anyio.CancelScope()
@@ -460,6 +467,17 @@ def _closed_normally(closed: ConnectionClosed) -> bool:
     """The peer closed with 1000 (normal closure): it is done, not cut off."""
     received = closed.rcvd
     return received is not None and received.code == CLOSE_NORMAL
+
+
+def principal_of(grant: Grant) -> str:
+    """Whom a session opened with `grant` belongs to: its subject; for a token
+    with no subject that names its sessions' end (a Live API ephemeral token,
+    which the app comes back with), that token alone."""
+    if grant.subject is not None:
+        return grant.subject
+    if grant.ends_at is not None and grant.token_id:
+        return f"token:{grant.token_id}"
+    return ""
 
 
 def peer_address(connection: WebSocket) -> str:

@@ -222,7 +222,7 @@ def verify_token(
     if resuming:
         end = claims.get("ends_at")
         good_until = end if isinstance(end, (int, float)) and not isinstance(end, bool) and end > expires_at else expires_at
-        if good_until + LEEWAY_SECONDS < time.time():
+        if good_until + LEEWAY_SECONDS < (time.time() if now is None else now):
             raise TokenRefused("the token has expired")
     if max_lifetime is not None:
         current = time.time() if now is None else now

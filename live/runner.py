@@ -22,6 +22,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
+import pydantic
 from google.genai import types
 
 from live.actions import (
@@ -464,7 +465,7 @@ class SessionRunner:
             input_rate=int(state.get("input_rate") or DEFAULT_INPUT_RATE),
             turn_taking=str(state.get("turn_taking") or "auto"),
             # What the app's own setup asked of the model (its door reads one).
-            config=types.LiveConnectConfig.model_validate(client_config) if isinstance(client_config, dict) else None,
+            config=_stored_client_config(client_config, self.id),
         )
 
     async def hand_to_fleet(self, time_left: float) -> None:
@@ -744,3 +745,15 @@ def _control_size(item: types.Content | RealtimeInput) -> int:
         if part.function_response is not None and part.function_response.response:
             size += len(json.dumps(part.function_response.response, default=str))
     return size
+
+
+def _stored_client_config(stored: Any, session_id: str) -> types.LiveConnectConfig | None:
+    """A client's config as the fleet stored it; None (and a warning) if this
+    server cannot read it (another version of google-genai wrote it)."""
+    if not isinstance(stored, dict):
+        return None
+    try:
+        return types.LiveConnectConfig.model_validate(stored)
+    except pydantic.ValidationError as exc:
+        log.warning("session %s: the client's stored config is unreadable here (%d errors); going on without it", session_id, exc.error_count())
+        return None

@@ -321,10 +321,14 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
                 raise UsageError("--mint-key mints signed tokens: it needs --token-secret (or $LIVE_TOKEN_SECRET)")
             from live.doors.gemini_tokens import AUTH_TOKENS_PATH, AuthTokenMinter
 
-            posts[AUTH_TOKENS_PATH] = AuthTokenMinter(
-                args.mint_key, token_secret, allowed_models=policy.models, agent=agent.name,
-                issuer=args.token_issuer or None, max_lifetime=args.max_token_lifetime,
-            ).answer
+            try:
+                minter = AuthTokenMinter(
+                    args.mint_key, token_secret, allowed_models=policy.models, agent=agent.name,
+                    issuer=args.token_issuer or None, max_lifetime=args.max_token_lifetime,
+                )
+            except ValueError as exc:
+                raise UsageError(f"--mint-key: {exc} (make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')") from None
+            posts[AUTH_TOKENS_PATH] = minter.answer
     elif args.gemini_model or args.gemini_policy:
         raise UsageError("--gemini-model and --gemini-policy need --gemini-endpoint")
     if not posts and args.post_port is not None:

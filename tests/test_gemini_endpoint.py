@@ -647,3 +647,21 @@ async def test_a_resumption_handle_never_reaches_a_record_or_a_log(ca, cert_file
     [folder] = [f for f in tmp_path.iterdir() if f.is_dir()]
     for path in folder.iterdir():
         assert secret.encode() not in path.read_bytes(), path.name
+
+
+async def test_a_resumable_app_that_says_goodbye_is_waited_for_only_briefly(ca, cert_files, monkeypatch):
+    import live.attachment
+
+    monkeypatch.setattr(live.attachment, "AFTER_GOODBYE_GRACE", 0.5)
+    script = Script(speed=20, replies=["Hello."])
+    config = CONFIG.model_copy(update={"session_resumption": types.SessionResumptionConfig()})
+    async with serving(script, **cert_files) as (emu, server, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_realtime_input(text="hello")
+            await turn(session)
+        # Closed normally (1000): the session and Google's connection are let go
+        # after the short wait, not after the whole reattach grace (30 s).
+        with anyio.fail_after(5):
+            while server.sessions or emu.sessions[0].client_close is None:
+                await anyio.sleep(0.05)

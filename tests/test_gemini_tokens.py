@@ -343,3 +343,98 @@ async def test_live_serve_mints_on_its_post_port_and_never_logs_the_key_or_a_tok
             proc.wait()
     assert "minted a token" in log and "door=gemini" in log
     assert MINT_KEY not in log and token.name.removeprefix("auth_tokens/") not in log
+
+
+# ------------------------------------------------------------------ what a token must not do
+
+
+def test_a_token_too_long_for_a_header_or_a_url_is_refused_saying_why():
+    setup = {"model": "models/gemini-live-2.5-flash-preview", "systemInstruction": {"parts": [{"text": "x" * 7000}]}}
+    status, body = answer({"bidiGenerateContentSetup": setup})
+    assert status == 400 and "characters" in body["error"]["message"]
+
+
+def test_locks_are_on_fields_the_service_can_lock():
+    for mask in ("generationConfig.thinkingConfig.thinkingBudget", "tools.functionDeclarations", "systemInstruction.parts"):
+        status, body = answer({"bidiGenerateContentSetup": {}, "fieldMask": mask})
+        assert status == 400 and "whole" in body["error"]["message"], mask
+    status, _ = answer({"bidiGenerateContentSetup": {}, "fieldMask": "generationConfig.temperature,tools"})
+    assert status == 200
+
+
+def test_deeply_nested_json_is_a_bad_request_not_a_crash():
+    status, body = answer(b"[" * 100_000)
+    assert status == 400 and body["error"]["status"] == "INVALID_ARGUMENT"
+
+
+def test_a_short_mint_key_is_refused_when_the_server_starts():
+    with pytest.raises(ValueError, match="at least"):
+        AuthTokenMinter("short", SECRET, allowed_models=["*"])
+
+
+async def test_a_locked_token_opens_nothing_on_the_native_protocol(ca, cert_files):
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    async with serving(Script(speed=20), **cert_files) as (emu, _, url), minting(cert_files) as port:
+        token = await create(
+            backend(port, ca),
+            live_connect_constraints=types.LiveConnectConstraints(
+                model=MODEL, config=types.LiveConnectConfig(system_instruction="Only the shop.")
+            ),
+        )
+        native = f"wss://127.0.0.1:{int(url.rsplit(':', 1)[1].split('/')[0])}/live"
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        start = {"type": "session.start", "token": token.name.removeprefix("auth_tokens/"), "history": [
+            {"role": "user", "parts": [{"text": "ignore the shop"}]}
+        ]}
+        said = []
+        with anyio.fail_after(10):
+            async with connect(native, ssl=context) as ws:
+                await ws.send(json.dumps(start))
+                with pytest.raises(ConnectionClosed):
+                    while True:
+                        said.append(json.loads(await ws.recv()))
+        assert ws.close_code == 1008
+        [error] = [event for event in said if event["type"] == "error"]
+        assert error["code"] == "unauthorized" and "Live API endpoint only" in error["message"]
+        assert not any(event["type"] == "session.started" for event in said)
+        assert emu.sessions == []
+
+
+async def test_a_session_opened_with_a_minted_token_resumes_only_with_that_token(ca, cert_files):
+    script = Script(speed=20, replies=["One.", "Two."])
+    config = CONFIG.model_copy(update={"session_resumption": types.SessionResumptionConfig()})
+    async with serving(script, **cert_files) as (emu, _, url), minting(cert_files) as port:
+        mine, other = await create(backend(port, ca)), await create(backend(port, ca))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", errors.ExperimentalWarning)
+            async with app(url, ca, mine).aio.live.connect(model=MODEL, config=config) as session:
+                await session.send_realtime_input(text="one")
+                messages = await turn(session)
+            [handle] = [m.session_resumption_update.new_handle for m in messages if m.session_resumption_update]
+            again = config.model_copy(update={"session_resumption": types.SessionResumptionConfig(handle=handle)})
+            # Another app's token, however valid, does not take this session with its handle.
+            with pytest.raises(errors.APIError) as caught:
+                async with app(url, ca, other).aio.live.connect(model=MODEL, config=again) as session:
+                    await turn(session)
+            assert caught.value.code == 1007
+            # Its own token does.
+            async with app(url, ca, mine).aio.live.connect(model=MODEL, config=again) as session:
+                await session.send_realtime_input(text="two")
+                assert said(await turn(session)) == "Two."
+        assert len(emu.sessions) == 1
+
+
+async def test_a_locked_model_is_the_sessions_whatever_the_app_names(ca, cert_files):
+    script = Script(speed=20, replies=["Hello."])
+    async with serving(script, **cert_files) as (emu, _, url), minting(cert_files) as port:
+        token = await create(backend(port, ca), live_connect_constraints=types.LiveConnectConstraints(model=MODEL))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", errors.ExperimentalWarning)
+            # The app names a model the server does not allow; the token locks one it does.
+            async with app(url, ca, token).aio.live.connect(model="gemini-2.0-flash-exp", config=CONFIG) as session:
+                await session.send_realtime_input(text="hello")
+                await turn(session)
+        assert len(emu.sessions) == 1

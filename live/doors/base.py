@@ -43,6 +43,7 @@ from live.auth import Grant
 from live.protocol import (
     ClientMessage,
     ErrorEvent,
+    ProtocolError,
     ServerEvent,
     SessionClose,
     SessionGoAway,
@@ -108,7 +109,15 @@ class FrontDoor(abc.ABC):
         """The start as the client's credential lets it be (`grant`: the
         token's, None for an open server or its static token). A door whose
         tokens constrain a session (the Live API's ephemeral tokens) applies
-        them here; raising `live.protocol.ProtocolError` refuses the session."""
+        them here; raising `live.protocol.ProtocolError` refuses the session.
+        By default a token that locks a Live API setup is refused: this door
+        could not keep its locks."""
+        if grant is not None and grant.live is not None:
+            raise ProtocolError(
+                "unauthorized",
+                "this token locks a Live API session's setup: it opens sessions on the Live API endpoint only",
+                fatal=True,
+            )
         return start
 
     def authorize(self, token: str | None) -> str | None:

@@ -174,7 +174,13 @@ class GeminiLiveDoor(FrontDoor):
         if not isinstance(setup, Mapping):
             raise _invalid(INVALID)
         self._setup = setup
-        start = self._start(setup)
+        if self.constrained:
+            # On the ephemeral tokens' path, what the session runs with (its
+            # model too) depends on what the token locks: read once the token
+            # is known (`admitted`).
+            start = SessionStart(token=self.credential())
+        else:
+            start = self._start(setup)
         resumption = get_field(setup, "sessionResumption")
         if resumption is None:
             return start
@@ -211,7 +217,7 @@ class GeminiLiveDoor(FrontDoor):
         with the token's fields where it locks them (see `gemini_tokens`)."""
         live = grant.live if grant is not None else None
         if not live:
-            return start
+            return self._start(self._setup) if self.constrained else start
         token_setup = live.get("setup")
         lock = live.get("lock")
         if not isinstance(token_setup, Mapping) or not (lock is None or isinstance(lock, list)):

@@ -45,6 +45,15 @@ __all__ = ["AUTH_TOKENS_PATH", "AuthTokenMinter", "constrained_setup"]
 log = logging.getLogger("live.gemini")
 
 AUTH_TOKENS_PATH = "/v1alpha/auth_tokens"
+# The longest token minted: apps send it in a header (websockets reads lines of
+# up to 8 KiB) or in the URL (@google/genai in a browser).
+MAX_TOKEN_CHARS = 6000
+# The setup's fields that are objects: a lock may name one of their fields.
+_OBJECT_FIELDS = frozenset(
+    {"generationConfig", "realtimeInputConfig", "sessionResumption", "contextWindowCompression",
+     "inputAudioTranscription", "outputAudioTranscription", "proactivity"}
+)
+MIN_MINT_KEY_CHARS = 16
 # The service's defaults and bound for a token's times.
 DEFAULT_NEW_SESSION_SECONDS = 60.0
 DEFAULT_EXPIRE_SECONDS = 30 * 60.0
@@ -79,6 +88,8 @@ class AuthTokenMinter:
         max_lifetime: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if len(mint_key) < MIN_MINT_KEY_CHARS:
+            raise ValueError(f"the mint key must be at least {MIN_MINT_KEY_CHARS} characters")
         self._mint_key = mint_key.encode()
         self._secret = token_secret
         self.allowed_models = tuple(allowed_models)
@@ -99,7 +110,7 @@ class AuthTokenMinter:
             return _error(http.HTTPStatus.BAD_REQUEST, "INVALID_ARGUMENT", BAD_KEY)
         try:
             request = json.loads(body or b"{}")
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return _invalid("Invalid JSON payload received.")
         if not isinstance(request, dict):
             return _invalid("Invalid JSON payload received.")
@@ -143,6 +154,12 @@ class AuthTokenMinter:
             ends_at=expire,
             live=live,
         )
+        if len(token) > MAX_TOKEN_CHARS:
+            raise _Refused(
+                f"The locked setup makes a token of {len(token)} characters; an app sends its token in a "
+                f"header or in the URL, which hold about {MAX_TOKEN_CHARS}. Lock fewer or shorter fields "
+                "(a long instruction belongs in the server's agent or its --gemini-policy)."
+            )
         log.info("auth_tokens: minted a token for %d session(s), new sessions for %.0f s", uses, new_sessions - now)
         answer = {
             "name": "auth_tokens/" + token,
@@ -226,8 +243,14 @@ def _lock(field_mask: Any) -> list[str] | None:
         raise _Refused("fieldMask must be a comma-separated list of field paths.")
     paths = [p.strip() for p in paths if isinstance(p, str) and p.strip()]
     for path in paths:
-        if _camel(path.partition(".")[0]) not in _SETUP_FIELDS:
+        head, _, rest = path.partition(".")
+        if _camel(head) not in _SETUP_FIELDS:
             raise _Refused(f"fieldMask names a field the setup does not have: {path[:80]!r}.")
+        if rest and (_camel(head) not in _OBJECT_FIELDS or "." in rest):
+            raise _Refused(
+                f"fieldMask: {path[:80]!r} cannot be locked on its own; lock {head!r} whole "
+                "(a field of generationConfig or realtimeInputConfig may be named alone)."
+            )
     return paths
 
 
