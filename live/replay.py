@@ -22,6 +22,7 @@ From a terminal: `live replay RECORD [--agent MODULE:ATTR]`.
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import json
 import sys
@@ -36,7 +37,7 @@ from websockets.exceptions import ConnectionClosed
 
 from live.agent import Agent
 from live.llm import LlmResponse
-from live.record import Record, load, response_from_json
+from live.record import Record, load, redact, response_from_json
 
 __all__ = ["Difference", "ReplayResult", "assert_replays", "replay", "server_messages"]
 
@@ -218,6 +219,18 @@ class ReplayResult:
         return "\n".join(lines)
 
 
+def _kind(frame: dict[str, Any]) -> str:
+    """An event's type: ours, or a Live API message's field (and what it says)."""
+    if "type" in frame:
+        return str(frame["type"])
+    names = [name for name in frame if name != "usageMetadata"] or list(frame)
+    if not names:
+        return "?"
+    body = frame[names[0]]
+    inner = next(iter(body), None) if isinstance(body, dict) else None
+    return f"{names[0]}.{inner}" if inner else names[0]
+
+
 def _collapse(frames: Iterable[tuple[float, Any]]) -> list[Item]:
     """Events as items; consecutive audio as one item with its byte count."""
     items: list[Item] = []
@@ -232,7 +245,9 @@ def _collapse(frames: Iterable[tuple[float, Any]]) -> list[Item]:
             for key in VOLATILE.get(frame.get("type"), ()):
                 frame.pop(key, None)
             frame.pop("seq", None)
-            items.append(Item(t, frame.get("type", "?"), event=frame))
+            if isinstance(frame.get("setupComplete"), dict):
+                frame["setupComplete"].pop("sessionId", None)  # a new session's id, every run
+            items.append(Item(t, _kind(frame), event=redact(frame)))
     return items
 
 
@@ -283,6 +298,36 @@ def _client_script(record: Record) -> list[tuple[float, int, str | bytes]]:
     return out
 
 
+def _as_live_api(frame: str | bytes, setup: dict[str, Any]) -> str | None:
+    """A recorded client input as a Live API app sends it (None: nothing to send)."""
+    if isinstance(frame, bytes):
+        blob = {"data": base64.b64encode(frame).decode("ascii"), "mimeType": "audio/pcm;rate=16000"}
+        return json.dumps({"realtimeInput": {"audio": blob}})
+    message = json.loads(frame)
+    kind = message.get("type")
+    if kind == "session.start":
+        return json.dumps({"setup": setup})
+    if kind == "text":
+        return json.dumps({"realtimeInput": {"text": message.get("text", "")}})
+    if kind in ("activity.start", "activity.end"):
+        return json.dumps({"realtimeInput": {"activityStart" if kind == "activity.start" else "activityEnd": {}}})
+    if kind == "audio.end":
+        return json.dumps({"realtimeInput": {"audioStreamEnd": True}})
+    if kind == "tool.result":
+        response = {k: message.get(k) for k in ("id", "name", "response")}
+        return json.dumps({"toolResponse": {"functionResponses": [response]}})
+    return None
+
+
+def _live_api_audio(frame: str | bytes) -> int | None:
+    """The reply audio's byte count of a Live API audio message (None: not one)."""
+    if not isinstance(frame, str) or '"inlineData"' not in frame:
+        return None
+    parts = ((json.loads(frame).get("serverContent") or {}).get("modelTurn") or {}).get("parts") or []
+    data = [part["inlineData"]["data"] for part in parts if "inlineData" in part]
+    return sum(len(base64.b64decode(d)) for d in data) if data else None
+
+
 def _agent_for(record: Record, agent: Agent | None) -> Agent:
     model = record.header.get("model") or "gemini-2.5-flash"
     if agent is None:
@@ -313,7 +358,8 @@ async def replay(
     """
     from connections import double
     from connections.gemini import Gemini
-    from live.server import LiveServer, ServerConfig
+    from live.doors.gemini_live import GEMINI_PATHS, gemini_doors
+    from live.server import DEFAULT_DOORS, LiveServer, ServerConfig
 
     record = path if isinstance(path, Record) else load(path)
     the_agent = _agent_for(record, agent)
@@ -325,7 +371,13 @@ async def replay(
     known = {f.name for f in dataclasses.fields(ServerConfig)}
     recorded = {k: v for k, v in (record.header.get("config") or {}).items() if k in known}
     config = ServerConfig(port=0, **{**recorded, **(server_config or {})})
-    server = LiveServer(the_agent, llm, config)
+    # A Live API app's session is replayed through the endpoint it came through,
+    # opened with the setup it ran with; others through /live.
+    live_api = record.header.get("door") == "gemini"
+    setup = record.header.get("client_setup") or {}
+    doors = {**DEFAULT_DOORS, **gemini_doors(["*"])} if live_api else None
+    server = LiveServer(the_agent, llm, config, doors=doors)
+    path = GEMINI_PATHS[0] if live_api else "/live"
     expected = _collapse(
         (e["t"], e["event"] if e["kind"] == "server" else e["n"]) for e in record.of("server", "server.audio")
     )
@@ -336,11 +388,15 @@ async def replay(
     async with anyio.create_task_group() as tg:
         port = await tg.start(server.serve)
         try:
-            async with ws_connect(f"ws://127.0.0.1:{port}/live", max_size=None) as ws:
+            async with ws_connect(f"ws://127.0.0.1:{port}{path}", max_size=None) as ws:
                 t0 = anyio.current_time()
 
                 async def send_all() -> None:
                     for t, events_before, frame in _client_script(record):
+                        if live_api:
+                            frame = _as_live_api(frame, setup)
+                            if frame is None:
+                                continue
                         # Causes first: what the client answered must have arrived
                         # (a slower replay must not send a turn before the resume).
                         with anyio.move_on_after(tolerance + 5):
@@ -369,8 +425,11 @@ async def replay(
                         try:
                             async for frame in ws:
                                 t = anyio.current_time() - t0
+                                audio = _live_api_audio(frame) if live_api else None
                                 if isinstance(frame, bytes):
                                     got_frames.append((t, len(frame)))
+                                elif audio is not None:
+                                    got_frames.append((t, audio))
                                 else:
                                     event = json.loads(frame)
                                     got_frames.append((t, event))

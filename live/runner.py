@@ -493,7 +493,7 @@ class SessionRunner:
         recorder = self.server.recorder
         if recorder is None:
             return
-        header = {**self.server.record_header(start), "door": self.door.name}
+        header = {**self.server.record_header(start), "door": self.door.name, **self.door.record_header()}
         if start.config is not None:  # what the client's own setup asked of the model
             header["client_config"] = start.config.model_dump(mode="json", exclude_none=True)
         self.record = recorder.start(self.id, header, input_rate=start.input_rate)

@@ -665,3 +665,40 @@ async def test_a_resumable_app_that_says_goodbye_is_waited_for_only_briefly(ca, 
         with anyio.fail_after(5):
             while server.sessions or emu.sessions[0].client_close is None:
                 await anyio.sleep(0.05)
+
+
+async def test_a_live_api_apps_recorded_session_replays_through_the_endpoint(ca, cert_files, tmp_path):
+    from live.replay import replay
+
+    script = Script(speed=20, user_says=["what time is it"], replies=["Half past nine.", "Ten to ten."])
+    config = CONFIG.model_copy(update={"system_instruction": "Tell the time."})
+    async with serving(script, recorder=Recorder(str(tmp_path)), **cert_files) as (_, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=config) as session:
+            speech = tone(0.4) + silence(0.8)
+            for i in range(0, len(speech), 3200):
+                await session.send_realtime_input(audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000"))
+                await anyio.sleep(0.02)
+            await turn(session, timeout=5)
+            await session.send_realtime_input(text="and now?")
+            await turn(session, timeout=5)
+    [folder] = [f for f in tmp_path.iterdir() if f.is_dir()]
+    assert load_record(folder).header["client_setup"]["model"] == f"models/{MODEL}"
+    result = await replay(folder, agent=AGENT)
+    assert result.ok, result.report()
+    kinds = [item.type for item in result.got]
+    assert "setupComplete" in kinds and "serverContent.turnComplete" in kinds and "audio" in kinds
+    assert "serverContent.inputTranscription" in kinds and len(result.expected) == len(result.got) > 10
+
+    # A server that writes the app's messages otherwise no longer replays the record.
+    original = GeminiLiveDoor.event
+
+    def without_transcripts(self, event):
+        return None if isinstance(event, p.TranscriptOutput) else original(self, event)
+
+    GeminiLiveDoor.event = without_transcripts
+    try:
+        changed = await replay(folder, agent=AGENT)
+    finally:
+        GeminiLiveDoor.event = original
+    assert not changed.ok and "outputTranscription" in changed.report()

@@ -35,7 +35,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 from websockets.http11 import Request
 
@@ -142,6 +142,11 @@ class FrontDoor(abc.ABC):
         """Whether this client may come back to its session on a new socket
         (asked once the opening was read). By default: `capabilities.reattach`."""
         return self.capabilities.reattach
+
+    def record_header(self) -> dict[str, Any]:
+        """What a session's record keeps of this client's opening, to replay it
+        (`live.replay`); JSON, with no secret in it."""
+        return {}
 
     def may_return_after_close(self) -> bool:
         """Whether a socket this client closed normally may still come back

@@ -53,7 +53,8 @@ from live.auth import Grant
 from live.config import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
 from live.doors.gemini_policy import BUILTIN_TOOL_KINDS, GeminiPolicy
-from live.doors.gemini_tokens import constrained_setup
+from live.doors.gemini_tokens import camel_name, constrained_setup
+from live.record import redact
 from live.protocol import (
     DEFAULT_INPUT_RATE,
     MAX_INPUT_RATE,
@@ -138,6 +139,7 @@ class GeminiLiveDoor(FrontDoor):
         # (bounded: MAX_TEXT_CHARS in all).
         self._typed: list[str] = []
         self._setup: Mapping[str, Any] = {}  # as the app sent it
+        self._effective_setup: dict[str, Any] = {}  # as the session runs with it
         # The app asked for session resumption: it gets handles, and may come
         # back with one on a new socket (`_resuming`: this socket did).
         self._resumption = False
@@ -200,6 +202,12 @@ class GeminiLiveDoor(FrontDoor):
     def resumable(self) -> bool:
         return self._resumption
 
+    def record_header(self) -> dict[str, Any]:
+        # The setup the session runs with (a token's locks applied), for a
+        # replay to open it the same way; no resumption handle in it.
+        setup = {k: v for k, v in self._effective_setup.items() if camel_name(k) != "sessionResumption"}
+        return {"client_setup": redact(setup)}
+
     def may_return_after_close(self) -> bool:
         # The service keeps a resumable session past its socket, however it
         # closed: an app closes its socket on a goAway, then resumes.
@@ -238,6 +246,7 @@ class GeminiLiveDoor(FrontDoor):
         if not self.policy.allows_model(name):
             raise ProtocolError("model_not_found", not_found(model, self.version), fatal=True)
         self.model = model
+        self._effective_setup = dict(setup)
         self._transcribe_input = get_field(setup, "inputAudioTranscription") is not None
         self._transcribe_output = get_field(setup, "outputAudioTranscription") is not None
         return SessionStart(

@@ -40,7 +40,7 @@ from live.auth import LEEWAY_SECONDS, mint_token
 from live.http_post import HttpAnswer
 from live.protocol import ProtocolError
 
-__all__ = ["AUTH_TOKENS_PATH", "AuthTokenMinter", "constrained_setup"]
+__all__ = ["AUTH_TOKENS_PATH", "AuthTokenMinter", "camel_name", "constrained_setup"]
 
 log = logging.getLogger("live.gemini")
 
@@ -175,7 +175,7 @@ class AuthTokenMinter:
 
         if not isinstance(setup, dict):
             raise _Refused("bidiGenerateContentSetup must be an object.")
-        setup = {_camel(name): value for name, value in setup.items()}
+        setup = {camel_name(name): value for name, value in setup.items()}
         unknown = set(setup) - _SETUP_FIELDS
         if unknown:
             raise _Refused(f'Invalid JSON payload received. Unknown name "{sorted(unknown)[0][:60]}" at \'bidi_generate_content_setup\': Cannot find field.')
@@ -202,7 +202,7 @@ def constrained_setup(app: Mapping[str, Any], token: Mapping[str, Any], lock: li
     ("systemInstruction", "generationConfig.temperature") is the token's value
     there, or absent if the token has none; the rest is the app's.
     """
-    app = {_camel(name): value for name, value in app.items()}
+    app = {camel_name(name): value for name, value in app.items()}
     if lock is None:
         merged = copy.deepcopy(dict(token))
         merged.setdefault("model", app.get("model"))
@@ -210,7 +210,7 @@ def constrained_setup(app: Mapping[str, Any], token: Mapping[str, Any], lock: li
     merged = copy.deepcopy(app)
     for path in ["model", *lock] if token.get("model") else lock:
         head, _, rest = path.partition(".")
-        head = _camel(head)
+        head = camel_name(head)
         if not rest:
             if head in token:
                 merged[head] = copy.deepcopy(token[head])
@@ -218,12 +218,12 @@ def constrained_setup(app: Mapping[str, Any], token: Mapping[str, Any], lock: li
                 merged.pop(head, None)
             continue
         inner = merged.get(head)
-        inner = {_camel(k): v for k, v in inner.items()} if isinstance(inner, Mapping) else {}
-        value = get_field(token.get(head), _camel(rest))
+        inner = {camel_name(k): v for k, v in inner.items()} if isinstance(inner, Mapping) else {}
+        value = get_field(token.get(head), camel_name(rest))
         if value is None:
-            inner.pop(_camel(rest), None)
+            inner.pop(camel_name(rest), None)
         else:
-            inner[_camel(rest)] = copy.deepcopy(value)
+            inner[camel_name(rest)] = copy.deepcopy(value)
         merged[head] = inner
     return merged
 
@@ -244,9 +244,9 @@ def _lock(field_mask: Any) -> list[str] | None:
     paths = [p.strip() for p in paths if isinstance(p, str) and p.strip()]
     for path in paths:
         head, _, rest = path.partition(".")
-        if _camel(head) not in _SETUP_FIELDS:
+        if camel_name(head) not in _SETUP_FIELDS:
             raise _Refused(f"fieldMask names a field the setup does not have: {path[:80]!r}.")
-        if rest and (_camel(head) not in _OBJECT_FIELDS or "." in rest):
+        if rest and (camel_name(head) not in _OBJECT_FIELDS or "." in rest):
             raise _Refused(
                 f"fieldMask: {path[:80]!r} cannot be locked on its own; lock {head!r} whole "
                 "(a field of generationConfig or realtimeInputConfig may be named alone)."
@@ -277,7 +277,8 @@ def _rfc3339(at: float) -> str:
     return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
-def _camel(name: str) -> str:
+def camel_name(name: str) -> str:
+    """A field's name as the service spells it in JSON (system_instruction: systemInstruction)."""
     head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
