@@ -702,3 +702,28 @@ async def test_a_live_api_apps_recorded_session_replays_through_the_endpoint(ca,
     finally:
         GeminiLiveDoor.event = original
     assert not changed.ok and "outputTranscription" in changed.report()
+
+
+async def test_an_apps_camera_frames_reach_the_model_and_a_broken_one_is_the_services_close(ca, cert_files):
+    import io
+
+    from PIL import Image as PILImage
+
+    picture = io.BytesIO()
+    PILImage.new("RGB", (64, 48), (200, 30, 30)).save(picture, "JPEG", quality=80)
+    script = Script(speed=20, replies=["A red square."])
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(video=types.Blob(data=picture.getvalue(), mime_type="image/jpeg"))
+            await session.send_realtime_input(text="what do you see?")
+            assert said(await turn(session)) == "A red square."
+        [upstream] = emu.sessions
+        assert len(upstream.video) == 1
+        # Bytes that are not the image they say they are: the service's 1007.
+        with pytest.raises(errors.APIError) as caught:
+            with anyio.fail_after(10):
+                async with sdk_client(url, ca, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+                    await session.send_realtime_input(video=types.Blob(data=b"not a jpeg", mime_type="image/jpeg"))
+                    await turn(session)
+        assert caught.value.code == 1007

@@ -54,7 +54,7 @@ from live.config import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
 from live.doors.gemini_policy import BUILTIN_TOOL_KINDS, GeminiPolicy
 from live.doors.gemini_tokens import camel_name, constrained_setup
-from live.record import redact
+from live.images import IMAGE_TYPES, InvalidImage, inspect_image
 from live.protocol import (
     DEFAULT_INPUT_RATE,
     MAX_INPUT_RATE,
@@ -66,6 +66,7 @@ from live.protocol import (
     AudioEnd,
     ErrorEvent,
     GenerationComplete,
+    Image,
     ProtocolError,
     ServerEvent,
     SessionReattached,
@@ -83,6 +84,7 @@ from live.protocol import (
     TurnInterrupted,
     Usage,
 )
+from live.record import redact
 
 __all__ = ["CLOSE_INVALID", "EPHEMERAL_PREFIX", "GEMINI_PATHS", "GeminiLiveDoor", "gemini_doors"]
 
@@ -119,7 +121,7 @@ class GeminiLiveDoor(FrontDoor):
     name = "gemini"
     # The Live API's client runs the tools it is called for; it cannot come
     # back to a session after a drop (the SDKs open a new one).
-    capabilities = Capabilities(client_tools=True, usage_with_turn_end=True)
+    capabilities = Capabilities(client_tools=True, images=True, usage_with_turn_end=True)
     # What the operator lets an app ask (its `models`: fnmatch patterns of the
     # model names a client may give in `setup`, without "models/"); set per
     # server by `gemini_doors`.
@@ -285,7 +287,12 @@ class GeminiLiveDoor(FrontDoor):
         if audio is not None:
             chunks.append(audio)
         for chunk in chunks:
-            out.append(self._audio(chunk))
+            mime = get_field(chunk, "mimeType")
+            # mediaChunks carried video frames too, before `video` had a field of its own.
+            out.append(_image(chunk) if isinstance(mime, str) and mime.startswith("image/") else self._audio(chunk))
+        video = get_field(body, "video")
+        if video is not None:
+            out.append(_image(video))
         text = get_field(body, "text")
         if text is not None:
             out.append(Text(_text(text)))
@@ -299,8 +306,6 @@ class GeminiLiveDoor(FrontDoor):
                 out.append(stream.resample_chunk(np.zeros(0, "<i2"), last=True).astype("<i2").tobytes())
                 self._resampler = None
             out.append(AudioEnd())
-        if get_field(body, "video") is not None:
-            raise _invalid("Video input is not accepted by this endpoint.")
         return out
 
     def _client_content(self, body: Mapping[str, Any]) -> list[Input]:
@@ -570,6 +575,23 @@ def _pcm(chunk: Any) -> tuple[bytes, int]:
     if len(pcm) % 2:
         raise _invalid("Audio data must be whole 16-bit samples.")
     return pcm, rate
+
+
+def _image(blob: Any) -> Image:
+    """A camera or screen frame, as the service reads `realtimeInput.video`:
+    a JPEG or PNG the session sends the model (within its image limits)."""
+    mime = get_field(blob, "mimeType")
+    if mime not in IMAGE_TYPES:
+        raise _invalid(f"Unsupported MIME type for realtimeInput.video: {str(mime)[:60]!r} (send {' or '.join(IMAGE_TYPES)}).")
+    try:
+        data = b64decode(get_field(blob, "data"))
+    except ValueError:
+        raise _invalid("Invalid value at 'realtime_input.video.data' (TYPE_BYTES), Base64 decoding failed.") from None
+    try:
+        info = inspect_image(data, mime)
+    except InvalidImage as exc:
+        raise _invalid(f"Invalid image in realtimeInput.video: {exc}.") from None
+    return Image(mime_type=mime, data=data, info=info)
 
 
 def _text(value: Any) -> str:
