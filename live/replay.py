@@ -414,7 +414,14 @@ async def replay(
                         e["kind"] == "client" and (e.get("event") or {}).get("type") == "session.close"
                         for e in record.entries
                     ):
-                        # The client left without session.close: leave at the same moment.
+                        # The client left without session.close: leave at the same
+                        # moment, once what it had heard by then has come (it left
+                        # after hearing it: a slower replay must not cut it off).
+                        heard_by_end = sum(1 for e in record.entries if e["kind"] == "server" and e["t"] <= end)
+                        with anyio.move_on_after(tolerance + 5):
+                            while events_seen[0] < heard_by_end:
+                                arrived[0] = anyio.Event()
+                                await arrived[0].wait()
                         delay = t0 + end - anyio.current_time()
                         if delay > 0:
                             await anyio.sleep(delay)
