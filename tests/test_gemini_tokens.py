@@ -191,7 +191,7 @@ async def test_the_tokens_expire_time_ends_its_session(ca, cert_files):
         with anyio.fail_after(5):
             while emu.sessions[0].client_close is None:  # Google's connection let go too
                 await anyio.sleep(0.05)
-        # Past its newSessionExpireTime, the token opens no session.
+        # It opened its one session (and its time to open sessions is past): it opens no other.
         assert await refused(url, ca, token.name, api_version="v1alpha") == (1008, BAD_TOKEN)
 
 
