@@ -630,11 +630,7 @@ class SessionRunner:
         if frame is None:
             return
         try:
-            if isinstance(frame, tuple):
-                for one in frame:
-                    self.outbox.put_event(one)
-            else:
-                self.outbox.put_event(frame)
+            self.outbox.put_event(frame)
         except OutboxOverflow as exc:
             self.finish(f"client too slow: {exc}", CLOSE_POLICY)
 
@@ -653,8 +649,7 @@ class SessionRunner:
                     if frame is None:
                         self.outbox.flush_audio()
                     else:
-                        for one in reversed(frame) if isinstance(frame, tuple) else (frame,):
-                            self.outbox.put_urgent(one)
+                        self.outbox.put_urgent(frame)
                     if self._heard_event is not None:
                         self.event(self._heard_event)  # what the user heard, right after
                         self._heard_event = None
