@@ -43,8 +43,8 @@ import anyio.to_thread
 from bench.endpoint import rss_bytes
 from bench.stats import DOWN, MAGIC, UP, UP_FRAME_BYTES, Histogram, down_chunk
 from connections.emulator import Emulator, EmulatorSession
-from live.loop import backend_options
-from live.server import tune_gc_for_serving
+from live.net.loop import backend_options
+from live.server.port import tune_gc_for_serving
 
 __all__ = ["LoadDirector", "LoadSession", "main"]
 

@@ -47,10 +47,10 @@ from live.protocol import (
     TurnInterrupted,
     encode,
 )
-from live import runner as live_runner
-from live.observe import SessionObserver
-from live.record import Recorder
-from live.server import LiveServer, ServerConfig, tune_gc_for_serving
+from live.server import runner as live_runner
+from live.observe.watch import SessionObserver
+from live.observe.record import Recorder
+from live.server.port import LiveServer, ServerConfig, tune_gc_for_serving
 
 MODEL = "gemini-2.5-flash-native-audio-preview-09-2025"
 INPUT_MIME = "audio/pcm;rate=16000"

@@ -10,7 +10,7 @@ pacing, no limits). Clients speak the Gemini Live protocol itself (the
 `gemini` client protocol of the benchmark), so the relay has nothing to
 translate. `bench.real` runs it twice beside `live serve`, as reference peers:
 
-- `floor`: on `live.websocket` (picows), the sockets `live serve` runs on:
+- `floor`: on `live.net.websocket` (picows), the sockets `live serve` runs on:
   what ours costs on top of two socket operations per frame and TLS;
 - `floor-websockets`: on websockets and asyncio, the socket layer most Python
   relays use: what that layer alone costs.
@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 from websockets.exceptions import ConnectionClosed
 
-from live.loop import backend_options
+from live.net.loop import backend_options
 
 __all__ = ["main", "peer", "websockets_peer"]
 
@@ -41,7 +41,7 @@ def _layer(name: str) -> tuple[Any, Any, dict[str, Any]]:
         from websockets.asyncio.server import serve
 
         return connect, serve, {"max_size": None, "compression": None}
-    from live.websocket import connect, serve
+    from live.net.websocket import connect, serve
 
     return connect, serve, {"max_size": None}
 
@@ -94,7 +94,7 @@ def _peer(name: str, socket_layer: str):  # noqa: ANN202 - bench.real.Peer, impo
 
 
 def peer():  # noqa: ANN201
-    """`floor`: the verbatim relay on `live.websocket`, the sockets `live serve` runs on."""
+    """`floor`: the verbatim relay on `live.net.websocket`, the sockets `live serve` runs on."""
     return _peer("floor", "picows")
 
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.floor_relay", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="the Live endpoint's wss:// URL")
-    parser.add_argument("--socket", choices=SOCKETS, default="picows", help="the socket layer (picows: live.websocket)")
+    parser.add_argument("--socket", choices=SOCKETS, default="picows", help="the socket layer (picows: live.net.websocket)")
     args = parser.parse_args(argv)
     try:
         anyio.run(_serve, args.port, args.upstream, args.socket, backend_options=backend_options("auto"))

@@ -78,9 +78,9 @@ from google.genai import types
 from connections.emulator import Emulator, Script, emulator_client, running_emulator
 from connections.gemini import Gemini
 from live.agent import Agent
-from live.auth import mint_token
+from live.access.auth import mint_token
 from live.doors.gemini_live import gemini_doors
-from live.server import DEFAULT_DOORS, LiveServer, ServerConfig, tune_gc_for_serving
+from live.server.port import DEFAULT_DOORS, LiveServer, ServerConfig, tune_gc_for_serving
 
 MODEL = "gemini-live-2.5-flash-preview"
 REPLY = "Half past nine."  # about a second of speech: 25 chunks of 40 ms from the service

@@ -26,7 +26,7 @@ import anyio
 from bench.client_protocols import resolve
 from bench.stats import DOWN, DOWN_CHUNK_BYTES, MAGIC, Histogram, up_frame
 from clients.client import AudioFrame
-from live.loop import backend_options
+from live.net.loop import backend_options
 from live.protocol import ErrorEvent, TurnComplete, TurnInterrupted
 
 FRAME_S = 0.02

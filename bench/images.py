@@ -16,7 +16,7 @@ from PIL import Image as PILImage
 
 from live.images import inspect_image
 from live.protocol import Image, encode, parse_client_message
-from live.session import SessionCore
+from live.engine.session import SessionCore
 
 
 def noise_jpeg(side: int) -> bytes:

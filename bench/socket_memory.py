@@ -32,7 +32,7 @@ from websockets.exceptions import ConnectionClosed
 
 from live.agent import Agent
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, LlmResponse, RealtimeInput
-from live.server import LiveServer, ServerConfig, tune_gc_for_serving
+from live.server.port import LiveServer, ServerConfig, tune_gc_for_serving
 
 
 class _StalledConnection(BaseLlmConnection):

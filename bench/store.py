@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from live.store import RedisStore, StoreUnavailable
+from live.fleet.store import RedisStore, StoreUnavailable
 
 
 def _free_port() -> int:

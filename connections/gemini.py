@@ -496,7 +496,7 @@ class GeminiLlmConnection(BaseLlmConnection):
         """An audio frame sent at once, when the session's socket takes it without waiting.
 
         Only a session with a synchronous audio send offers it (the lean wire
-        path on `live.websocket`, the transport double); on the SDK's own path
+        path on `live.net.websocket`, the transport double); on the SDK's own path
         this is always False.
         """
         send = self._send_audio_nowait

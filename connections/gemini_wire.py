@@ -416,7 +416,7 @@ class LeanSession:
         self._session = session
         self._codec = codec
         self._ws = session._ws  # noqa: SLF001 - the socket the fast path writes to and reads from
-        # A socket that can write synchronously (`live.websocket`) and say when it would not wait.
+        # A socket that can write synchronously (`live.net.websocket`) and say when it would not wait.
         self._send_now: Callable[[str], None] | None = getattr(self._ws, "send_nowait", None)
         self._can_send_now: Callable[[], bool] | None = getattr(self._ws, "can_send_now", None)
         self._frames = _FrameSocket()
@@ -442,7 +442,7 @@ class LeanSession:
 
     def send_audio_nowait(self, audio: types.Blob) -> bool:
         """`send_audio(audio)` done at once, when the socket takes it without
-        waiting and can write synchronously (`live.websocket`); whether it was sent."""
+        waiting and can write synchronously (`live.net.websocket`); whether it was sent."""
         send_now, can_send_now = self._send_now, self._can_send_now
         if send_now is None or can_send_now is None or not can_send_now():
             return False
@@ -528,7 +528,7 @@ async def lean_session(
             global _warned_not_dialed
             if not _warned_not_dialed:
                 _warned_not_dialed = True
-                logger.warning("Gemini socket: google-genai %s did not dial through live.websocket: the lean "
+                logger.warning("Gemini socket: google-genai %s did not dial through live.net.websocket: the lean "
                                "wire runs on the SDK's own socket, at about 1.6x the CPU per frame", _sdk_version())
         api_client = getattr(session, "_api_client", None)
         if getattr(session, "_ws", None) is None or api_client is None:

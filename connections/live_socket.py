@@ -1,16 +1,16 @@
-"""google-genai's Live socket on picows (`live.websocket`) in place of websockets'.
+"""google-genai's Live socket on picows (`live.net.websocket`) in place of websockets'.
 
 google-genai dials the Live socket itself, with websockets' `connect` (the
 module global `google.genai.live.ws_connect`), and offers no seam for another
 socket. `dialing()` routes the connects the SDK makes inside it to
-`live.websocket.connect`; outside it (the SDK's own wire path, any other user
+`live.net.websocket.connect`; outside it (the SDK's own wire path, any other user
 of the SDK in the process) the SDK dials as it always does. The SDK still
 writes the setup, reads `setupComplete` and owns the session: only the socket
 under it changes, and that socket raises websockets' exceptions, so the SDK's
 error mapping and this project's read closes and refusals as before.
 
 Where picows cannot be imported, or the SDK asks for a socket option
-`live.websocket` does not take (e.g. permessage-deflate, which a client built
+`live.net.websocket` does not take (e.g. permessage-deflate, which a client built
 by `Gemini` never asks for), the SDK's own socket is used and one log line
 says why.
 
@@ -33,7 +33,7 @@ import websockets.asyncio.client
 from google.genai import live as genai_live
 
 try:
-    from live import websocket
+    from live.net import websocket
 except ImportError as exc:  # picows has no wheel for this platform
     _UNAVAILABLE: str | None = f"picows cannot be imported ({exc})"
 else:
@@ -43,7 +43,7 @@ __all__ = ["dialed_here", "dialing"]
 
 logger = logging.getLogger(__name__)
 
-# The options of websockets' `connect` that `live.websocket.connect` takes (the
+# The options of websockets' `connect` that `live.net.websocket.connect` takes (the
 # SDK passes `additional_headers` and its client's `async_client_args`: `ssl`,
 # and from `Gemini`, `compression=None`).
 _OPTIONS: Final = frozenset({
@@ -54,7 +54,7 @@ _OPTIONS: Final = frozenset({
 # How long the Gemini socket waits, after a ping on a quiet connection, for
 # anything from the service before it calls the connection dead. Gemini has
 # been seen answering pings after 8-30 s on healthy connections (FIELD-NOTES
-# §9); anything it sends meanwhile counts as an answer (`live.websocket`).
+# §9); anything it sends meanwhile counts as an answer (`live.net.websocket`).
 PING_TIMEOUT: Final = 60.0
 
 # Inside `dialing()`: which socket the SDK's connects get ("picows" or
@@ -71,7 +71,7 @@ def _say_once(why: str) -> None:
 
 
 class _Dial:
-    """A `live.websocket.WebSocket` as the SDK may take websockets' `connect(...)`:
+    """A `live.net.websocket.WebSocket` as the SDK may take websockets' `connect(...)`:
     `async with connect(...) as ws`, or `ws = await connect(...)`."""
 
     def __init__(self, uri: str, options: dict[str, Any]) -> None:
@@ -108,21 +108,21 @@ def _dial(uri: str, **options: Any) -> Any:
         if not unknown and options.get("compression", "deflate") is None:
             return _Dial(uri, options)
         _say_once(
-            "the SDK asks for socket options live.websocket does not take "
+            "the SDK asks for socket options live.net.websocket does not take "
             f"({', '.join(sorted(unknown or {'compression'}))})"
         )
     return _RefusingRedirects(uri, **options)
 
 
 def dialed_here(ws: Any) -> bool:
-    """Whether `ws` (a session's socket) is a `live.websocket.WebSocket`."""
+    """Whether `ws` (a session's socket) is a `live.net.websocket.WebSocket`."""
     return _UNAVAILABLE is None and isinstance(ws, websocket.WebSocket)
 
 
 @contextlib.contextmanager
 def dialing(*, picows: bool = True) -> Iterator[bool]:
     """google-genai's live connects inside this block are this project's: on a
-    `live.websocket.WebSocket` (with `picows`, where it can be used here), else
+    `live.net.websocket.WebSocket` (with `picows`, where it can be used here), else
     on websockets' socket; either way following no redirect.
 
     Yields whether the picows socket is used.

@@ -2,7 +2,7 @@
 
 The contract (`BaseLlm`, `BaseLlmConnection`, `LlmRequest`, `LlmResponse`), the
 model registry, the errors a caller can act on, and `Agent`. The server is
-`live.server.LiveServer`; the command line is `live`.
+`live.server.port.LiveServer`; the command line is `live`.
 """
 
 from live.agent import Agent, tool

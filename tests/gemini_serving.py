@@ -18,9 +18,9 @@ from serving import running
 
 from connections.emulator import Script, running_emulator
 from live.agent import Agent
-from live.auth import mint_token
+from live.access.auth import mint_token
 from live.doors.gemini_live import gemini_doors
-from live.server import DEFAULT_DOORS
+from live.server.port import DEFAULT_DOORS
 
 SECRET = "a-test-secret-that-is-long-enough-for-hs256"
 STOCK = types.FunctionDeclaration(

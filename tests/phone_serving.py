@@ -16,12 +16,12 @@ from clients.phone_double import TwilioDouble
 from clients.telnyx_double import TelnyxDouble
 from live.agent import Agent
 from live.doors import NativeDoor
-from live.http_post import PostListener
+from live.net.http_post import PostListener
 from live.llm import BaseLlm
 from live.phone.audio import ulaw_encode
 from live.phone.calls import CallTokens
 from live.phone.lines import TWILIO_VOICE_PATH, PhoneLines
-from live.server import LiveServer, ServerConfig
+from live.server.port import LiveServer, ServerConfig
 
 AUTH_TOKEN = "0123456789abcdef0123456789abcdef"  # a Twilio auth token's shape (32 hex)
 

@@ -11,8 +11,8 @@ import anyio
 from clients.client import AudioFrame, LiveClient
 from live.agent import Agent
 from live.llm import BaseLlm
-from live.record import Recorder
-from live.server import LiveServer, ServerConfig
+from live.observe.record import Recorder
+from live.server.port import LiveServer, ServerConfig
 
 
 @contextlib.asynccontextmanager

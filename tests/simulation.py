@@ -94,7 +94,7 @@ from connections import double
 from connections.gemini import Gemini
 from live.agent import Agent
 from live.protocol import SessionStart
-from live.server import LiveServer, ServerConfig
+from live.server.port import LiveServer, ServerConfig
 
 __all__ = ["Outcome", "run_seed", "main"]
 

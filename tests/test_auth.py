@@ -16,15 +16,15 @@ import anyio
 import jwt
 import pytest
 
-from live.logs import FRAME_TRACERS
+from live.observe.logs import FRAME_TRACERS
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from clients.client import LiveClient, SessionRefused
 from live import protocol as p
-from live.addresses import AddressSet, address_key, forwarded_client
+from live.access.addresses import AddressSet, address_key, forwarded_client
 from live.agent import Agent
-from live.auth import HostPolicy, TokenRefused, host_name, mint_token, verify_token
+from live.access.auth import HostPolicy, TokenRefused, host_name, mint_token, verify_token
 from live.cli import main as live_cli
 from live.registry import default_registry
 from serving import collect, running
@@ -230,7 +230,7 @@ async def test_forged_expired_early_and_wrong_agent_tokens_are_refused_a_minted_
             seen = await collect(client, lambda e: isinstance(e, p.TurnComplete))
             events += [repr(e) for e in seen]
             assert any(isinstance(e, p.TextEvent) and "hello" in e.text for e in seen)
-    # The socket layers' frame tracing is never shown by `live serve` (live.logs.FRAME_TRACERS).
+    # The socket layers' frame tracing is never shown by `live serve` (live.observe.logs.FRAME_TRACERS).
     logged = [r.getMessage() for r in caplog.records if not r.name.startswith(FRAME_TRACERS)]
     assert any("subject=user-42" in line for line in logged)
     assert sum("unauthorized" in line for line in logged) == len(cases)
@@ -426,7 +426,7 @@ async def test_pending_sockets_and_sockets_per_address_are_limited(caplog):
 
 def test_live_serve_never_shows_the_frame_tracing_of_its_sockets_even_at_debug():
     """websockets and picows write every frame at DEBUG, tokens and keys included."""
-    from live.logs import configure
+    from live.observe.logs import configure
 
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level

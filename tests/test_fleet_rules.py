@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from live.fleet import Admission, Fleet
-from live.store import MemoryStore, StoreUnavailable
+from live.fleet.member import Admission, Fleet
+from live.fleet.store import MemoryStore, StoreUnavailable
 
 pytestmark = pytest.mark.anyio
 

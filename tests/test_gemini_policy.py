@@ -96,7 +96,7 @@ def test_a_bad_policy_file_is_one_line_saying_where(tmp_path, text, words):
 
 def test_the_policys_models_replace_the_servers_own_and_flags_add_to_them(tmp_path):
     from live.registry import default_registry
-    from live.serve_cli import build_parser, resolve
+    from live.cli.serve import build_parser, resolve
 
     path = tmp_path / "policy.toml"
     path.write_text('models = ["models/gemini-*-live-*"]\n')

@@ -40,14 +40,14 @@ from connections.emulator.wire import (
     get_field,
     not_found,
 )
-from live.auth import verify_token
+from live.access.auth import verify_token
 from live.doors.gemini_tokens import (
     AUTH_TOKENS_PATH,
     AuthTokenMinter,
     constrained_setup,
 )
-from live.http_post import PostListener
-from live.server import tls_context
+from live.net.http_post import PostListener
+from live.server.port import tls_context
 
 pytestmark = pytest.mark.anyio
 

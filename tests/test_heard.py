@@ -13,7 +13,7 @@ from connections import double
 from connections.gemini import Gemini
 from live import protocol as p
 from live.agent import Agent
-from live.heard import BYTES_PER_SECOND, HeardTracker, cut_transcript
+from live.engine.heard import BYTES_PER_SECOND, HeardTracker, cut_transcript
 from serving import collect, running
 
 CHUNK = b"\x07\x00" * 960  # 40 ms at 24 kHz

@@ -12,8 +12,8 @@ from PIL import Image as PILImage
 
 from live.images import InvalidImage, inspect_image
 from live.protocol import Image, ProtocolError, encode, parse_client_message
-from live.queues import UpstreamQueue
-from live.session import ImageUpstream, SendEvent, SessionCore
+from live.server.queues import UpstreamQueue
+from live.engine.session import ImageUpstream, SendEvent, SessionCore
 
 
 def picture(width: int, height: int, fmt: str = "JPEG", **save) -> bytes:

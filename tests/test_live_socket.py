@@ -1,4 +1,4 @@
-"""google-genai on a `live.websocket` socket (`connections.live_socket`): the lean wire
+"""google-genai on a `live.net.websocket` socket (`connections.live_socket`): the lean wire
 dials it, the SDK's own wire and other users of the SDK keep websockets', and
 closes and refusals read as they read on websockets."""
 
@@ -14,7 +14,7 @@ from connections.emulator import Emulator, Fault, Script
 from emulated import gemini_for
 from live.errors import ConfigurationError, RecoverableConnectionError
 from live.llm import LlmRequest
-from live.websocket import WebSocket
+from live.net.websocket import WebSocket
 
 pytestmark = pytest.mark.anyio
 
@@ -108,7 +108,7 @@ async def test_a_lean_session_not_on_the_live_socket_says_so_once(live_emulator:
         async with gemini_for(live_emulator, wire="lean").connect(_request()) as connection:
             assert type(connection._session._ws) is websockets.ClientConnection
             await connection.send_realtime(types.Blob(data=b"\0\0" * 320, mime_type="audio/pcm;rate=16000"))
-    said = [r for r in caplog.records if "did not dial through live.websocket" in r.getMessage()]
+    said = [r for r in caplog.records if "did not dial through live.net.websocket" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING"
 
 

@@ -28,8 +28,8 @@ from connections.gemini import Gemini
 from live import protocol as p
 from live.agent import Agent
 from live.llm import LlmRequest
-from live.metrics import Metrics
-from live.observe import Measured
+from live.observe.metrics import Metrics
+from live.observe.watch import Measured
 from serving import collect, running
 
 pytestmark = pytest.mark.anyio

@@ -243,7 +243,7 @@ async def test_a_call_survives_the_model_dropping_its_connection(question):
 async def test_a_call_is_recorded_like_any_session(question, tmp_path):
     import wave
 
-    from live.record import Recorder, load
+    from live.observe.record import Recorder, load
 
     agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
     async with running_emulator(Script(replies=["Sunny."])) as emu, running_phone(

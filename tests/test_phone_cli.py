@@ -124,7 +124,7 @@ def test_live_call_set_up_problems_are_one_line(argv, words):
 
 @pytest.mark.anyio
 async def test_live_call_asks_twilio_to_call_the_number_back_to_the_servers_webhook():
-    from live.phone.call_cli import place_call
+    from live.cli.call import place_call
     from live.phone.control import TwilioCallControl
 
     double = TwilioDouble(AUTH_TOKEN)

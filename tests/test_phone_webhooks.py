@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from clients.phone_double import http_post_raw
-from live.http_post import HttpAnswer, PostListener
+from live.net.http_post import HttpAnswer, PostListener
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from live.queues import AudioPacer, ClientOutbox, OutboxOverflow, UpstreamQueue
+from live.server.queues import AudioPacer, ClientOutbox, OutboxOverflow, UpstreamQueue
 
 pytestmark = pytest.mark.anyio
 
@@ -200,7 +200,7 @@ async def test_a_burst_the_client_may_have_now_goes_as_one_frame_and_never_past_
 
 
 async def test_a_joined_frame_stays_under_its_size_cap():
-    from live.queues import JOIN_AUDIO_BYTES
+    from live.server.queues import JOIN_AUDIO_BYTES
 
     outbox = ClientOutbox(lead=None)
     for n in range(30):

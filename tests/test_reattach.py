@@ -14,8 +14,8 @@ from connections import double
 from connections.gemini import Gemini
 from live import protocol as p
 from live.agent import Agent
-from live.auth import mint_token
-from live.reattach import ReplayBuffer, token_digest, token_matches, with_seq
+from live.access.auth import mint_token
+from live.access.reattach import ReplayBuffer, token_digest, token_matches, with_seq
 from serving import collect, running
 
 # Every test on both WebSocket layers the server can listen with.
@@ -239,10 +239,10 @@ async def test_a_normal_close_ends_the_session_at_once_a_cut_keeps_it():
 async def test_a_resume_relayed_to_the_server_holding_the_session_is_authorized_there():
     """Behind a balancer the resume may land on another server of the fleet, which
     relays it to the holder: the token the client sent on its handshake goes along."""
-    from live.fleet import Fleet
+    from live.fleet.member import Fleet
     from live.registry import default_registry
-    from live.server import LiveServer, ServerConfig
-    from live.store import MemoryStore
+    from live.server.port import LiveServer, ServerConfig
+    from live.fleet.store import MemoryStore
 
     secret = "a-test-secret-that-is-long-enough-for-hs256"
     store = MemoryStore()
@@ -295,10 +295,10 @@ async def test_a_tokens_max_duration_still_counts_from_the_start_after_a_reattac
 
 
 async def test_a_session_taken_over_by_another_server_keeps_its_users_and_its_max_duration():
-    from live.fleet import Fleet
+    from live.fleet.member import Fleet
     from live.registry import default_registry
-    from live.server import LiveServer, ServerConfig
-    from live.store import MemoryStore
+    from live.server.port import LiveServer, ServerConfig
+    from live.fleet.store import MemoryStore
 
     secret = "a-test-secret-that-is-long-enough-for-hs256"
     store = MemoryStore()

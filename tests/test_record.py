@@ -16,8 +16,8 @@ from connections.gemini import Gemini
 from live import protocol as p
 from live.agent import Agent
 from live.llm import LlmRequest
-from live.observe import Recorded
-from live.record import Recorder, SessionRecord, load, timeline
+from live.observe.watch import Recorded
+from live.observe.record import Recorder, SessionRecord, load, timeline
 from serving import audio_bytes, collect, running
 
 pytestmark = pytest.mark.anyio

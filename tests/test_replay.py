@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from live import session as session_rules
+from live.engine import session as session_rules
 from live.protocol import TurnInterrupted
-from live.replay import assert_replays, replay
+from live.testing.replay import assert_replays, replay
 from test_record import AGENT, record_conversation
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ from connections import double
 from connections.gemini import Gemini
 from live import protocol as p
 from live.registry import LlmRegistry
-from live.serve_cli import UsageError, build_parser, load_agent, resolve
+from live.cli.serve import UsageError, build_parser, load_agent, resolve
 from samples import orders, weather
 from serving import collect, running
 

@@ -554,7 +554,7 @@ async def test_health_tells_a_load_balancer_to_route_elsewhere_before_the_server
 
 
 def test_a_near_capacity_share_outside_zero_to_one_is_refused_at_configuration():
-    from live.server import ServerConfig
+    from live.server.port import ServerConfig
 
     for share in (0.0, -1.0, 1.5, float("nan")):
         with pytest.raises(ValueError, match="near_capacity"):

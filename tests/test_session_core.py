@@ -9,7 +9,7 @@ from google.genai import types
 
 from live import LlmResponse
 from live import protocol as p
-from live.session import (
+from live.engine.session import (
     AwaitClientTool,
     CancelTool,
     CloseSession,
@@ -275,7 +275,7 @@ def test_safe_point_waits_for_owed_replies_running_tools_and_replies_in_progress
 
 
 def test_reconnect_policy_backs_off_gives_up_and_forgives_after_a_stable_period():
-    from live.supervisor import ReconnectPolicy
+    from live.engine.supervisor import ReconnectPolicy
 
     policy = ReconnectPolicy(max_failures=3, base_delay=0.5, max_delay=1.5, stable_after=60)
     assert [policy.failed(0), policy.failed(1), policy.failed(2)] == [0.5, 1.0, 1.5]
@@ -417,13 +417,13 @@ def test_a_note_that_was_never_sent_cannot_be_mistaken_for_a_later_turn(monkeypa
     `id()` that gives every object the same number.)"""
     import gc
 
-    import live.session
+    import live.engine.session
 
     s = core()
     s.model_response(call("get_weather", call_id="w1", city="Paris"), now=0.0)
     s.connection_lost()
     s.connection_resumed(now=1.0)
-    monkeypatch.setattr(live.session, "id", lambda obj: 4096, raising=False)
+    monkeypatch.setattr(live.engine.session, "id", lambda obj: 4096, raising=False)
     [up, _] = s.tool_finished("w1", {"temp_c": 21}, now=2.0)
     note = s.for_connection(up.item)  # a note for the new connection ...
     assert note is not up.item

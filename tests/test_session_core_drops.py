@@ -13,7 +13,7 @@ from google.genai import types
 
 from live import LlmResponse
 from live import protocol as p
-from live.session import SendEvent, SessionCore, ToUpstream
+from live.engine.session import SendEvent, SessionCore, ToUpstream
 
 
 def core() -> SessionCore:

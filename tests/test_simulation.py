@@ -14,7 +14,7 @@ import os
 import pytest
 
 import simulation
-from live.session import SessionCore
+from live.engine.session import SessionCore
 
 SEEDS = int(os.environ.get("LIVE_SIM_SEEDS", "3000"))
 JOBS = min(2, os.cpu_count() or 1)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import anyio
 import pytest
 
-from live.store import MemoryStore, RedisStore, SessionStore, StoreError, StoreUnavailable, open_store, redact_url
+from live.fleet.store import MemoryStore, RedisStore, SessionStore, StoreError, StoreUnavailable, open_store, redact_url
 
 pytestmark = pytest.mark.anyio
 
@@ -363,7 +363,7 @@ async def test_a_frozen_redis_raises_unavailable_instead_of_hanging(redis_of_its
 
 
 def test_serve_takes_the_redis_url_from_the_environment_or_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    from live.serve_cli import build_parser
+    from live.cli.serve import build_parser
 
     monkeypatch.delenv("LIVE_REDIS_URL", raising=False)
     alone = build_parser().parse_args([])

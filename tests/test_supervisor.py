@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from live.errors import ConfigurationError, InvalidArgumentError, RecoverableConnectionError
-from live.supervisor import ReconnectPolicy
-from live.supervisor import CLOSED, GiveUp, HandOver, Resume, Stall, Supervisor, Wait
+from live.engine.supervisor import ReconnectPolicy
+from live.engine.supervisor import CLOSED, GiveUp, HandOver, Resume, Stall, Supervisor, Wait
 
 
 def supervisor(**kw) -> Supervisor:

@@ -25,7 +25,7 @@ from websockets.asyncio.client import connect as ws_connect
 from audio_fixtures import speak
 from connections import double
 from live.agent import Agent
-from live.auth import mint_token
+from live.access.auth import mint_token
 from serving import running
 from browsers import chromium_page, press_talk, scripted, speech_wav, wait_until
 
@@ -109,7 +109,7 @@ def test_live_serve_refuses_a_missing_or_broken_certificate(tmp_path, cert_files
 @pytest.mark.browser
 async def test_a_browser_talks_over_https_with_a_token_from_the_apps_backend(ca, cert_files, tmp_path):
     """Chromium trusts the test certificate; the page gets a fresh token from the
-    app's token URL (played here by Playwright, minting with live.auth), speaks,
+    app's token URL (played here by Playwright, minting with live.access.auth), speaks,
     and shows the reply."""
     certfile, keyfile = cert_files
     wav, fed = speech_wav(tmp_path)

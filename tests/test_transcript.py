@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from google.genai import types
 
-from live.transcript import Transcript
+from live.engine.transcript import Transcript
 
 
 def _roles_and_texts(transcript: Transcript) -> list[tuple[str, str]]:

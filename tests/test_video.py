@@ -199,7 +199,7 @@ async def test_local_voice_accepts_images_and_ignores_them():
 
 
 async def test_a_record_keeps_the_size_of_each_image_not_the_picture(live_emulator: Emulator, tmp_path):
-    from live.record import Recorder, load, timeline
+    from live.observe.record import Recorder, load, timeline
 
     picture = jpeg(320, 180, (50, 60, 70))
     encoded = base64.b64encode(picture).decode()

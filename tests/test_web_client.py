@@ -24,7 +24,7 @@ from connections import double
 from connections.gemini import Gemini
 from live.agent import Agent
 from live.llm import AudioStreamEnd
-from live.queues import JOIN_AUDIO_BYTES
+from live.server.queues import JOIN_AUDIO_BYTES
 from live.registry import default_registry
 from live_audio import RecordingLlm, speech_found
 from serving import running

@@ -1,9 +1,9 @@
-"""`live.websocket` behaves as websockets does, on either side of a connection.
+"""`live.net.websocket` behaves as websockets does, on either side of a connection.
 
 The server and google-genai read closes, handshake refusals and messages as
-websockets reports them; a `live.websocket.WebSocket` must report the same.
+websockets reports them; a `live.net.websocket.WebSocket` must report the same.
 Most tests here are differential: the same peer script, once against
-websockets and once against `live.websocket`, and what each saw compared.
+websockets and once against `live.net.websocket`, and what each saw compared.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 import websockets
 from websockets.asyncio.server import ServerConnection, serve
 
-from live import websocket
-from live.websocket import WebSocket
-from live.websocket import connect as open_socket
+from live.net import websocket
+from live.net.websocket import WebSocket
+from live.net.websocket import connect as open_socket
 
 pytestmark = pytest.mark.anyio
 

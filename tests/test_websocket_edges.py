@@ -1,4 +1,4 @@
-"""`live.websocket` at the edges a real network has: cancelled dials, redirects,
+"""`live.net.websocket` at the edges a real network has: cancelled dials, redirects,
 SOCKS proxies, slow or silent peers, long close reasons, failed TLS handshakes,
 and a process where picows cannot be imported at all.
 
@@ -26,8 +26,8 @@ import trustme
 import websockets
 from websockets.asyncio.client import connect as websockets_connect
 
-from live import websocket
-from live.websocket import connect as open_socket
+from live.net import websocket
+from live.net.websocket import connect as open_socket
 
 pytestmark = pytest.mark.anyio
 
@@ -372,7 +372,7 @@ def test_the_server_serves_under_asyncio_run_too():
     from connections.local_echo import LocalEcho
     from live import protocol as p
     from live.agent import Agent
-    from live.server import LiveServer, ServerConfig
+    from live.server.port import LiveServer, ServerConfig
 
     async def main() -> list[str]:
         server = LiveServer(Agent(name="echo", model="local/echo"), LocalEcho("local/echo"), ServerConfig(port=0))

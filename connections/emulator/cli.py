@@ -14,7 +14,7 @@ from connections.emulator.faults import FaultRates
 from connections.emulator.profiles import FAMILIES
 from connections.emulator.script import Fault, Script, ToolCall
 from connections.emulator.server import DEV_API_KEY, running_emulator
-from live.loop import backend_options
+from live.net.loop import backend_options
 
 __all__ = ["main"]
 

@@ -39,7 +39,7 @@ from typing import Any, ClassVar, TypeAlias
 
 from websockets.http11 import Request
 
-from live.auth import Grant
+from live.access.auth import Grant
 from live.protocol import (
     ClientMessage,
     ErrorEvent,
@@ -145,7 +145,7 @@ class FrontDoor(abc.ABC):
 
     def record_header(self) -> dict[str, Any]:
         """What a session's record keeps of this client's opening, to replay it
-        (`live.replay`); JSON, with no secret in it."""
+        (`live.testing.replay`); JSON, with no secret in it."""
         return {}
 
     def may_return_after_close(self) -> bool:

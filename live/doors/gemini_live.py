@@ -49,8 +49,8 @@ from connections.emulator.wire import (
     not_found,
     rate_of,
 )
-from live.auth import Grant
-from live.config import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
+from live.access.auth import Grant
+from live.server.config import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
 from live.doors.gemini_policy import BUILTIN_TOOL_KINDS, GeminiPolicy
 from live.doors.gemini_tokens import camel_name, constrained_setup
@@ -84,7 +84,7 @@ from live.protocol import (
     TurnInterrupted,
     Usage,
 )
-from live.record import redact
+from live.observe.record import redact
 
 __all__ = ["CLOSE_INVALID", "EPHEMERAL_PREFIX", "GEMINI_PATHS", "GeminiLiveDoor", "gemini_doors"]
 

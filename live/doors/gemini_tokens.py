@@ -36,8 +36,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from connections.emulator.wire import BAD_KEY, UNREGISTERED, get_field, not_found
-from live.auth import LEEWAY_SECONDS, mint_token
-from live.http_post import HttpAnswer
+from live.access.auth import LEEWAY_SECONDS, mint_token
+from live.net.http_post import HttpAnswer
 from live.protocol import ProtocolError
 
 __all__ = ["AUTH_TOKENS_PATH", "AuthTokenMinter", "camel_name", "constrained_setup"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 
-from live.auth import SpentTokens, TokenRefused, mint_token, verify_token
+from live.access.auth import SpentTokens, TokenRefused, mint_token, verify_token
 
 __all__ = ["CALL_TOKEN_TTL", "CallTokens"]
 

@@ -2,7 +2,7 @@
 
 What `live serve --twilio` / `--telnyx` mount: a door per carrier's media
 path (a factory the server calls per socket) and its webhook (served by
-`live.http_post.PostListener`, on its own port). One `CallTokens` signs every call's
+`live.net.http_post.PostListener`, on its own port). One `CallTokens` signs every call's
 token, whichever carrier brought the call.
 """
 

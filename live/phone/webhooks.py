@@ -7,7 +7,7 @@ does not (a forged one, a replay to another URL) is refused with 403 and
 nothing else is said.
 
 `TwilioVoiceWebhook.answer` is the decision, without I/O; carriers POST their
-webhooks with a form body, served by `live.http_post.PostListener` on a port
+webhooks with a form body, served by `live.net.http_post.PostListener` on a port
 of its own.
 """
 
@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from urllib.parse import parse_qsl, urlsplit
 
-from live.http_post import Handler, HttpAnswer, plain
+from live.net.http_post import Handler, HttpAnswer, plain
 from live.phone.calls import CallTokens
 
 __all__ = ["Handler", "HttpAnswer", "TwilioVoiceWebhook", "stream_url_for"]

@@ -28,8 +28,8 @@ from typing import Any
 import pybase64
 
 from live.llm import LlmResponse
-from live.reattach import ReplayBuffer
-from live.session import SessionCore
+from live.access.reattach import ReplayBuffer
+from live.engine.session import SessionCore
 
 __all__ = ["CORE_SHARE", "Capacity", "REFERENCE_COST", "REFERENCE_PROBE_US", "estimate", "probe_us"]
 

@@ -3,7 +3,7 @@
 `SessionCore` is fed what happens — a client frame, a model response, a tool that
 finished — and returns the actions that follow: events and audio for the client,
 input for the model, tool tasks to start or cancel, the end of the session. The
-I/O layer (`live.runner`) carries the actions (`live.actions`) out. Every rule about turns, tools
+I/O layer (`live.server.runner`) carries the actions (`live.engine.actions`) out. Every rule about turns, tools
 and interruptions lives here, where a test can drive it without sockets.
 
 Turn state: `LISTENING -> RESPONDING -> (INTERRUPTED | LISTENING)`. After the model
@@ -41,7 +41,7 @@ from typing import Any
 
 from google.genai import types
 
-from live.actions import (
+from live.engine.actions import (
     Action,
     AwaitClientTool,
     CancelTool,
@@ -55,9 +55,9 @@ from live.actions import (
     ToUpstream,
 )
 from live.families import DEFAULT, ModelFamily
-from live.handover import Handover
-from live.session_state import ToolCall, ToolState, TurnState, function_response_content
-from live.transcript import Transcript
+from live.engine.handover import Handover
+from live.engine.session_state import ToolCall, ToolState, TurnState, function_response_content
+from live.engine.transcript import Transcript
 from live.llm import AUDIO_STREAM_END, LlmResponse
 from live.protocol import (
     Playback,
@@ -91,7 +91,7 @@ from live.protocol import (
 )
 from live.unchecked import unchecked
 
-# The actions are defined in live.actions; they are named here too, where the
+# The actions are defined in live.engine.actions; they are named here too, where the
 # rules that make them are.
 __all__ = [
     "Action",
@@ -217,7 +217,7 @@ class SessionCore(Handover):
         self.interaction_busy = False
         # Tools whose results carry a scheduling (live.agent.tool), by name.
         self.scheduling: dict[str, types.FunctionResponseScheduling] = {}
-        # The conversation as heard, to seed a fresh connection (live.transcript).
+        # The conversation as heard, to seed a fresh connection (live.engine.transcript).
         self.transcript = Transcript()
         self._reply_texts: list[str] = []  # text parts of the reply in progress
         self._reply_transcribed = False  # its final transcript is in the transcript

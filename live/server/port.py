@@ -3,7 +3,7 @@
 `LiveServer` answers HTTP (`/healthz`, `/livez`, `/metrics`, the browser client
 at `/` and `/client/*`), checks every request's Host and every browser's Origin
 before anything else, admits WebSocket connections within its limits, and gives
-each to a `SessionRunner` (`live.runner`) with the front door (`live.doors`) its
+each to a `SessionRunner` (`live.server.runner`) with the front door (`live.doors`) its
 path names: `/live` is the server's own JSON + PCM protocol. With a fleet
 (`--redis`) it also finds the session a `session.resume` names, here, on another
 server (relaying the socket there), or in the store (taking it over), and hands
@@ -39,10 +39,10 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.http11 import Request, Response
 
 from live.agent import Agent
-from live.addresses import AddressSet, address_key, forwarded_client, parse_ip
-from live.attachment import bearer_token, peer_address
-from live.auth import HostPolicy, SpentTokens, host_name
-from live.config import (
+from live.access.addresses import AddressSet, address_key, forwarded_client, parse_ip
+from live.server.attachment import bearer_token, peer_address
+from live.access.auth import HostPolicy, SpentTokens, host_name
+from live.server.config import (
     CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
     CLOSE_POLICY,
@@ -52,19 +52,19 @@ from live.config import (
     ServerConfig,
 )
 from live.doors import FrontDoor, NativeDoor
-from live.fleet import Fleet
+from live.fleet.member import Fleet
 from live.llm import BaseLlm
-from live.metrics import Metrics
-from live.observe import Measured, Recorded
+from live.observe.metrics import Metrics
+from live.observe.watch import Measured, Recorded
 from live.protocol import ErrorEvent, SessionResume, SessionStart, encode
-from live.reattach import token_matches
-from live.record import Recorder
-from live.runner import SessionRunner
-from live.store import StoreError
-from live.sockets import serve_with
+from live.access.reattach import token_matches
+from live.observe.record import Recorder
+from live.server.runner import SessionRunner
+from live.fleet.store import StoreError
+from live.net.sockets import serve_with
 
 if TYPE_CHECKING:
-    from live.websocket import Server, WebSocket
+    from live.net.websocket import Server, WebSocket
 
 __all__ = ["LiveServer", "ServerConfig", "tls_context", "tune_gc_for_serving"]
 
@@ -296,7 +296,7 @@ class LiveServer:
 
     def client_address(self, ws: WebSocket) -> str:
         """The client's address: the socket's peer, or behind a trusted proxy the
-        client its `X-Forwarded-For` names (`live.addresses`)."""
+        client its `X-Forwarded-For` names (`live.access.addresses`)."""
         return self._client(ws)[0]
 
     def _client(self, ws: WebSocket) -> tuple[str, bool]:

@@ -42,7 +42,7 @@ class ServerConfig:
       `session.start` may carry it.
     - `token_secret`: when set, `session.start` and `session.resume` (or the
       handshake's `Authorization: Bearer`) must carry a JWT signed with it
-      (`live.auth`); with `token` also set, either opens a session. A JWT opens
+      (`live.access.auth`); with `token` also set, either opens a session. A JWT opens
       one session (its `jti`), and a resume needs one for the session's subject.
     - `token_issuer`: when set, a JWT's `iss` must be this.
     - `max_token_lifetime`: a JWT valid for longer than this (seconds, from its
@@ -93,7 +93,7 @@ class ServerConfig:
       server waits for each session to reach a safe point before it hands the
       session to the fleet anyway.
     - `reattach_audio_seconds`, `reattach_events`: what a session keeps of its
-      stream for a client that comes back (`live.reattach.ReplayBuffer`):
+      stream for a client that comes back (`live.access.reattach.ReplayBuffer`):
       beyond the first, the oldest reply audio is dropped; beyond the second,
       the oldest event. What a replay lacks is reported as `missed`.
     - `near_capacity`: the share of `max_sessions` from which `/healthz`
@@ -107,7 +107,7 @@ class ServerConfig:
     - `metrics_allow_ips`: who may read `/metrics` (addresses, CIDRs, `*`),
       by the socket's peer address; loopback always may.
     - `sockets`: the WebSocket layer: `picows` (compiled framing), `websockets`,
-      or `auto` (picows where it can be imported; `live.sockets`).
+      or `auto` (picows where it can be imported; `live.net.sockets`).
     """
 
     host: str = "127.0.0.1"

@@ -1,6 +1,6 @@
 """What a session carries from one model connection to the next.
 
-The `Handover` part of `live.session.SessionCore`. Model connections come and
+The `Handover` part of `live.engine.session.SessionCore`. Model connections come and
 go under one session; a resumed connection continues from the state behind its
 handle, and a fresh one (no usable handle) from the session's transcript. What
 the new one must still be told is decided here: results of calls an earlier
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from google.genai import types
 
-from live.actions import Action, SendEvent, ToUpstream
+from live.engine.actions import Action, SendEvent, ToUpstream
 from live.protocol import TurnComplete
-from live.session_state import ToolCall, ToolState, TurnState, tool_context_content
+from live.engine.session_state import ToolCall, ToolState, TurnState, tool_context_content
 
 if TYPE_CHECKING:
-    from live.transcript import Transcript
+    from live.engine.transcript import Transcript
 
 __all__ = ["Handover"]
 

@@ -24,24 +24,26 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 
-from live import capacity, logs
+from live.server import capacity
+
+from live.observe import logs
 from live.agent import Agent
-from live.auth import check_secret
+from live.access.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.extras import MissingExtra, require
-from live.sockets import LAYERS
-from live.fleet import Fleet
-from live.loop import CHOICES as LOOPS, LoopUnavailable, backend_options
+from live.net.sockets import LAYERS
+from live.fleet.member import Fleet
+from live.net.loop import CHOICES as LOOPS, LoopUnavailable, backend_options
 from live.protocol import image_bytes_fitting
 from live.registry import LlmRegistry, default_registry
-from live.addresses import AddressSet
-from live.record import Recorder
-from live.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
+from live.access.addresses import AddressSet
+from live.observe.record import Recorder
+from live.observe.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.doors.gemini_live import gemini_doors
 from live.doors.gemini_policy import GeminiPolicy, PolicyError
-from live.http_post import Handler, PostListener
-from live.server import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
-from live.store import StoreError, open_store
+from live.net.http_post import Handler, PostListener
+from live.server.port import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
+from live.fleet.store import StoreError, open_store
 
 if TYPE_CHECKING:
     from live.phone.lines import PhoneLines
@@ -121,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--idle-timeout", type=_positive(float), default=300.0, help="seconds without client input before a session ends (default 300)")
     limits.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a Host name the server answers to besides its bind address (bound to loopback or 0.0.0.0: localhost, 127.0.0.1, [::1]); others get 403, which stops DNS rebinding (repeatable; .example.com allows subdomains)")
     limits.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="a browser page Origin allowed besides pages on an allowed host, e.g. https://app.example (repeatable; * allows any)")
-    limits.add_argument("--token-secret", default=os.environ.get("LIVE_TOKEN_SECRET"), help="secret (32+ bytes) that signs session tokens: session.start must carry a JWT minted with it (live token, live.auth.mint_token) (default: $LIVE_TOKEN_SECRET)")
+    limits.add_argument("--token-secret", default=os.environ.get("LIVE_TOKEN_SECRET"), help="secret (32+ bytes) that signs session tokens: session.start must carry a JWT minted with it (live token, live.access.auth.mint_token) (default: $LIVE_TOKEN_SECRET)")
     limits.add_argument("--token-issuer", metavar="ISS", help="with --token-secret: a token's iss claim must be this (default: not checked)")
     limits.add_argument("--max-token-lifetime", type=_positive(float), default=3600.0, metavar="SECONDS", help="with --token-secret: refuse tokens valid for longer than this, from their iat or from now (default 3600)")
     limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="a static shared token for development, accepted in session.start (default: $LIVE_TOKEN; none if unset)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from live.record import load, timeline
+from live.observe.record import load, timeline
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
             return
         print(f"live: calling {args.number} from {args.from_} (call {sid}); Ctrl-C stops the server", flush=True)
 
-    from live import serve_cli
+    from live.cli import serve as serve_cli
 
     if "--twilio" not in serve_argv:
         serve_argv = [*serve_argv, "--twilio"]

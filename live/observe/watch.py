@@ -21,7 +21,7 @@ from google.genai import types
 
 from live.errors import LiveError
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, LlmResponse, RealtimeInput
-from live.metrics import Metrics, end_reason_code
+from live.observe.metrics import Metrics, end_reason_code
 from live.protocol import (
     ErrorEvent,
     ServerEvent,
@@ -30,8 +30,8 @@ from live.protocol import (
     TurnComplete,
     TurnInterrupted,
 )
-from live.record import SessionRecord, current_record
-from live.actions import SendAudio, SendEvent, ToUpstream
+from live.observe.record import SessionRecord, current_record
+from live.engine.actions import SendAudio, SendEvent, ToUpstream
 
 __all__ = ["Measured", "Recorded", "SessionObserver", "WrappedConnection"]
 

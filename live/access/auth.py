@@ -13,7 +13,7 @@ how long (`max_duration`, seconds), and, when the server names one, who issued
 them (`iss`). A web page asks its own backend for one just before it connects,
 so no secret ever reaches a browser.
 
-    from live.auth import mint_token
+    from live.access.auth import mint_token
     token = mint_token(secret, ttl=300, subject="user-42", agent="weather")
 
 `live token --secret ...` prints one from a shell, for testing.
@@ -427,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Print one signed session token (a JWT, HS256) for a server started with "
             "--token-secret. An application's backend mints them the same way with "
-            "live.auth.mint_token."
+            "live.access.auth.mint_token."
         ),
     )
     parser.add_argument("--secret", default=os.environ.get("LIVE_TOKEN_SECRET"), help="the server's --token-secret (default: $LIVE_TOKEN_SECRET)")

@@ -489,7 +489,7 @@ async def connect(
     connection picows completes after that is closed as soon as it is up.
     """
     if compression is not None:
-        raise ValueError("live.websocket does not compress: pass compression=None")
+        raise ValueError("live.net.websocket does not compress: pass compression=None")
     target = parse_uri(uri)  # websockets.InvalidURI for what websockets refuses
     if proxy is True:
         proxy = get_proxy(target)

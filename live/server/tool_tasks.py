@@ -18,7 +18,7 @@ from google.genai import types
 from live.agent import run_tool
 
 if TYPE_CHECKING:
-    from live.runner import SessionRunner
+    from live.server.runner import SessionRunner
 
 __all__ = ["ToolTasks"]
 

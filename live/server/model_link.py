@@ -2,7 +2,7 @@
 
 A client's conversation outlives model connections: the service ends each after
 about ten minutes (with a go-away first), drops some, and a model can stall.
-`ModelLink` opens the first connection, then performs what `live.supervisor`
+`ModelLink` opens the first connection, then performs what `live.engine.supervisor`
 decides about the one in use: wait, hand over to a new connection at a safe
 point before a go-away's deadline, resume on a new one after a drop or a stall
 (retrying with backoff), or give up. Each connection has two pumps, one sending
@@ -24,8 +24,8 @@ from google.genai import types
 from live.errors import ConfigurationError, ConnectionClosedError, LiveError, RecoverableConnectionError
 from live.llm import BaseLlmConnection, LlmRequest
 from live.protocol import ErrorEvent, SessionReconnecting, SessionResumed
-from live.supervisor import ReconnectPolicy
-from live.supervisor import (
+from live.engine.supervisor import ReconnectPolicy
+from live.engine.supervisor import (
     CLOSED,
     GiveUp,
     HandOver,
@@ -38,7 +38,7 @@ from live.supervisor import (
 )
 
 if TYPE_CHECKING:
-    from live.runner import SessionRunner
+    from live.server.runner import SessionRunner
 
 __all__ = ["Connection", "ModelLink"]
 

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from live.store import SessionStore, StoreError
+from live.fleet.store import SessionStore, StoreError
 
 __all__ = ["Admission", "Fleet"]
 

@@ -11,7 +11,7 @@ bytes between two events, and times within `tolerance` seconds.
 
 From pytest, one line makes a regression test of a record::
 
-    from live.replay import assert_replays
+    from live.testing.replay import assert_replays
 
     async def test_the_weather_conversation_still_goes_the_same_way():
         await assert_replays("tests/records/weather", agent=my_agent)
@@ -37,7 +37,7 @@ from websockets.exceptions import ConnectionClosed
 
 from live.agent import Agent
 from live.llm import LlmResponse
-from live.record import Record, load, redact, response_from_json
+from live.observe.record import Record, load, redact, response_from_json
 
 __all__ = ["Difference", "ReplayResult", "assert_replays", "replay", "server_messages"]
 
@@ -333,7 +333,7 @@ def _agent_for(record: Record, agent: Agent | None) -> Agent:
     if agent is None:
         spec = record.header.get("agent_spec")
         if spec:
-            from live.serve_cli import load_agent
+            from live.cli.serve import load_agent
 
             agent = load_agent(spec)
         else:
@@ -359,7 +359,7 @@ async def replay(
     from connections import double
     from connections.gemini import Gemini
     from live.doors.gemini_live import GEMINI_PATHS, gemini_doors
-    from live.server import DEFAULT_DOORS, LiveServer, ServerConfig
+    from live.server.port import DEFAULT_DOORS, LiveServer, ServerConfig
 
     record = path if isinstance(path, Record) else load(path)
     the_agent = _agent_for(record, agent)
@@ -481,7 +481,7 @@ def main(argv: list[str]) -> int:
         record = load(args.record)
         agent = None
         if args.agent:
-            from live.serve_cli import UsageError, load_agent
+            from live.cli.serve import UsageError, load_agent
 
             try:
                 agent = load_agent(args.agent)

@@ -1,7 +1,7 @@
 """What the session core decides: the actions its I/O layer carries out.
 
-`live.session.SessionCore` answers each thing that happens with a list of these;
-`live.runner.SessionRunner` performs them in order. Plain values, no behaviour.
+`live.engine.session.SessionCore` answers each thing that happens with a list of these;
+`live.server.runner.SessionRunner` performs them in order. Plain values, no behaviour.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class ImageUpstream:
     """Send an image frame to the model as realtime video, in order with the audio.
 
     Unlike `ToUpstream`, it may be dropped on the way if the model falls behind
-    (`live.queues.UpstreamQueue`): a newer frame of the same view replaces it.
+    (`live.server.queues.UpstreamQueue`): a newer frame of the same view replaces it.
     """
 
     blob: types.Blob

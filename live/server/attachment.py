@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import anyio
 from websockets.exceptions import ConnectionClosed
 
-from live.auth import Grant, TokenRefused, verify_token
-from live.config import CLOSE_NORMAL, CLOSE_POLICY
+from live.access.auth import Grant, TokenRefused, verify_token
+from live.server.config import CLOSE_NORMAL, CLOSE_POLICY
 from live.doors.base import FrontDoor
 from live.protocol import (
     ErrorEvent,
@@ -36,12 +36,12 @@ from live.protocol import (
     SessionStart,
     is_image_message,
 )
-from live.queues import BYTES_PER_SECOND_OUT
-from live.reattach import ReplayBuffer, new_resume_token, token_digest, with_seq
+from live.server.queues import BYTES_PER_SECOND_OUT
+from live.access.reattach import ReplayBuffer, new_resume_token, token_digest, with_seq
 
 if TYPE_CHECKING:
-    from live.runner import SessionRunner
-    from live.websocket import WebSocket
+    from live.server.runner import SessionRunner
+    from live.net.websocket import WebSocket
 
 __all__ = ["AFTER_GOODBYE_GRACE", "ClientAttachment", "peer_address", "principal_of"]
 

@@ -10,13 +10,13 @@ import importlib
 import sys
 
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("live.serve_cli", "run the session server (WebSocket /live, browser page /)"),
-    "call": ("live.phone.call_cli", "serve an agent on Twilio and have it call a phone number"),
+    "serve": ("live.cli.serve", "run the session server (WebSocket /live, browser page /)"),
+    "call": ("live.cli.call", "serve an agent on Twilio and have it call a phone number"),
     "emulator": ("connections.emulator.cli", "run a local Gemini Live endpoint over TLS"),
     "mic": ("clients.mic", "talk to a server from this terminal's microphone"),
-    "token": ("live.auth", "print a signed session token for a server started with --token-secret"),
-    "record": ("live.record_cli", "read session records (`live record show FILE`)"),
-    "replay": ("live.replay", "replay a session record against the server and compare"),
+    "token": ("live.access.auth", "print a signed session token for a server started with --token-secret"),
+    "record": ("live.cli.record", "read session records (`live record show FILE`)"),
+    "replay": ("live.testing.replay", "replay a session record against the server and compare"),
 }
 
 
@@ -39,6 +39,3 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(_COMMANDS[command][0])
     return int(module.main(rest) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -64,7 +64,7 @@ class JsonFormatter(logging.Formatter):
 
 
 # Loggers that write frames' contents at DEBUG.
-FRAME_TRACERS = ("websockets", "picows", "live.websocket.picows")
+FRAME_TRACERS = ("websockets", "picows", "live.net.websocket.picows")
 
 
 def configure(level: str = "INFO", format: str = "text", worker: int | None = None) -> None:

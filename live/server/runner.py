@@ -1,6 +1,6 @@
 """One conversation, from its opening to its end: the session runner.
 
-The rules of a conversation live in `live.session.SessionCore`, a state machine
+The rules of a conversation live in `live.engine.session.SessionCore`, a state machine
 that answers what happens with actions. The runner feeds it (client input from
 the `ClientAttachment`, model responses from the `ModelLink`, tool outcomes from
 `ToolTasks`) and carries its actions out: audio and events into the outbox,
@@ -25,7 +25,7 @@ import anyio
 import pydantic
 from google.genai import types
 
-from live.actions import (
+from live.engine.actions import (
     AwaitClientTool,
     CancelTool,
     CloseSession,
@@ -37,8 +37,8 @@ from live.actions import (
     SendEvent,
     ToUpstream,
 )
-from live.attachment import ClientAttachment
-from live.config import (
+from live.server.attachment import ClientAttachment
+from live.server.config import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL,
     CLOSE_NORMAL,
@@ -56,12 +56,12 @@ from live.errors import (
     RecoverableConnectionError,
 )
 from live.families import family_of
-from live.fleet import Admission
-from live.heard import HeardTracker, InterruptedReply
+from live.fleet.member import Admission
+from live.engine.heard import HeardTracker, InterruptedReply
 from live.llm import RealtimeInput
-from live.logs import current_session
-from live.model_link import Connection, ModelLink
-from live.observe import SessionObserver
+from live.observe.logs import current_session
+from live.server.model_link import Connection, ModelLink
+from live.observe.watch import SessionObserver
 from live.protocol import (
     DEFAULT_INPUT_RATE,
     ErrorEvent,
@@ -78,16 +78,16 @@ from live.protocol import (
     TurnInterrupted,
     encode,
 )
-from live.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
-from live.record import SessionRecord, current_record
-from live.session import SessionCore
-from live.tool_tasks import ToolTasks
+from live.server.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
+from live.observe.record import SessionRecord, current_record
+from live.engine.session import SessionCore
+from live.server.tool_tasks import ToolTasks
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from live.server import LiveServer
-    from live.websocket import WebSocket
+    from live.server.port import LiveServer
+    from live.net.websocket import WebSocket
 
 __all__ = ["SessionRunner"]
 

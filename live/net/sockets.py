@@ -1,7 +1,7 @@
 """The WebSocket layer the server listens with: picows where it can be imported,
 websockets' own server where it cannot.
 
-picows (`live.websocket`) frames in Cython and costs about 0.6x the CPU of
+picows (`live.net.websocket`) frames in Cython and costs about 0.6x the CPU of
 websockets' Python framing per relayed frame; it has no wheels for some
 platforms (free-threaded CPython, PyPy). There, the server runs on websockets,
 which it was built on before: the same routes, checks, limits and protocol,
@@ -31,7 +31,7 @@ def serve_with(layer: str) -> tuple[str, Callable[..., contextlib.AbstractAsyncC
         raise ValueError(f"unknown socket layer {layer!r}: choose one of {', '.join(LAYERS)}")
     if layer != "websockets":
         try:
-            from live.websocket import serve
+            from live.net.websocket import serve
         except ImportError as exc:
             if layer == "picows":
                 raise
@@ -80,7 +80,7 @@ async def _serve_websockets(
     ping_timeout: float | None = 20.0,
     **_: Any,
 ) -> AsyncIterator[Any]:
-    """`live.websocket.serve`'s interface on websockets' server."""
+    """`live.net.websocket.serve`'s interface on websockets' server."""
     kwargs: dict[str, Any] = {"reuse_port": True} if reuse_port else {}
     async with websockets.asyncio.server.serve(
         handler,

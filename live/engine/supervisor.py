@@ -5,14 +5,14 @@ A session is one client socket over a sequence of model connections. The
 connection ended (if it did), whether the model announced its end (go-away),
 whether the conversation is at a point where nothing would be lost, and whether a
 reply is overdue. It answers with a step: wait, hand over, report a stall, resume
-after a delay, or give up with an error. `live.server` performs the steps; a test
+after a delay, or give up with an error. `live.server.port` performs the steps; a test
 (or a simulation) can drive every decision without sockets or clocks of its own.
 
 The rules, each with its reason:
 
 - A connection that ended with an error that is not recoverable (1007, a 1008
   at setup, quota) ends the session: replaying the same context fails again.
-  (A 1008 on a connection that had worked is recoverable: `live.model_link`.)
+  (A 1008 on a connection that had worked is recoverable: `live.server.model_link`.)
 - How a connection ended is decided by what ended it, never by which side (the
   sending task or the receiving one) noticed first.
 - A close announced by go-away is the model's normal way of ending a connection,

@@ -1,0 +1,5 @@
+import sys
+
+from live.cli import main
+
+sys.exit(main())
