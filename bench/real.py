@@ -95,7 +95,7 @@ from typing import Any
 from bench.client_protocols import GEMINI_MODEL
 from bench.relay import REALTIME_MS, RESULTS, ROOT, _git, _machine, _ms, _Proc, _profile, _realtime, _triple
 from bench.stats import Histogram, latencies
-from live.server import capacity
+from live.cli import capacity
 
 __all__ = [
     "DIRECT", "LIVE", "REFERENCE_PEERS", "Peer", "main", "run_peer", "summarize", "versus_references",
@@ -559,7 +559,7 @@ def spread(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def capacity_rule(rows: list[dict[str, Any]], probes: list[float]) -> dict[str, Any]:
-    """The figures behind `--max-sessions auto` (`live.server.capacity`), as this run measured them:
+    """The figures behind `--max-sessions auto` (`live.cli.capacity`), as this run measured them:
     the probe's median over the run, and `live`'s CPU per session-minute at the N
     closest to 50."""
     probe = statistics.median(probes) if probes else None
@@ -582,7 +582,7 @@ def capacity_rule(rows: list[dict[str, Any]], probes: list[float]) -> dict[str, 
         "cost": cost,
         "at_sessions": n,
         "said": (
-            f"capacity rule: probe {probe:.1f} us (median of {len(probes)}; live.server.capacity.REFERENCE_PROBE_US "
+            f"capacity rule: probe {probe:.1f} us (median of {len(probes)}; live.cli.capacity.REFERENCE_PROBE_US "
             f"is {capacity.REFERENCE_PROBE_US:g}), live {cost:.3f} CPU s per session-minute at N={n} "
             f"(REFERENCE_COST {capacity.REFERENCE_COST:g}); --max-sessions auto gives {estimate.sessions} here, "
             f"this run's figures would give {math.floor(capacity.CORE_SHARE * 60 / cost)}"

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
 import logging
 import math
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +25,7 @@ from google.genai import types
 
 from live.llm import LlmRequest
 
-__all__ = ["Agent", "run_tool", "tool"]
+__all__ = ["Agent", "agent_at", "run_tool", "tool"]
 
 ToolFunction = Callable[..., Any]
 
@@ -292,3 +295,27 @@ async def run_tool(tool: ToolFunction, args: Mapping[str, Any], timeout: float) 
         return {"error": f"{name} failed: {type(exc).__name__}: {exc}"}
     result = _jsonable(result)
     return result if isinstance(result, dict) else {"result": result}
+
+
+def agent_at(spec: str) -> Agent:
+    """The agent `MODULE:ATTR` names (an `Agent`, or a function that returns one),
+    imported as `python -m` would, with the working directory on the path.
+    Raises `ValueError` saying what is wrong with `spec`."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"takes MODULE:ATTR, e.g. samples.weather:agent, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: agents next to you import
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"{spec}: cannot import {module_name!r} ({exc})") from None
+    try:
+        agent = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"{spec}: module {module_name!r} has no {attr!r}") from None
+    if callable(agent) and not isinstance(agent, Agent):
+        agent = agent()
+    if not isinstance(agent, Agent):
+        raise ValueError(f"{spec}: {attr!r} is a {type(agent).__name__}, not a live.Agent")
+    return agent

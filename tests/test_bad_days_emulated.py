@@ -11,7 +11,7 @@ import pytest
 
 from clients.client import LiveClient
 from connections.emulator import Fault, Script, running_emulator
-from connections.emulator.wire import ENTITY_NOT_FOUND, SESSION_NOT_FOUND
+from live.liveapi import ENTITY_NOT_FOUND, SESSION_NOT_FOUND
 from emulated import gemini_for
 from live import protocol as p
 from live.agent import Agent

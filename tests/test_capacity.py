@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from live.server import capacity
+from live.cli import capacity
 
 LIVE = [sys.executable, "-m", "live.cli"]
 

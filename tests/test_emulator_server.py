@@ -15,6 +15,8 @@ from audio_fixtures import silence, speak
 from clients.client import AudioFrame, LiveClient, SessionRefused
 from connections.emulator import Fault, Script, emulator_client, running_emulator
 from connections.gemini import Gemini
+from google.genai import types
+
 from live import protocol as p
 from live.agent import Agent
 from serving import audio_bytes, collect, running
@@ -132,8 +134,8 @@ async def test_recoverable_faults_leave_the_client_socket_open_and_the_conversat
     # (without one, see test_a_drop_before_the_first_handle_starts_afresh_with_the_history).
     overrides = {**IN_ORDER, "handle_after_setup": fault.when == "mid_generation"}
     script = Script(speed=20, faults=[fault], profile_overrides=overrides)
-    history = [p.types.Content(role="user", parts=[p.types.Part(text="My name is Ada.")]),
-               p.types.Content(role="model", parts=[p.types.Part(text="Hello Ada.")])]
+    history = [types.Content(role="user", parts=[types.Part(text="My name is Ada.")]),
+               types.Content(role="model", parts=[types.Part(text="Hello Ada.")])]
     async with running_emulator(script) as emu, running(agent, gemini_for(emu), stall_timeout=1.0) as (_, url):
         async with LiveClient.connect(url, history=history) as client:
             first = await say(client, "one")
@@ -159,8 +161,8 @@ async def test_a_drop_before_the_first_handle_starts_afresh_with_the_history():
     # The service issues no handle before a turn completed; a drop then leaves
     # nothing to resume: the new connection must be seeded again.
     script = Script(speed=20, faults=[Fault("mid_generation", code=1011, n=2)], profile_overrides=IN_ORDER)
-    history = [p.types.Content(role="user", parts=[p.types.Part(text="My name is Ada.")]),
-               p.types.Content(role="model", parts=[p.types.Part(text="Hello Ada.")])]
+    history = [types.Content(role="user", parts=[types.Part(text="My name is Ada.")]),
+               types.Content(role="model", parts=[types.Part(text="Hello Ada.")])]
     async with running_emulator(script) as emu, running(Agent(name="a", model=MODEL), gemini_for(emu)) as (_, url):
         async with LiveClient.connect(url, history=history) as client:
             await say(client, "one")

@@ -20,7 +20,7 @@ from gemini_serving import (
 
 from browsers import CHROMIUM
 from connections.emulator import Script
-from connections.emulator.wire import BAD_KEY
+from live.liveapi import BAD_KEY
 
 pytestmark = [pytest.mark.anyio, pytest.mark.browser]
 

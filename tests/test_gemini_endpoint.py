@@ -35,14 +35,7 @@ from gemini_serving import (
 from google.genai import errors, types
 
 from connections.emulator import Fault, Script
-from connections.emulator.wire import (
-    BAD_KEY,
-    BAD_TOKEN,
-    INVALID_HANDLE,
-    UNREGISTERED,
-    get_field,
-    not_found,
-)
+from live.liveapi import BAD_KEY, BAD_TOKEN, INVALID_HANDLE, UNREGISTERED, get_field, not_found
 from live import protocol as p
 from live.access.auth import mint_token
 from live.doors.gemini_live import GEMINI_PATHS, GeminiLiveDoor, gemini_doors

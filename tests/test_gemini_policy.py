@@ -21,7 +21,7 @@ from gemini_serving import (
 from google.genai import types
 
 from connections.emulator import Script
-from connections.emulator.wire import get_field, not_found
+from live.liveapi import get_field, not_found
 from live.doors.gemini_policy import GeminiPolicy, PolicyError
 
 pytestmark = pytest.mark.anyio

@@ -33,13 +33,7 @@ from google import genai
 from google.genai import errors, types
 
 from connections.emulator import Script
-from connections.emulator.wire import (
-    BAD_KEY,
-    BAD_TOKEN,
-    UNREGISTERED,
-    get_field,
-    not_found,
-)
+from live.liveapi import BAD_KEY, BAD_TOKEN, UNREGISTERED, get_field, not_found
 from live.access.auth import verify_token
 from live.doors.gemini_tokens import (
     AUTH_TOKENS_PATH,

@@ -13,6 +13,8 @@ import pytest
 from clients.client import LiveClient
 from connections import double
 from connections.gemini import Gemini
+from google.genai import types
+
 from live import protocol as p
 from live.agent import Agent
 from serving import collect, running
@@ -20,8 +22,8 @@ from serving import collect, running
 pytestmark = pytest.mark.anyio
 
 MIC = b"\x10\x00" * 320
-HISTORY = [p.types.Content(role="user", parts=[p.types.Part(text="I am Ada.")]),
-           p.types.Content(role="model", parts=[p.types.Part(text="Hi Ada.")])]
+HISTORY = [types.Content(role="user", parts=[types.Part(text="I am Ada.")]),
+           types.Content(role="model", parts=[types.Part(text="Hi Ada.")])]
 
 
 def reply(text: str) -> list:

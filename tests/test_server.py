@@ -15,6 +15,8 @@ from websockets.exceptions import InvalidStatus
 from clients.client import LiveClient, SessionRefused
 from connections import double
 from connections.gemini import Gemini
+from google.genai import types
+
 from live import protocol as p
 from live.agent import Agent
 
@@ -275,8 +277,8 @@ async def test_history_is_seeded_once_and_the_agent_config_reaches_the_model():
     session = double.ScriptedSession()
     llm, transport = gemini(session)
     history = [
-        p.types.Content(role="user", parts=[p.types.Part(text="My name is Ada.")]),
-        p.types.Content(role="model", parts=[p.types.Part(text="Hello Ada!")]),
+        types.Content(role="user", parts=[types.Part(text="My name is Ada.")]),
+        types.Content(role="model", parts=[types.Part(text="Hello Ada!")]),
     ]
     async with running(AGENT, llm) as (_, url), LiveClient.connect(url, history=history):
         await session.wait_for(lambda m: m.client_content is not None)

@@ -18,7 +18,8 @@ from typing import Any
 
 from connections.emulator.profiles import CHECKING, blocks, scheduling_of
 from connections.emulator.script import ToolCall
-from connections.emulator.wire import ENTITY_NOT_FOUND, INVALID, get_field, token_count
+from connections.emulator.wire import token_count
+from live.liveapi import ENTITY_NOT_FOUND, INVALID, get_field
 
 __all__ = ["FunctionCalls", "PendingCalls"]
 

@@ -14,17 +14,8 @@ from typing import Any
 
 from connections.emulator import synth
 from connections.emulator.script import VideoFrame
-from connections.emulator.wire import (
-    AUDIO_TOKENS_PER_S,
-    INVALID,
-    MAX_AUDIO,
-    MAX_FRAMES,
-    NOT_IMPLEMENTED,
-    b64decode,
-    check_video,
-    get_field,
-    rate_of,
-)
+from connections.emulator.wire import AUDIO_TOKENS_PER_S, MAX_AUDIO, MAX_FRAMES
+from live.liveapi import INVALID, NOT_IMPLEMENTED, b64decode, check_video, get_field, rate_of
 
 # Realtime input keys as the SDK may write them, in the service's own casing.
 _SNAKE_TO_CAMEL = {

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from connections.emulator.wire import get_field
+from live.liveapi import get_field
 
 __all__ = [
     "CHECKING",

@@ -16,7 +16,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "mic": ("clients.mic", "talk to a server from this terminal's microphone"),
     "token": ("live.access.auth", "print a signed session token for a server started with --token-secret"),
     "record": ("live.cli.record", "read session records (`live record show FILE`)"),
-    "replay": ("live.testing.replay", "replay a session record against the server and compare"),
+    "replay": ("live.cli.replay", "replay a session record against the server and compare"),
 }
 
 

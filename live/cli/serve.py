@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import secrets
@@ -24,10 +23,10 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 
-from live.server import capacity
+from live.cli import capacity
 
 from live.observe import logs
-from live.agent import Agent
+from live.agent import Agent, agent_at
 from live.access.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.extras import MissingExtra, require
@@ -209,24 +208,10 @@ def _max_sessions(args: argparse.Namespace) -> int:
 
 
 def load_agent(spec: str) -> Agent:
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(f"--agent takes MODULE:ATTR, e.g. samples.weather:agent, not {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`: agents next to you import
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise UsageError(f"--agent {spec}: cannot import {module_name!r} ({exc})") from None
-    try:
-        agent = getattr(module, attr)
-    except AttributeError:
-        raise UsageError(f"--agent {spec}: module {module_name!r} has no {attr!r}") from None
-    if callable(agent) and not isinstance(agent, Agent):
-        agent = agent()
-    if not isinstance(agent, Agent):
-        raise UsageError(f"--agent {spec}: {attr!r} is a {type(agent).__name__}, not a live.Agent")
-    return agent
+        return agent_at(spec)
+    except ValueError as exc:
+        raise UsageError(f"--agent {exc}") from None
 
 
 def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:

@@ -33,11 +33,10 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
-import pydantic
 import soxr
 from google.genai import types
 
-from connections.emulator.wire import (
+from live.liveapi import (
     BAD_KEY,
     BAD_TOKEN,
     INVALID,
@@ -50,9 +49,10 @@ from connections.emulator.wire import (
     rate_of,
 )
 from live.access.auth import Grant
-from live.server.config import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
+from live.protocol.closes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
-from live.doors.gemini_policy import BUILTIN_TOOL_KINDS, GeminiPolicy
+from live.doors.gemini_policy import GeminiPolicy
+from live.doors.gemini_setup import client_config, invalid, manual_turns, repeated
 from live.doors.gemini_tokens import camel_name, constrained_setup
 from live.images import IMAGE_TYPES, InvalidImage, inspect_image
 from live.protocol import (
@@ -173,10 +173,10 @@ class GeminiLiveDoor(FrontDoor):
     def opening(self, frame: str | bytes) -> Opening | ErrorEvent | None:
         message = _message(frame)
         if "setup" not in message:
-            raise _invalid(INVALID)
+            raise invalid(INVALID)
         setup = message["setup"]
         if not isinstance(setup, Mapping):
-            raise _invalid(INVALID)
+            raise invalid(INVALID)
         self._setup = setup
         if self.constrained:
             # On the ephemeral tokens' path, what the session runs with (its
@@ -189,14 +189,14 @@ class GeminiLiveDoor(FrontDoor):
         if resumption is None:
             return start
         if not isinstance(resumption, Mapping):
-            raise _invalid(INVALID)
+            raise invalid(INVALID)
         self._resumption = True
         handle = get_field(resumption, "handle")
         if handle is None or handle == "":
             return start
         session_id, _, resume_token = handle.partition(".") if isinstance(handle, str) else ("", "", "")
         if not session_id or not resume_token:
-            raise _invalid(INVALID_HANDLE)
+            raise invalid(INVALID_HANDLE)
         self._resuming = True
         # The session goes on as it was set up; this setup only finds it.
         return SessionResume(session_id=session_id, resume_token=resume_token, token=start.token)
@@ -231,14 +231,8 @@ class GeminiLiveDoor(FrontDoor):
         token_setup = live.get("setup")
         lock = live.get("lock")
         if not isinstance(token_setup, Mapping) or not (lock is None or isinstance(lock, list)):
-            raise _invalid(INVALID)
+            raise invalid(INVALID)
         return self._start(constrained_setup(self._setup, token_setup, lock))
-
-    @classmethod
-    def check_setup(cls, setup: Mapping[str, Any]) -> None:
-        """Raise `ProtocolError` (invalid_argument) if a setup's fields have the wrong shape."""
-        _client_config(setup, cls.policy)
-        _manual_turns(setup)
 
     def _start(self, setup: Mapping[str, Any]) -> SessionStart:
         model = get_field(setup, "model")
@@ -254,8 +248,8 @@ class GeminiLiveDoor(FrontDoor):
         return SessionStart(
             token=self.credential(),
             input_rate=DEFAULT_INPUT_RATE,
-            turn_taking="manual" if _manual_turns(setup) else "auto",
-            config=_client_config(setup, self.policy),
+            turn_taking="manual" if manual_turns(setup) else "auto",
+            config=client_config(setup, self.policy),
         )
 
     # ------------------------------------------------------------------ inputs
@@ -263,13 +257,13 @@ class GeminiLiveDoor(FrontDoor):
     def inputs(self, frame: str | bytes) -> Iterable[Input]:
         message = _message(frame)
         if len(message) != 1:
-            raise _invalid(INVALID)
+            raise invalid(INVALID)
         ((key, body),) = message.items()
         kind = TOP_LEVEL.get(key)
         if kind is None:
-            raise _invalid(f'Invalid JSON payload received. Unknown name "{key[:60]}": Cannot find field.')
+            raise invalid(f'Invalid JSON payload received. Unknown name "{key[:60]}": Cannot find field.')
         if not isinstance(body, Mapping):
-            raise _invalid(INVALID)
+            raise invalid(INVALID)
         if kind == "realtimeInput":
             return self._realtime(body)
         if kind == "clientContent":
@@ -277,12 +271,12 @@ class GeminiLiveDoor(FrontDoor):
         if kind == "toolResponse":
             return self._tool_response(body)
         if kind == "setup":
-            raise _invalid(INVALID)  # setup comes once, first
+            raise invalid(INVALID)  # setup comes once, first
         return ()  # contextUpdate: not carried to the session yet
 
     def _realtime(self, body: Mapping[str, Any]) -> list[Input]:
         out: list[Input] = []
-        chunks = _list(get_field(body, "mediaChunks"))
+        chunks = repeated(get_field(body, "mediaChunks"))
         audio = get_field(body, "audio")
         if audio is not None:
             chunks.append(audio)
@@ -314,21 +308,21 @@ class GeminiLiveDoor(FrontDoor):
         # the service's does); the model's turns and other parts cannot be
         # seeded mid-session yet.
         texts = self._typed
-        for turn in _list(get_field(body, "turns")):
+        for turn in repeated(get_field(body, "turns")):
             if not isinstance(turn, Mapping):
-                raise _invalid(INVALID)
+                raise invalid(INVALID)
             if (get_field(turn, "role") or "user") != "user":
-                raise _invalid("Only the user's turns are accepted in clientContent by this endpoint.")
+                raise invalid("Only the user's turns are accepted in clientContent by this endpoint.")
             parts = []
-            for part in _list(get_field(turn, "parts")):
+            for part in repeated(get_field(turn, "parts")):
                 text = get_field(part, "text")
                 if not isinstance(text, str):
-                    raise _invalid("Only text parts are accepted in clientContent by this endpoint.")
+                    raise invalid("Only text parts are accepted in clientContent by this endpoint.")
                 parts.append(text)
             texts.append("".join(parts))
         if sum(map(len, texts)) > MAX_TEXT_CHARS:
             self._typed = []
-            raise _invalid(INVALID)
+            raise invalid(INVALID)
         if not get_field(body, "turnComplete"):
             return []
         self._typed = []
@@ -337,16 +331,16 @@ class GeminiLiveDoor(FrontDoor):
 
     def _tool_response(self, body: Mapping[str, Any]) -> list[Input]:
         out: list[Input] = []
-        for response in _list(get_field(body, "functionResponses")):
+        for response in repeated(get_field(body, "functionResponses")):
             call_id = get_field(response, "id")
             name = get_field(response, "name")
             result = get_field(response, "response")
             if not isinstance(call_id, str) or not call_id:
-                raise _invalid("Function response is missing its call id.")
+                raise invalid("Function response is missing its call id.")
             if result is None:
                 result = {}
             if not isinstance(result, Mapping) or not isinstance(name, (str, type(None))):
-                raise _invalid(INVALID)
+                raise invalid(INVALID)
             out.append(ToolResult(id=call_id, name=name or "", response=dict(result)))
         return out
 
@@ -456,107 +450,14 @@ def gemini_doors(allowed_models: Iterable[str] = (), policy: GeminiPolicy | None
 # ---------------------------------------------------------------------- helpers
 
 
-def _invalid(reason: str) -> ProtocolError:
-    return ProtocolError("invalid_argument", reason, fatal=True)
-
-
-def _manual_turns(setup: Mapping[str, Any]) -> bool:
-    """The app marks turns itself (`activityStart` / `activityEnd`)."""
-    config = get_field(setup, "realtimeInputConfig")
-    detection = get_field(config, "automaticActivityDetection")
-    if not isinstance(config or {}, Mapping) or not isinstance(detection or {}, Mapping):
-        raise _invalid(INVALID)
-    return get_field(detection, "disabled") is True
-
-
-def _client_config(setup: Mapping[str, Any], policy: GeminiPolicy) -> types.LiveConnectConfig | None:
-    """What of an app's setup its session honours, within the operator's
-    policy: its system instruction (after the policy's), its tools (less those
-    the policy removes), its generation settings."""
-    fields: dict[str, Any] = {}
-    try:
-        instruction = get_field(setup, "systemInstruction")
-        if instruction is not None:
-            if isinstance(instruction, str):
-                instruction = {"parts": [{"text": instruction}]}
-            fields["system_instruction"] = types.Content.model_validate(instruction)
-        if policy.instruction:
-            own = fields.get("system_instruction")
-            text = "".join(part.text or "" for part in (own.parts or [])) if own is not None else ""
-            joined = "\n\n".join(t for t in (policy.instruction, text) if t)
-            fields["system_instruction"] = types.Content(parts=[types.Part(text=joined)])
-        tools = []
-        declarations = []
-        for tool in _list(get_field(setup, "tools")):
-            if not isinstance(tool, Mapping):
-                raise _invalid(INVALID)
-            for declaration in _list(get_field(tool, "functionDeclarations")):
-                declared = types.FunctionDeclaration.model_validate(declaration)
-                if policy.keeps_function(declared.name or ""):
-                    declarations.append(declared)
-            # The kinds the service runs itself (a search, code execution) go
-            # to the model as the app declared them, those the policy allows.
-            builtin = {k: v for k, v in tool.items() if _snake(k) in BUILTIN_TOOL_KINDS and policy.keeps_builtin(_snake(k))}
-            if builtin:
-                tools.append(types.Tool.model_validate(builtin))
-        if declarations:
-            tools.insert(0, types.Tool(function_declarations=declarations))
-        if tools:
-            fields["tools"] = tools
-        generation = get_field(setup, "generationConfig") or {}
-        if not isinstance(generation, Mapping):
-            raise _invalid(INVALID)
-        for name in _SAMPLING:
-            value = get_field(generation, name)
-            if value is not None:
-                fields[_snake(name)] = value
-        thinking = get_field(generation, "thinkingConfig")
-        if thinking is not None:
-            fields["thinking_config"] = types.ThinkingConfig.model_validate(thinking)
-        for name in ("proactivity", "enableAffectiveDialog"):
-            value = get_field(setup, name)
-            if value is not None:
-                fields[_snake(name)] = value
-        modalities = get_field(generation, "responseModalities")
-        if modalities:
-            names = [m.upper() if isinstance(m, str) else m for m in _list(modalities)]
-            if not all(name in ("AUDIO", "TEXT") for name in names):
-                raise _invalid(INVALID)
-            fields["response_modalities"] = [types.Modality(name) for name in names]
-        speech = get_field(generation, "speechConfig")
-        if speech is not None:
-            fields["speech_config"] = types.SpeechConfig.model_validate(speech)
-        config = types.LiveConnectConfig(**fields) if fields else None
-    except (pydantic.ValidationError, ValueError, TypeError, AttributeError):
-        raise _invalid(INVALID) from None
-    return config
-
-
-# generationConfig's fields an app may set for its session, as they are.
-_SAMPLING = ("temperature", "topP", "topK", "maxOutputTokens", "seed", "mediaResolution")
-
-
-def _snake(name: str) -> str:
-    return "".join("_" + c.lower() if c.isupper() else c for c in name)
-
-
-def _list(value: Any) -> list[Any]:
-    """A repeated field: absent is empty; anything but a list is refused."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _invalid(INVALID)
-    return value
-
-
 def _message(frame: str | bytes) -> dict[str, Any]:
     """A client frame as the service reads it: one JSON object (binary frames too)."""
     try:
         obj = json.loads(frame)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise _invalid("Invalid JSON payload received. Unexpected token.") from None
+        raise invalid("Invalid JSON payload received. Unexpected token.") from None
     if not isinstance(obj, dict):
-        raise _invalid(INVALID)
+        raise invalid(INVALID)
     return obj
 
 
@@ -564,16 +465,16 @@ def _pcm(chunk: Any) -> tuple[bytes, int]:
     """A realtime audio chunk's PCM16 and its rate, as the service reads them."""
     mime = get_field(chunk, "mimeType")
     if not isinstance(mime, str) or not mime.startswith("audio/pcm"):
-        raise _invalid(f"Unsupported MIME type for realtimeInput.audio: {str(mime)[:60]!r}.")
+        raise invalid(f"Unsupported MIME type for realtimeInput.audio: {str(mime)[:60]!r}.")
     rate = rate_of(mime)
     if not MIN_INPUT_RATE <= rate <= MAX_INPUT_RATE:
-        raise _invalid(f"Unsupported sample rate {rate} for realtimeInput.audio ({MIN_INPUT_RATE} to {MAX_INPUT_RATE} Hz).")
+        raise invalid(f"Unsupported sample rate {rate} for realtimeInput.audio ({MIN_INPUT_RATE} to {MAX_INPUT_RATE} Hz).")
     try:
         pcm = b64decode(get_field(chunk, "data"))
     except ValueError:
-        raise _invalid("Invalid value at 'realtime_input.audio.data' (TYPE_BYTES), Base64 decoding failed.") from None
+        raise invalid("Invalid value at 'realtime_input.audio.data' (TYPE_BYTES), Base64 decoding failed.") from None
     if len(pcm) % 2:
-        raise _invalid("Audio data must be whole 16-bit samples.")
+        raise invalid("Audio data must be whole 16-bit samples.")
     return pcm, rate
 
 
@@ -582,21 +483,21 @@ def _image(blob: Any) -> Image:
     a JPEG or PNG the session sends the model (within its image limits)."""
     mime = get_field(blob, "mimeType")
     if mime not in IMAGE_TYPES:
-        raise _invalid(f"Unsupported MIME type for realtimeInput.video: {str(mime)[:60]!r} (send {' or '.join(IMAGE_TYPES)}).")
+        raise invalid(f"Unsupported MIME type for realtimeInput.video: {str(mime)[:60]!r} (send {' or '.join(IMAGE_TYPES)}).")
     try:
         data = b64decode(get_field(blob, "data"))
     except ValueError:
-        raise _invalid("Invalid value at 'realtime_input.video.data' (TYPE_BYTES), Base64 decoding failed.") from None
+        raise invalid("Invalid value at 'realtime_input.video.data' (TYPE_BYTES), Base64 decoding failed.") from None
     try:
         info = inspect_image(data, mime)
     except InvalidImage as exc:
-        raise _invalid(f"Invalid image in realtimeInput.video: {exc}.") from None
+        raise invalid(f"Invalid image in realtimeInput.video: {exc}.") from None
     return Image(mime_type=mime, data=data, info=info)
 
 
 def _text(value: Any) -> str:
     if not isinstance(value, str) or len(value) > MAX_TEXT_CHARS:
-        raise _invalid(INVALID)
+        raise invalid(INVALID)
     return value
 
 

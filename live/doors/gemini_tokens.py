@@ -35,8 +35,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from connections.emulator.wire import BAD_KEY, UNREGISTERED, get_field, not_found
+from live.liveapi import BAD_KEY, UNREGISTERED, get_field, not_found
 from live.access.auth import LEEWAY_SECONDS, mint_token
+from live.doors.gemini_policy import GeminiPolicy
+from live.doors.gemini_setup import check_setup
 from live.net.http_post import HttpAnswer
 from live.protocol import ProtocolError
 
@@ -171,8 +173,6 @@ class AuthTokenMinter:
 
     def _setup(self, setup: Any) -> dict[str, Any]:
         """The locked setup, checked as the endpoint checks an app's setup."""
-        from live.doors.gemini_live import GeminiLiveDoor
-
         if not isinstance(setup, dict):
             raise _Refused("bidiGenerateContentSetup must be an object.")
         setup = {camel_name(name): value for name, value in setup.items()}
@@ -188,7 +188,7 @@ class AuthTokenMinter:
             if not any(fnmatch.fnmatchcase(model.removeprefix("models/"), p) for p in self.allowed_models):
                 raise _Refused(not_found(model, "v1alpha"))
         try:
-            GeminiLiveDoor.check_setup(setup)
+            check_setup(setup, GeminiPolicy())
         except ProtocolError as exc:
             raise _Refused(exc.message) from None
         return setup

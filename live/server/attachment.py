@@ -18,13 +18,13 @@ import functools
 import hmac
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from websockets.exceptions import ConnectionClosed
 
 from live.access.auth import Grant, TokenRefused, verify_token
-from live.server.config import CLOSE_NORMAL, CLOSE_POLICY
+from live.protocol.closes import CLOSE_NORMAL, CLOSE_POLICY
 from live.doors.base import FrontDoor
 from live.protocol import (
     ErrorEvent,
@@ -40,10 +40,18 @@ from live.server.queues import BYTES_PER_SECOND_OUT
 from live.access.reattach import ReplayBuffer, new_resume_token, token_digest, with_seq
 
 if TYPE_CHECKING:
-    from live.server.runner import SessionRunner
-    from live.net.websocket import WebSocket
+    from anyio.abc import TaskGroup
 
-__all__ = ["AFTER_GOODBYE_GRACE", "ClientAttachment", "peer_address", "principal_of"]
+    from live.access.auth import SpentTokens
+    from live.agent import Agent
+    from live.engine.heard import HeardTracker
+    from live.net.websocket import WebSocket
+    from live.observe.record import SessionRecord
+    from live.observe.watch import SessionObserver
+    from live.server.config import ServerConfig
+    from live.server.queues import ClientOutbox
+
+__all__ = ["AFTER_GOODBYE_GRACE", "AttachmentHost", "ClientAttachment", "peer_address", "principal_of"]
 
 # How long a session waits for a client that closed its socket normally but
 # may come back (a Live API app resuming after a goAway does so at once).
@@ -52,14 +60,49 @@ AFTER_GOODBYE_GRACE = 10.0
 log = logging.getLogger("live.server")
 
 
+class AttachmentHost(Protocol):
+    """What a session's client attachment needs of its session."""
+
+    id: str
+    agent: Agent
+    config: ServerConfig
+    clock: Callable[[], float]
+    tg: TaskGroup
+    obs: SessionObserver
+    record: SessionRecord | None
+    outbox: ClientOutbox
+    heard: HeardTracker
+    end_reason: str | None
+    spent_tokens: SpentTokens
+
+    @property
+    def server_stopping(self) -> bool: ...
+
+    def peer_of(self, ws: Any) -> str: ...
+
+    def finish(self, reason: str, close_code: int = ..., error: ErrorEvent | None = None) -> None: ...
+
+    def frame_too_large(self, size: int) -> None: ...
+
+    def image_too_large(self, message_size: int) -> ErrorEvent: ...
+
+    def internal_error(self) -> None: ...
+
+    def event(self, event: ServerEvent) -> None: ...
+
+    def client_audio(self, frame: bytes, *, behind: bool) -> None: ...
+
+    async def client_frame(self, frame: str | bytes, *, behind: bool) -> None: ...
+
+
 class ClientAttachment:
     """The socket a session's client is on (None while it is away), and its pumps."""
 
-    def __init__(self, runner: SessionRunner, ws: WebSocket, door: FrontDoor) -> None:
+    def __init__(self, runner: AttachmentHost, ws: WebSocket, door: FrontDoor) -> None:
         self._runner = runner
         self.ws: WebSocket | None = ws
         self.door = door
-        self.peer = runner.server.client_address(ws)
+        self.peer = runner.peer_of(ws)
         self.grant: Grant | None = None
         # Who the session belongs to: None when it was not opened with a signed
         # token; else its subject ("" for none). A resume must be for the same.
@@ -277,14 +320,14 @@ class ClientAttachment:
             grant = verify_token(
                 token,
                 config.token_secret,
-                agent=runner.server.agent.name,
+                agent=runner.agent.name,
                 issuer=config.token_issuer,
                 max_lifetime=config.max_token_lifetime,
                 resuming=not spend,
             )
         except TokenRefused as exc:
             return str(exc)
-        if spend and not runner.server.spent_tokens.spend(grant):
+        if spend and not runner.spent_tokens.spend(grant):
             if grant.uses == 1:
                 return "the token was already used to open a session (a token opens one: mint one per visit)"
             return f"the token was already used to open the {grant.uses} sessions it may open"
@@ -397,7 +440,7 @@ class ClientAttachment:
         grace = runner.config.reattach_grace
         if said_goodbye:
             grace = min(grace, AFTER_GOODBYE_GRACE)
-        if grace <= 0 or runner.server.stopping or self.resume_digest is None:
+        if grace <= 0 or runner.server_stopping or self.resume_digest is None:
             runner.finish("client disconnected")
             return
         self.ws = None
@@ -442,7 +485,7 @@ class ClientAttachment:
             runner.tg.start_soon(old.close, CLOSE_NORMAL, "replaced by a newer connection")
         log.info(
             "session %s reattached from %s: %d frame(s) replayed, %d missed",
-            runner.id, runner.server.client_address(ws), len(frames), missed,
+            runner.id, runner.peer_of(ws), len(frames), missed,
         )
         runner.tg.start_soon(self.read_client, ws)
 

@@ -1,5 +1,4 @@
-"""What a server allows and how it behaves at each limit: `ServerConfig`, and the
-WebSocket close codes the server uses (RFC 6455 and the IANA registry)."""
+"""What a server allows and how it behaves at each limit: `ServerConfig`."""
 
 from __future__ import annotations
 
@@ -9,13 +8,6 @@ from live.protocol import image_bytes_fitting
 
 __all__ = ["ServerConfig"]
 
-CLOSE_NORMAL = 1000
-CLOSE_GOING_AWAY = 1001
-CLOSE_POLICY = 1008
-CLOSE_TOO_BIG = 1009
-CLOSE_INTERNAL = 1011
-CLOSE_SERVICE_RESTART = 1012
-CLOSE_TRY_LATER = 1013
 
 # Frames a client's socket may buffer before it stops reading from it (its
 # queue's high-water mark); each is at most twice `max_frame_bytes`.

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
 import anyio
 from anyio.abc import TaskStatus
 from google.genai import types
 
+from live.agent import Agent
+from live.engine.session import SessionCore
 from live.errors import ConfigurationError, ConnectionClosedError, LiveError, RecoverableConnectionError
-from live.llm import BaseLlmConnection, LlmRequest
+from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
 from live.protocol import ErrorEvent, SessionReconnecting, SessionResumed
 from live.engine.supervisor import ReconnectPolicy
 from live.engine.supervisor import (
@@ -38,9 +40,38 @@ from live.engine.supervisor import (
 )
 
 if TYPE_CHECKING:
-    from live.server.runner import SessionRunner
+    from anyio.abc import TaskGroup
 
-__all__ = ["Connection", "ModelLink"]
+    from live.observe.watch import SessionObserver
+    from live.protocol import ServerEvent
+    from live.server.config import ServerConfig
+    from live.server.queues import UpstreamQueue
+
+__all__ = ["Connection", "LinkHost", "ModelLink"]
+
+
+class LinkHost(Protocol):
+    """What a session's model link needs of its session."""
+
+    id: str
+    agent: Agent
+    llm: BaseLlm  # the model, as the server measures it
+    config: ServerConfig
+    core: SessionCore
+    tg: TaskGroup
+    obs: SessionObserver
+    upstream: UpstreamQueue[types.Content | RealtimeInput]
+    manual_activity: bool
+    client_config: types.LiveConnectConfig | None
+    clock: Callable[[], float]
+
+    async def apply(self, actions: list[Any]) -> None: ...
+
+    def event(self, event: ServerEvent) -> None: ...
+
+    def facts_changed(self) -> None: ...
+
+    def sync_hold(self) -> None: ...
 
 log = logging.getLogger("live.server")
 
@@ -100,7 +131,7 @@ class Connection:
 class ModelLink:
     """Opens, resumes, hands over and retires the model connections of one session."""
 
-    def __init__(self, runner: SessionRunner) -> None:
+    def __init__(self, runner: LinkHost) -> None:
         self._runner = runner
         self.reconnects = 0
         self.fresh_starts = 0  # new connections seeded from the transcript (no usable handle)
@@ -134,7 +165,7 @@ class ModelLink:
         self, history: Sequence[types.Content] = (), resume_handle: str | None = None
     ) -> LlmRequest:
         runner = self._runner
-        request = runner.server.agent.request(
+        request = runner.agent.request(
             history, resume_handle=resume_handle, manual_activity=runner.manual_activity
         )
         if runner.client_config is not None:
@@ -309,7 +340,7 @@ class ModelLink:
         history goes first, before anything the pumps send."""
         link: Connection | None = None
         try:
-            async with self._runner.server.measured_llm.connect(request) as conn:
+            async with self._runner.llm.connect(request) as conn:
                 if history:
                     try:
                         await conn.send_history(list(history))

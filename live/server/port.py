@@ -42,14 +42,13 @@ from live.agent import Agent
 from live.access.addresses import AddressSet, address_key, forwarded_client, parse_ip
 from live.server.attachment import bearer_token, peer_address
 from live.access.auth import HostPolicy, SpentTokens, host_name
-from live.server.config import (
+from live.server.config import WS_QUEUE_FRAMES, ServerConfig
+from live.protocol.closes import (
     CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
     CLOSE_POLICY,
     CLOSE_SERVICE_RESTART,
     CLOSE_TRY_LATER,
-    WS_QUEUE_FRAMES,
-    ServerConfig,
 )
 from live.doors import FrontDoor, NativeDoor
 from live.fleet.member import Fleet

@@ -19,7 +19,8 @@ import logging
 import math
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 import pydantic
@@ -38,7 +39,7 @@ from live.engine.actions import (
     ToUpstream,
 )
 from live.server.attachment import ClientAttachment
-from live.server.config import (
+from live.protocol.closes import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL,
     CLOSE_NORMAL,
@@ -86,10 +87,41 @@ from live.server.tool_tasks import ToolTasks
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from live.server.port import LiveServer
+    from live.access.auth import SpentTokens
+    from live.agent import Agent
+    from live.fleet.member import Fleet
+    from live.llm import BaseLlm
     from live.net.websocket import WebSocket
+    from live.observe.metrics import Metrics
+    from live.observe.record import Recorder
+    from live.server.config import ServerConfig
 
-__all__ = ["SessionRunner"]
+__all__ = ["SessionRunner", "SessionServer"]
+
+
+class SessionServer(Protocol):
+    """What a session runner needs of the server that admitted it."""
+
+    agent: Agent
+    agent_manual_activity: bool
+    config: ServerConfig
+    clock: Callable[[], float]
+    metrics: Metrics
+    measured_llm: BaseLlm
+    fleet: Fleet | None
+    recorder: Recorder | None
+    spent_tokens: SpentTokens
+    live_sessions: dict[str, SessionRunner]
+    pending: set[SessionRunner]
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def client_address(self, ws: Any) -> str: ...
+
+    def record_header(self, start: SessionStart) -> dict[str, Any]: ...
+
+    async def reattach(self, session: SessionRunner, message: SessionResume) -> dict[str, Any] | None: ...
 
 log = logging.getLogger("live.server")
 
@@ -101,10 +133,14 @@ PLAYBACK_REPORT_WAIT = 0.5
 class SessionRunner:
     """One client's conversation and the sequence of model connections it drives."""
 
-    def __init__(self, server: LiveServer, ws: WebSocket, door: FrontDoor) -> None:
+    def __init__(self, server: SessionServer, ws: WebSocket, door: FrontDoor) -> None:
         self.server = server
         self.config = config = server.config
         self.id = uuid.uuid4().hex[:12]
+        self.agent = server.agent
+        self.llm = server.measured_llm
+        self.spent_tokens = server.spent_tokens
+        self.peer_of = server.client_address
         self.model = server.agent.model
         self.clock = server.clock
         self.door = door
@@ -151,6 +187,10 @@ class SessionRunner:
         self.client = ClientAttachment(self, ws, door)
         self.link = ModelLink(self)
         self.tools = ToolTasks(self)
+
+    @property
+    def server_stopping(self) -> bool:
+        return self.server.stopping
 
     # The client's socket, address and resume digest, as the server asks for them.
 

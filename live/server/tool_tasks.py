@@ -10,23 +10,37 @@ starts, so a cancellation that arrives first still cancels it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
+from anyio.abc import TaskGroup
 from google.genai import types
 
-from live.agent import run_tool
+from live.agent import Agent, run_tool
+from live.engine.session import SessionCore
 
-if TYPE_CHECKING:
-    from live.server.runner import SessionRunner
+__all__ = ["ToolHost", "ToolTasks"]
 
-__all__ = ["ToolTasks"]
+
+class ToolHost(Protocol):
+    """What a session's tool tasks need of their session."""
+
+    agent: Agent
+    core: SessionCore
+    tg: TaskGroup
+    clock: Callable[[], float]
+
+    async def apply(self, actions: list[Any]) -> None: ...
+
+    def facts_changed(self) -> None: ...
+
+    def poke(self) -> None: ...
 
 
 class ToolTasks:
     """The tool tasks of one session, by call id."""
 
-    def __init__(self, runner: SessionRunner) -> None:
+    def __init__(self, runner: ToolHost) -> None:
         self._runner = runner
         self._scopes: dict[str, anyio.CancelScope] = {}
 
@@ -56,7 +70,7 @@ class ToolTasks:
 
     async def _run_server_tool(self, call: types.FunctionCall) -> None:
         runner = self._runner
-        agent = runner.server.agent
+        agent = runner.agent
         tool = agent.tools_by_name[call.name or ""]
         response = await run_tool(tool, dict(call.args or {}), agent.tool_timeout)
         await runner.apply(runner.core.tool_finished(call.id or "", response, runner.clock()))

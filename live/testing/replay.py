@@ -21,11 +21,9 @@ From a terminal: `live replay RECORD [--agent MODULE:ATTR]`.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import dataclasses
 import json
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ from google.genai import types
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
-from live.agent import Agent
+from live.agent import Agent, agent_at
 from live.llm import LlmResponse
 from live.observe.record import Record, load, redact, response_from_json
 
@@ -333,9 +331,7 @@ def _agent_for(record: Record, agent: Agent | None) -> Agent:
     if agent is None:
         spec = record.header.get("agent_spec")
         if spec:
-            from live.cli.serve import load_agent
-
-            agent = load_agent(spec)
+            agent = agent_at(spec)
         else:
             agent = Agent(name=record.header.get("agent") or "assistant", model=model)
     return agent.with_model(model) if agent.model != model else agent
@@ -465,31 +461,3 @@ async def assert_replays(path: str | Path | Record, **options: Any) -> ReplayRes
     if not result.ok:
         raise AssertionError(result.report())
     return result
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="live replay",
-        description="Replay a session record against a fresh server, with the transport double "
-        "playing the model's recorded side, and compare the server's events with the record.",
-    )
-    parser.add_argument("record", metavar="RECORD", help="a record's folder, or its events.jsonl")
-    parser.add_argument("--agent", metavar="MODULE:ATTR", help="the agent to serve (default: the one recorded)")
-    parser.add_argument("--tolerance", type=float, default=1.0, help="seconds an event may move (default 1)")
-    args = parser.parse_args(argv)
-    try:
-        record = load(args.record)
-        agent = None
-        if args.agent:
-            from live.cli.serve import UsageError, load_agent
-
-            try:
-                agent = load_agent(args.agent)
-            except UsageError as exc:
-                raise ValueError(str(exc)) from None
-        result = anyio.run(lambda: replay(record, agent=agent, tolerance=args.tolerance))
-    except (ValueError, OSError) as exc:
-        print(f"live replay: {exc}", file=sys.stderr)
-        return 2
-    print(result.report())
-    return 0 if result.ok else 1
