@@ -291,6 +291,38 @@ async def test_a_token_opens_one_session_only():
         assert "no 'jti' claim" in (await refused(url, no_jti)).message
 
 
+async def test_a_token_is_spent_only_by_a_session_that_opens():
+    """A start refused after its token was checked (here Google refuses the
+    model connection) spends nothing: the client may try again with it."""
+    from connections import double
+    from connections.gemini import Gemini
+
+    refusing = double.ScriptedSession(refuse=double.Close(1011, "RESOURCE_EXHAUSTED: quota exceeded"))
+    transport = double.DoubleTransport(refusing, double.ScriptedSession())
+    llm = Gemini("gemini-2.5-flash", transport=transport)
+    async with running(Agent(name="test", model="gemini-2.5-flash"), llm, token_secret=SECRET) as (_, url):
+        token = mint_token(SECRET, subject="ann", ttl=60)
+        first = await refused(url, token)
+        assert first.code == "quota_exhausted", first
+        async with LiveClient.connect(url, token=token):
+            pass  # the same token opens the session it has not opened yet
+        assert "already used" in (await refused(url, token)).message
+    assert len(transport.connects) == 2
+
+
+async def test_two_openings_racing_with_one_token_open_one_session():
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        token = mint_token(SECRET, subject="ann", ttl=60)
+        sockets = [await ws_connect(url) for _ in range(4)]
+        for ws in sockets:  # all four are read before any session opens
+            await ws.send(json.dumps({"type": "session.start", "token": token}))
+        firsts = [await first_event(ws) for ws in sockets]
+        assert sorted(event["type"] for event in firsts) == ["error", "error", "error", "session.started"]
+        assert all("already used" in event["message"] for event in firsts if event["type"] == "error")
+        for ws in sockets:
+            await ws.close()
+
+
 async def test_a_token_valid_for_longer_than_the_ceiling_is_refused():
     century = mint_token(SECRET, ttl=100 * 365 * 86400, subject="ann")
     async with running(AGENT, echo(), token_secret=SECRET) as (_, url):

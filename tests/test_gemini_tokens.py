@@ -512,6 +512,27 @@ def answer_now(body: Any) -> tuple[int, dict[str, Any]]:
     return result.status, json.loads(result.body)
 
 
+# ------------------------------------------------------------------ when a use is spent
+
+
+async def test_a_refused_opening_leaves_the_tokens_use_for_the_next(ca, cert_files):
+    """`uses` counts sessions opened: an app whose first setup is refused (a
+    model the server does not allow) opens its session with the same token."""
+    script = Script(speed=20, replies=["Hello."])
+    async with serving(script, **cert_files) as (emu, _, url), minting(cert_files) as port:
+        token = await create(backend(port, ca), uses=1)
+        code, reason = await refused(url, ca, token.name, model="gemini-2.0-flash-exp", api_version="v1alpha")
+        assert code == 1008 and "not found" in reason
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", errors.ExperimentalWarning)
+            async with app(url, ca, token).aio.live.connect(model=MODEL, config=CONFIG) as session:
+                await session.send_realtime_input(text="hello")
+                assert said(await turn(session)) == "Hello."
+        # It opened its one session now: a third try is the spent token's close.
+        assert await refused(url, ca, token.name, api_version="v1alpha") == (1008, BAD_TOKEN)
+    assert len(emu.sessions) == 1
+
+
 # ------------------------------------------------------------------ how long a token lasts
 
 

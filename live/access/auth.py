@@ -290,11 +290,21 @@ class SpentTokens:
         self._spent: dict[str, int] = {}
         self._expiry: list[tuple[float, str]] = []
 
+    def exhausted(self, grant: Grant) -> bool:
+        """Whether the grant's token has no session left to open (nothing is counted)."""
+        self._forget_expired()
+        token_id = grant.token_id
+        if token_id is None or grant.uses == 0:
+            return False
+        return self._spent.get(token_id, 0) >= grant.uses
+
     def spend(self, grant: Grant) -> bool:
-        """Count one use of the grant's token; False if its uses are spent."""
-        now = self._clock()
-        while self._expiry and self._expiry[0][0] < now:
-            self._spent.pop(heapq.heappop(self._expiry)[1], None)
+        """Count one use of the grant's token; False if its uses are spent.
+
+        Called when a session opens (its setup accepted), not when its opening
+        is read: an opening refused after its token was checked spends nothing.
+        """
+        now = self._forget_expired()
         token_id = grant.token_id
         if token_id is None or grant.uses == 0:
             return True
@@ -307,6 +317,12 @@ class SpentTokens:
         expires = (grant.expires_at if grant.expires_at is not None else now) + LEEWAY_SECONDS
         heapq.heappush(self._expiry, (expires, token_id))
         return True
+
+    def _forget_expired(self) -> float:
+        now = self._clock()
+        while self._expiry and self._expiry[0][0] < now:
+            self._spent.pop(heapq.heappop(self._expiry)[1], None)
+        return now
 
     def __len__(self) -> int:
         return len(self._spent)

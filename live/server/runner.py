@@ -386,6 +386,12 @@ class SessionRunner:
                 self.finish(message, CLOSE_TRY_LATER, ErrorEvent("capacity", message, True))
                 return
             link = await self.link.open_first(start.history)
+            # The session opens now: only now does it spend a use of its token.
+            refusal = client.spend_token()
+            if refusal is not None:
+                log.warning("session %s refused from %s: unauthorized: %s", self.id, client.peer, refusal)
+                self.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
+                return
             resume_token = None
             if self.config.reattach_grace > 0 and self.door.resumable():
                 if not self.door.capabilities.reattach:
