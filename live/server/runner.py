@@ -112,7 +112,8 @@ class SessionServer(Protocol):
     recorder: Recorder | None
     spent_tokens: SpentTokens
     live_sessions: dict[str, SessionRunner]
-    pending: set[SessionRunner]
+
+    def not_pending(self, session: SessionRunner) -> None: ...
 
     @property
     def stopping(self) -> bool: ...
@@ -259,7 +260,7 @@ class SessionRunner:
                 try:
                     start = await client.await_opening()
                 finally:
-                    self.server.pending.discard(self)
+                    self.server.not_pending(self)
             if self.end_reason is not None or start is None:
                 return
             if isinstance(start, SessionResume):
