@@ -291,6 +291,38 @@ async def test_a_token_opens_one_session_only():
         assert "no 'jti' claim" in (await refused(url, no_jti)).message
 
 
+async def test_a_token_is_spent_only_by_a_session_that_opens():
+    """A start refused after its token was checked (here Google refuses the
+    model connection) spends nothing: the client may try again with it."""
+    from connections import double
+    from connections.gemini import Gemini
+
+    refusing = double.ScriptedSession(refuse=double.Close(1011, "RESOURCE_EXHAUSTED: quota exceeded"))
+    transport = double.DoubleTransport(refusing, double.ScriptedSession())
+    llm = Gemini("gemini-2.5-flash", transport=transport)
+    async with running(Agent(name="test", model="gemini-2.5-flash"), llm, token_secret=SECRET) as (_, url):
+        token = mint_token(SECRET, subject="ann", ttl=60)
+        first = await refused(url, token)
+        assert first.code == "quota_exhausted", first
+        async with LiveClient.connect(url, token=token):
+            pass  # the same token opens the session it has not opened yet
+        assert "already used" in (await refused(url, token)).message
+    assert len(transport.connects) == 2
+
+
+async def test_two_openings_racing_with_one_token_open_one_session():
+    async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
+        token = mint_token(SECRET, subject="ann", ttl=60)
+        sockets = [await ws_connect(url) for _ in range(4)]
+        for ws in sockets:  # all four are read before any session opens
+            await ws.send(json.dumps({"type": "session.start", "token": token}))
+        firsts = [await first_event(ws) for ws in sockets]
+        assert sorted(event["type"] for event in firsts) == ["error", "error", "error", "session.started"]
+        assert all("already used" in event["message"] for event in firsts if event["type"] == "error")
+        for ws in sockets:
+            await ws.close()
+
+
 async def test_a_token_valid_for_longer_than_the_ceiling_is_refused():
     century = mint_token(SECRET, ttl=100 * 365 * 86400, subject="ann")
     async with running(AGENT, echo(), token_secret=SECRET) as (_, url):
@@ -476,7 +508,6 @@ async def test_behind_a_trusted_proxy_the_limit_is_per_client_not_per_proxy():
     # The default trusts a proxy on 127.0.0.1 (the tests' own address).
     async with running(AGENT, echo(), max_sessions_per_ip=2, reattach_grace=0) as (server, url):
         opened = [await start_as(url, f"203.0.113.{i}") for i in range(1, 6)]
-        opened += [await start_as(url, None) for _ in range(3)]  # the proxy's own checks
         assert all(e["type"] == "session.started" for e in opened)
         same = [await start_as(url, "198.51.100.1, 203.0.113.9") for _ in range(3)]
         assert [e["type"] for e in same] == ["session.started", "session.started", "error"]
@@ -493,6 +524,35 @@ async def test_behind_a_trusted_proxy_the_limit_is_per_client_not_per_proxy():
         assert [e.get("code") for e in spoofed] == [None, None, "address_limit"]
         for event in spoofed:
             await event["ws"].close()
+
+
+async def test_a_client_on_the_proxys_own_address_is_limited_like_any_other():
+    """A socket from a trusted proxy's address that names no client is a client
+    on that machine (a local process, or a proxy that does not say whom it
+    serves), limited as any address is, never exempt (as uvicorn's and
+    Starlette's proxy headers take it: no header, the peer is the client)."""
+    for local in ("127.0.0.1", "::1"):
+        async with running(AGENT, echo(), host=local, max_sessions_per_ip=2, reattach_grace=0) as (server, url):
+            url = url.replace("127.0.0.1", f"[{local}]" if ":" in local else local)
+            direct = [await start_as(url, None) for _ in range(3)]
+            assert [e.get("code") for e in direct] == [None, None, "address_limit"]
+            assert server.per_address == {address_key(local): 2}
+            for event in direct:
+                await event["ws"].close()
+
+
+async def test_one_address_cannot_hold_every_pending_socket():
+    limits = {"max_pending": 6, "max_pending_per_ip": 2, "max_sessions_per_ip": 10}
+    async with running(AGENT, echo(), **limits) as (server, url):
+        # Sockets that never start, from one client behind the local proxy.
+        idle = [await ws_connect(url, additional_headers={"X-Forwarded-For": "203.0.113.7"}) for _ in range(3)]
+        refusal = await first_event(idle[2])
+        assert refusal["code"] == "pending_limit" and "your address" in refusal["message"]
+        # Another client still gets in.
+        other = await start_as(url, "203.0.113.8")
+        assert other["type"] == "session.started"
+        for ws in [*idle, other["ws"]]:
+            await ws.close()
 
 
 # ---------------------------------------------------------------------- /metrics
@@ -526,6 +586,25 @@ async def test_metrics_answer_only_this_machine_whatever_host_a_remote_client_na
     async with running(AGENT, echo(), host="0.0.0.0", metrics_allow_ips=(f"{address}/32",)) as (_, url):
         assert (await raw_request(port_of(url), scrape, host=address))[0] == 200
     assert any("/metrics asked from" in r.getMessage() for r in caplog.records)
+
+
+async def test_metrics_behind_a_proxy_on_this_machine_answer_only_this_machine(caplog):
+    """The proxy's socket is loopback; the client it names is who asks."""
+    caplog.set_level(logging.WARNING, "live.server")
+    scrape = ["GET /metrics HTTP/1.1", "Host: localhost"]
+    async with running(AGENT, echo()) as (_, url):
+        port = port_of(url)
+        for client in ("203.0.113.7", "127.0.0.1, 203.0.113.7", "2001:db8::1"):
+            status, body = await raw_request(port, [*scrape, f"X-Forwarded-For: {client}"])
+            assert status == 403 and "live_" not in body, client
+        assert (await raw_request(port, [*scrape, "X-Forwarded-For: 127.0.0.1"]))[0] == 200
+        assert (await raw_request(port, scrape))[0] == 200  # no proxy: this machine
+    async with running(AGENT, echo(), metrics_allow_ips=("203.0.113.0/24",)) as (_, url):
+        assert (await raw_request(port_of(url), [*scrape, "X-Forwarded-For: 203.0.113.7"]))[0] == 200
+    async with running(AGENT, echo(), metrics_port=0) as (server, _):
+        status, _ = await raw_request(server.metrics_port, ["GET /metrics HTTP/1.1", "Host: 127.0.0.1", "X-Forwarded-For: 203.0.113.7"])
+        assert status == 403
+    assert any("/metrics asked from 203.0.113.7" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_metrics_port_listens_on_loopback_and_checks_the_host():

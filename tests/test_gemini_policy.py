@@ -18,7 +18,7 @@ from gemini_serving import (
     token,
     turn,
 )
-from google.genai import types
+from google.genai import errors, types
 
 from connections.emulator import Script
 from live.liveapi import get_field, not_found
@@ -110,3 +110,47 @@ def test_the_policys_models_replace_the_servers_own_and_flags_add_to_them(tmp_pa
     assert gemini_door("--gemini-policy", str(path)).policy.models == ("gemini-*-live-*",)
     both = gemini_door("--gemini-policy", str(path), "--gemini-model", "x-*")
     assert both.policy.models == ("gemini-*-live-*", "x-*")
+
+
+async def test_a_removed_tool_stays_removed_whatever_its_case_or_separators(ca, cert_files):
+    """Gemini's function names are case-sensitive, but to the model that reads
+    them `Delete_Account`, `DELETE-ACCOUNT` and `delete.account` are one tool:
+    `remove_tools = ["delete_*"]` removes each."""
+    script = Script(speed=20, replies=["Hello."])
+    variants = ["Delete_Account", "DELETE-ACCOUNT", "delete.account", "dElEtE:everything"]
+    config = CONFIG.model_copy(
+        update={"tools": [types.Tool(function_declarations=[*map(declared, variants), declared("check_weather")])]}
+    )
+    async with serving(script, policy=POLICY, **cert_files) as (emu, _, url):
+        async with sdk_client(url, ca, token()).aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_realtime_input(text="hello")
+            await turn(session)
+    [upstream] = emu.sessions
+    names = {d["name"] for tool in get_field(upstream.setup, "tools") for d in get_field(tool, "functionDeclarations") or []}
+    assert "check_weather" in names
+    assert not names & set(variants), names
+
+
+@pytest.mark.parametrize("name", [" delete_account", "delete_account ", "delete account", "delete_account\u200b", "1delete", ""])
+async def test_a_function_name_the_service_would_refuse_is_refused(ca, cert_files, name):
+    """The API's rule for a function's name: it starts with a letter or an
+    underscore, then a-z, A-Z, 0-9, underscores, dots, colons and dashes, at
+    most 128 characters (google-genai's FunctionDeclaration.name). A name
+    padded with spaces is not a way around the policy: it is the service's
+    1007."""
+    config = CONFIG.model_copy(update={"tools": [types.Tool(function_declarations=[declared(name)])]})
+    async with serving(Script(speed=20), policy=POLICY, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        with pytest.raises(errors.APIError) as caught:
+            async with client.aio.live.connect(model=MODEL, config=config) as session:
+                await turn(session)
+    assert caught.value.code == 1007 and "function name" in (caught.value.details or "").lower()
+    assert emu.sessions == []
+
+
+def test_remove_tools_patterns_are_read_as_names_are():
+    policy = GeminiPolicy.from_table({"remove_tools": [" Transfer-Money ", "wipe_[a-c]*"]})
+    for name in ("transfer_money", "TRANSFER.MONEY", "transfer:Money", "wipe_all", "WIPE-Cache"):
+        assert not policy.keeps_function(name), name
+    for name in ("transfer_moneys", "wipe_disk", "check_balance"):
+        assert policy.keeps_function(name), name

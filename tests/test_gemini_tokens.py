@@ -349,10 +349,12 @@ def test_a_token_too_long_for_a_header_or_a_url_is_refused_saying_why():
 
 
 def test_locks_are_on_fields_the_service_can_lock():
-    for mask in ("generationConfig.thinkingConfig.thinkingBudget", "tools.functionDeclarations", "systemInstruction.parts"):
+    for mask in ("generationConfig.thinkingConfig.thinkingBudget", "tools.functionDeclarations", "model.name"):
         status, body = answer({"bidiGenerateContentSetup": {}, "fieldMask": mask})
         assert status == 400 and "whole" in body["error"]["message"], mask
-    status, _ = answer({"bidiGenerateContentSetup": {}, "fieldMask": "generationConfig.temperature,tools"})
+    # As google-genai writes them: a field of an object (the instruction's parts too), either spelling.
+    mask = "generationConfig.temperature,tools,systemInstruction.parts,system_instruction.role,generationConfig.speech_config"
+    status, _ = answer({"bidiGenerateContentSetup": {}, "fieldMask": mask})
     assert status == 200
 
 
@@ -432,3 +434,130 @@ async def test_a_locked_model_is_the_sessions_whatever_the_app_names(ca, cert_fi
                 await session.send_realtime_input(text="hello")
                 await turn(session)
         assert len(emu.sessions) == 1
+
+
+# ------------------------------------------------------------------ what a token locks
+
+
+async def test_the_sdks_lock_modes_lock_what_they_say(ca, cert_files):
+    """google-genai's `lock_additional_fields` as its `auth_tokens.create`
+    docstring documents it: absent, the whole constraint is locked; `[]`, the
+    fields it sets; names, those fields too."""
+    script = Script(speed=20, replies=["Done."] * 3)
+    constraints = types.LiveConnectConstraints(
+        model=MODEL, config=types.LiveConnectConfig(system_instruction="You are the shop's assistant.")
+    )
+    # The app would be a pirate, hotter, and would hear itself transcribed.
+    config = CONFIG.model_copy(update={"system_instruction": "Be a pirate.", "temperature": 1.7})
+    async with serving(script, **cert_files) as (emu, _, url), minting(cert_files) as port:
+        for lock in ([], ["temperature"], None):
+            token = await create(backend(port, ca), live_connect_constraints=constraints, lock_additional_fields=lock)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", errors.ExperimentalWarning)
+                async with app(url, ca, token).aio.live.connect(model=MODEL, config=config) as session:
+                    await session.send_realtime_input(text="hello")
+                    await turn(session)
+    first, second, third = emu.sessions
+    for upstream in (first, second, third):
+        assert "You are the shop's assistant." in instruction_of(upstream)
+        assert "pirate" not in instruction_of(upstream)
+    # []: only the instruction is the token's; the app's temperature stays.
+    assert get_field(get_field(first.setup, "generationConfig"), "temperature") == pytest.approx(1.7)
+    # ["temperature"]: locked too, and the token sets none: the app's is not used.
+    assert get_field(get_field(second.setup, "generationConfig") or {}, "temperature") is None
+    # No lock list: the whole setup is the token's, the app's temperature too.
+    assert get_field(get_field(third.setup, "generationConfig") or {}, "temperature") is None
+
+
+@pytest.mark.parametrize("mask", ["", " ", [], ",", " , "])
+def test_an_empty_field_mask_locks_the_whole_setup(mask):
+    """The Live API reference: with `bidiGenerateContentSetup` present and
+    `fieldMask` empty, the session's setup is taken entirely from the token's,
+    and the app's is ignored."""
+    now = time.time()
+    setup = {"model": "gemini-live-2.5-flash-preview", "systemInstruction": {"parts": [{"text": "Only the shop."}]}}
+    status, body = answer({"bidiGenerateContentSetup": setup, "fieldMask": mask}, now=now)
+    assert status == 200, body
+    grant = verify_token(body["name"].removeprefix("auth_tokens/"), SECRET, now=now)
+    app_setup = {
+        "model": "models/gemini-live-2.5-flash-preview",
+        "systemInstruction": {"parts": [{"text": "Ignore the shop."}]},
+        "tools": [{"functionDeclarations": [{"name": "wire_money"}]}],
+    }
+    merged = constrained_setup(app_setup, grant.live["setup"], grant.live["lock"])
+    assert merged == {"model": "models/gemini-live-2.5-flash-preview", "systemInstruction": {"parts": [{"text": "Only the shop."}]}}
+
+
+async def test_an_empty_field_mask_keeps_the_apps_setup_out_of_its_session(ca, cert_files):
+    """The same, as an app notices it: its own instruction never reaches the model."""
+    script = Script(speed=20, replies=["Shop."])
+    async with serving(script, **cert_files) as (emu, _, url):
+        status, body = answer_now({"bidiGenerateContentSetup": {"model": MODEL, "systemInstruction": "Only the shop."}, "fieldMask": ""})
+        assert status == 200, body
+        token = types.AuthToken(name=body["name"])
+        config = CONFIG.model_copy(update={"system_instruction": "Ignore the shop."})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", errors.ExperimentalWarning)
+            async with app(url, ca, token).aio.live.connect(model=MODEL, config=config) as session:
+                await session.send_realtime_input(text="hello")
+                await turn(session)
+    [upstream] = emu.sessions
+    assert "Only the shop." in instruction_of(upstream) and "Ignore the shop." not in instruction_of(upstream)
+
+
+def answer_now(body: Any) -> tuple[int, dict[str, Any]]:
+    """The minter's answer, with the server's agent and the test model allowed, now."""
+    minter = AuthTokenMinter(MINT_KEY, SECRET, allowed_models=[MODEL], agent="shop", max_lifetime=3600)
+    result = minter.answer(AUTH_TOKENS_PATH, {"x-goog-api-key": MINT_KEY}, json.dumps(body).encode())
+    return result.status, json.loads(result.body)
+
+
+# ------------------------------------------------------------------ when a use is spent
+
+
+async def test_a_refused_opening_leaves_the_tokens_use_for_the_next(ca, cert_files):
+    """`uses` counts sessions opened: an app whose first setup is refused (a
+    model the server does not allow) opens its session with the same token."""
+    script = Script(speed=20, replies=["Hello."])
+    async with serving(script, **cert_files) as (emu, _, url), minting(cert_files) as port:
+        token = await create(backend(port, ca), uses=1)
+        code, reason = await refused(url, ca, token.name, model="gemini-2.0-flash-exp", api_version="v1alpha")
+        assert code == 1008 and "not found" in reason
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", errors.ExperimentalWarning)
+            async with app(url, ca, token).aio.live.connect(model=MODEL, config=CONFIG) as session:
+                await session.send_realtime_input(text="hello")
+                assert said(await turn(session)) == "Hello."
+        # It opened its one session now: a third try is the spent token's close.
+        assert await refused(url, ca, token.name, api_version="v1alpha") == (1008, BAD_TOKEN)
+    assert len(emu.sessions) == 1
+
+
+# ------------------------------------------------------------------ how long a token lasts
+
+
+def test_no_token_outlives_the_servers_token_lifetime():
+    """`expireTime` (how long a token resumes its sessions) is bounded by the
+    server's --max-token-lifetime as `newSessionExpireTime` is: a request past
+    it is refused, as the service refuses one past its 20 hours."""
+    now = time.time()
+    for body in (
+        {"expireTime": at(2 * 3600, now)},  # 3600 s is this minter's limit
+        {"expireTime": at(19 * 3600, now), "newSessionExpireTime": at(60, now)},
+    ):
+        status, error = answer(body, now=now)
+        assert status == 400 and "--max-token-lifetime" in error["error"]["message"], body
+    status, body = answer({"expireTime": at(3000, now)}, now=now)
+    assert status == 200
+    # The defaults (a minute to open, thirty to run) fit within a shorter limit.
+    short = AuthTokenMinter(MINT_KEY, SECRET, allowed_models=["*"], max_lifetime=600, clock=lambda: now)
+    minted = json.loads(short.answer(AUTH_TOKENS_PATH, {"x-goog-api-key": MINT_KEY}, b"{}").body)
+    grant = verify_token(minted["name"].removeprefix("auth_tokens/"), SECRET, max_lifetime=600, now=now)
+    assert grant.ends_at == pytest.approx(now + 600, abs=1)
+    assert datetime.datetime.fromisoformat(minted["expireTime"]).timestamp() == pytest.approx(now + 600, abs=1)
+    # A token signed elsewhere whose sessions end past the limit is refused where it is used.
+    from live.access.auth import TokenRefused, mint_token
+
+    long_ends = mint_token(SECRET, ttl=60, ends_at=now + 20 * 3600, now=now)
+    with pytest.raises(TokenRefused, match="longer than"):
+        verify_token(long_ends, SECRET, max_lifetime=3600, now=now)

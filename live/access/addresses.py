@@ -5,9 +5,13 @@ Sans-I/O. Behind a reverse proxy every socket comes from the proxy; the proxy
 says who it serves in `X-Forwarded-For` (each hop appends the address it
 received from). That header is believed only from a trusted peer
 (`--forwarded-allow-ips`, as uvicorn's option of that name: addresses and
-networks, `*` for any), and the client is the rightmost hop that is not itself
+networks, `*` for any; by default this machine's loopback, 127.0.0.1 and ::1,
+as gunicorn's), and the client is the rightmost hop that is not itself
 trusted: whatever a client writes into the header comes before the hops the
-proxies added, so it can never pick its own address.
+proxies added, so it can never pick its own address. A socket from a trusted
+peer without the header is a client on the peer's own address (as uvicorn's
+and Starlette's proxy-headers middleware take it): a process on this machine,
+or a proxy that does not say whom it serves, limited as any address is.
 
 An IPv6 client holds a whole /64 (a home or a phone gets one, and picks any
 address in it), so a limit per address counts an IPv6 client by its /64.

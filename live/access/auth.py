@@ -174,7 +174,8 @@ def verify_token(
     `none` included, is refused), `exp` and `jti` (both required), `nbf`, `iss`
     when `issuer` is given, and that the token is valid for at most
     `max_lifetime` seconds (from `iat`, and from now), with a few seconds of
-    leeway for clock skew. Whether its `jti` was already used is
+    leeway for clock skew (a token whose sessions end later, `ends_at`, is
+    valid until then). Whether its `jti` was already used is
     `SpentTokens`' to say. Text that is not a token (not even UTF-8) is refused
     like any other.
 
@@ -219,16 +220,18 @@ def verify_token(
     expires_at = claims["exp"]
     if isinstance(expires_at, bool) or not isinstance(expires_at, (int, float)):
         raise TokenRefused("the token's 'exp' claim must be a number")
-    if resuming:
-        end = claims.get("ends_at")
-        good_until = end if isinstance(end, (int, float)) and not isinstance(end, bool) and end > expires_at else expires_at
-        if good_until + LEEWAY_SECONDS < (time.time() if now is None else now):
-            raise TokenRefused("the token has expired")
+    ends_at = claims.get("ends_at")
+    if ends_at is not None and (isinstance(ends_at, bool) or not isinstance(ends_at, (int, float)) or not math.isfinite(ends_at)):
+        raise TokenRefused("the token's 'ends_at' claim must be a time (Unix seconds)")
+    # A token that names an end for its sessions resumes them until then.
+    good_until = max(expires_at, ends_at) if ends_at is not None else expires_at
+    if resuming and good_until + LEEWAY_SECONDS < (time.time() if now is None else now):
+        raise TokenRefused("the token has expired")
     if max_lifetime is not None:
         current = time.time() if now is None else now
         issued = claims.get("iat")
         start = issued if isinstance(issued, (int, float)) and not isinstance(issued, bool) else current
-        lifetime = expires_at - min(start, current)
+        lifetime = good_until - min(start, current)
         if lifetime > max_lifetime + LEEWAY_SECONDS:
             raise TokenRefused(
                 f"the token is valid for {_duration(lifetime)}, longer than the "
@@ -252,9 +255,6 @@ def verify_token(
     uses = claims.get("uses", 1)
     if isinstance(uses, bool) or not isinstance(uses, int) or uses < 0:
         raise TokenRefused("the token's 'uses' claim must be a whole number, 0 or more")
-    ends_at = claims.get("ends_at")
-    if ends_at is not None and (isinstance(ends_at, bool) or not isinstance(ends_at, (int, float)) or not math.isfinite(ends_at)):
-        raise TokenRefused("the token's 'ends_at' claim must be a time (Unix seconds)")
     live = claims.get("live")
     if live is not None and not isinstance(live, dict):
         raise TokenRefused("the token's 'live' claim must be an object")
@@ -290,11 +290,21 @@ class SpentTokens:
         self._spent: dict[str, int] = {}
         self._expiry: list[tuple[float, str]] = []
 
+    def exhausted(self, grant: Grant) -> bool:
+        """Whether the grant's token has no session left to open (nothing is counted)."""
+        self._forget_expired()
+        token_id = grant.token_id
+        if token_id is None or grant.uses == 0:
+            return False
+        return self._spent.get(token_id, 0) >= grant.uses
+
     def spend(self, grant: Grant) -> bool:
-        """Count one use of the grant's token; False if its uses are spent."""
-        now = self._clock()
-        while self._expiry and self._expiry[0][0] < now:
-            self._spent.pop(heapq.heappop(self._expiry)[1], None)
+        """Count one use of the grant's token; False if its uses are spent.
+
+        Called when a session opens (its setup accepted), not when its opening
+        is read: an opening refused after its token was checked spends nothing.
+        """
+        now = self._forget_expired()
         token_id = grant.token_id
         if token_id is None or grant.uses == 0:
             return True
@@ -307,6 +317,12 @@ class SpentTokens:
         expires = (grant.expires_at if grant.expires_at is not None else now) + LEEWAY_SECONDS
         heapq.heappush(self._expiry, (expires, token_id))
         return True
+
+    def _forget_expired(self) -> float:
+        now = self._clock()
+        while self._expiry and self._expiry[0][0] < now:
+            self._spent.pop(heapq.heappop(self._expiry)[1], None)
+        return now
 
     def __len__(self) -> int:
         return len(self._spent)

@@ -128,8 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--token", default=os.environ.get("LIVE_TOKEN"), help="a static shared token for development, accepted in session.start (default: $LIVE_TOKEN; none if unset)")
     limits.add_argument("--start-timeout", type=_positive(float), default=10.0, help="seconds a socket may take to send session.start (default 10)")
     limits.add_argument("--max-pending", type=_positive(int), default=32, help="sockets waiting for session.start at once (default 32)")
+    limits.add_argument("--max-pending-per-ip", type=_positive(int), default=8, help="of those, sockets from one client address, an IPv6 client by its /64 (default 8)")
     limits.add_argument("--max-sessions-per-ip", type=_positive(int), default=10, help="sockets per client address, an IPv6 client by its /64 (default 10; behind a proxy see --forwarded-allow-ips)")
-    limits.add_argument("--forwarded-allow-ips", default="127.0.0.1", metavar="IPS", help="comma-separated proxy addresses or networks whose X-Forwarded-For names the client (* for any; default 127.0.0.1): the client is the rightmost hop that is not one of them, and the per-address limit applies to it, not to the proxy")
+    limits.add_argument("--forwarded-allow-ips", default="127.0.0.1,::1", metavar="IPS", help="comma-separated proxy addresses or networks whose X-Forwarded-For names the client (* for any; default 127.0.0.1,::1): the client is the rightmost hop that is not one of them, and the per-address limits and /metrics judge it, not the proxy; a socket naming no client is the peer's own")
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--reattach-grace", type=_non_negative, default=30.0, metavar="SECONDS", help="how long a session whose client's socket dropped waits, model connection open, for the client to come back with session.resume (default 30; 0: end it at once)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
@@ -188,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     seeing = parser.add_argument_group("seeing what it does")
     seeing.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port instead of the serving port (0 picks a free one)")
     seeing.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST", help="interface --metrics-port listens on (default 127.0.0.1)")
-    seeing.add_argument("--metrics-allow-ips", default="", metavar="IPS", help="comma-separated addresses or networks that may read /metrics besides loopback (* for any; by the connection's address, never the Host header)")
+    seeing.add_argument("--metrics-allow-ips", default="", metavar="IPS", help="comma-separated addresses or networks that may read /metrics besides loopback (* for any; by the client's address, behind a trusted proxy the client it names, never the Host header)")
     seeing.add_argument("--record", metavar="DIR", help="write a record of every session to DIR (events as JSONL, audio as WAV); read one with `live record show`")
     seeing.add_argument("--record-session-mb", type=_positive(float), default=50.0, help="a session's record stops at this size (default 50 MB)")
     seeing.add_argument("--record-total-mb", type=_positive(float), default=1024.0, help="no new session is recorded while DIR holds this much (default 1024 MB)")
@@ -267,6 +268,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         max_token_lifetime=args.max_token_lifetime,
         start_timeout=args.start_timeout,
         max_pending=args.max_pending,
+        max_pending_per_ip=args.max_pending_per_ip,
         max_sessions_per_ip=args.max_sessions_per_ip,
         forwarded_allow_ips=tuple(args.forwarded_allow_ips.split(",")),
         metrics_allow_ips=tuple(args.metrics_allow_ips.split(",")),

@@ -6,7 +6,8 @@
     models = ["gemini-*-live-*"]
     # Said to the model before the app's own instruction (after the agent's).
     instruction = "Never give medical or legal advice."
-    # The app's function declarations with these names (fnmatch) are not declared.
+    # The app's function declarations with these names (fnmatch) are not declared;
+    # case, and `-` `.` `:` against `_`, make no difference.
     remove_tools = ["delete_*", "transfer_money"]
     # The kinds of tools the service runs itself an app may declare
     # (google_search, code_execution, url_context); the others are removed.
@@ -14,20 +15,33 @@
 
 Every key is optional. What the policy removes is removed quietly, as the
 app's setup is read; a model it does not allow is the service's "not found".
+
+Function names are case-sensitive to the API, but not to the model that reads
+them: `Transfer-Money` is the tool `transfer_money` to it. So `remove_tools`
+compares names as the model reads them (`name_key`): case, and the separators
+a name may hold (`-`, `.`, `:`) against `_`, make no difference. A name the
+API would refuse (spaces, other characters) never gets this far: the endpoint
+refuses it as the service does (`valid_function_name`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BUILTIN_TOOL_KINDS", "GeminiPolicy", "PolicyError"]
+__all__ = ["BUILTIN_TOOL_KINDS", "GeminiPolicy", "PolicyError", "name_key", "valid_function_name"]
 
 BUILTIN_TOOL_KINDS = ("google_search", "code_execution", "url_context", "google_search_retrieval")
+# The API's rule for a function's name (google-genai's FunctionDeclaration.name):
+# "Must start with a letter or an underscore. Must be a-z, A-Z, 0-9, or contain
+# underscores, dots, colons and dashes, with a maximum length of 128."
+_FUNCTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
+_SEPARATORS = str.maketrans("-.:", "___")
 
 
 class PolicyError(ValueError):
@@ -48,7 +62,9 @@ class GeminiPolicy:
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.models)
 
     def keeps_function(self, name: str) -> bool:
-        return not any(fnmatch.fnmatchcase(name, pattern) for pattern in self.remove_tools)
+        """Whether an app's function `name` is declared to the model (see `name_key`)."""
+        key = name_key(name)
+        return not any(fnmatch.fnmatchcase(key, _pattern_key(pattern)) for pattern in self.remove_tools)
 
     def keeps_builtin(self, kind: str) -> bool:
         return kind in self.builtin_tools
@@ -95,3 +111,29 @@ def _names(table: dict[str, Any], key: str, where: str, default: tuple[str, ...]
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
         raise PolicyError(f"{where}: {key} must be a list of names, e.g. {key} = [\"a\", \"b*\"]")
     return tuple(value)
+
+
+def valid_function_name(name: object) -> bool:
+    """A function's name the API accepts (`_FUNCTION_NAME`)."""
+    return isinstance(name, str) and _FUNCTION_NAME.fullmatch(name) is not None
+
+
+def name_key(name: str) -> str:
+    """A function's name as the model reads it: lower case, `-` `.` `:` as `_`."""
+    return name.strip().lower().translate(_SEPARATORS)
+
+
+def _pattern_key(pattern: str) -> str:
+    """An fnmatch pattern of names, as `name_key` reads names (a `[...]` set
+    keeps its separators, so that a range such as `[a-c]` stays one)."""
+    out = []
+    in_set = False
+    for char in pattern.strip().lower():
+        if char == "[" and not in_set:
+            in_set = True
+        elif char == "]" and in_set:
+            in_set = False
+        elif not in_set:
+            char = char.translate(_SEPARATORS)
+        out.append(char)
+    return "".join(out)

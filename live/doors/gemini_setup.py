@@ -12,7 +12,7 @@ from typing import Any
 import pydantic
 from google.genai import types
 
-from live.doors.gemini_policy import BUILTIN_TOOL_KINDS, GeminiPolicy
+from live.doors.gemini_policy import BUILTIN_TOOL_KINDS, GeminiPolicy, valid_function_name
 from live.liveapi import INVALID, get_field
 from live.protocol import ProtocolError
 
@@ -61,7 +61,13 @@ def client_config(setup: Mapping[str, Any], policy: GeminiPolicy) -> types.LiveC
                 raise invalid(INVALID)
             for declaration in repeated(get_field(tool, "functionDeclarations")):
                 declared = types.FunctionDeclaration.model_validate(declaration)
-                if policy.keeps_function(declared.name or ""):
+                if not valid_function_name(declared.name):
+                    raise invalid(
+                        f"Invalid function name {str(declared.name)[:80]!r}: it must start with a letter or an "
+                        "underscore and hold only a-z, A-Z, 0-9, underscores, dots, colons and dashes, "
+                        "at most 128 characters."
+                    )
+                if policy.keeps_function(declared.name):
                     declarations.append(declared)
             # The kinds the service runs itself (a search, code execution) go
             # to the model as the app declared them, those the policy allows.

@@ -13,9 +13,17 @@ The request's fields mean what they mean to the service:
 - `uses`: how many sessions the token opens (default 1; 0: any number);
 - `newSessionExpireTime`: until when it opens them (default a minute from now);
 - `expireTime`: when the sessions it opened end (default 30 minutes from now);
+  both at most the server's token lifetime away (`--max-token-lifetime`),
+  as the service bounds them by its 20 hours: a request past it is refused;
 - `bidiGenerateContentSetup`: the session's setup the token locks, with
-  `fieldMask` naming which of its fields (absent: all of the setup is the
-  token's; the app's own setup is not read).
+  `fieldMask` naming which of its fields (absent or empty: all of the setup is
+  the token's; the app's own setup is not read). The Live API reference: "If
+  field_mask is empty, and bidiGenerateContentSetup is present, then the
+  effective BidiGenerateContentSetup message is taken entirely from
+  bidiGenerateContentSetup in this request." A path names a field of the
+  setup or one of its object's fields (`systemInstruction.parts`,
+  `generationConfig.temperature`), in either spelling, as google-genai's
+  `lock_additional_fields` writes them.
 
 `AuthTokenMinter.answer` is the decision, without I/O; `constrained_setup` is
 how a locked setup and an app's own are put together when the app connects.
@@ -53,7 +61,7 @@ MAX_TOKEN_CHARS = 6000
 # The setup's fields that are objects: a lock may name one of their fields.
 _OBJECT_FIELDS = frozenset(
     {"generationConfig", "realtimeInputConfig", "sessionResumption", "contextWindowCompression",
-     "inputAudioTranscription", "outputAudioTranscription", "proactivity"}
+     "inputAudioTranscription", "outputAudioTranscription", "proactivity", "systemInstruction"}
 )
 MIN_MINT_KEY_CHARS = 16
 # The service's defaults and bound for a token's times.
@@ -131,20 +139,27 @@ class AuthTokenMinter:
             uses = int(uses)  # int32 fields may come as JSON strings
         if isinstance(uses, bool) or not isinstance(uses, int) or uses < 0:
             raise _Refused("uses must be a whole number, 0 (no limit) or more.")
-        expire = _time(request.get("expireTime"), "expireTime", now, DEFAULT_EXPIRE_SECONDS)
-        new_sessions = _time(request.get("newSessionExpireTime"), "newSessionExpireTime", now, DEFAULT_NEW_SESSION_SECONDS)
+        # The service's defaults, within this server's limit; what a request
+        # asks beyond it is refused, as the service refuses what is past its own.
+        longest = LONGEST_SECONDS if self.max_lifetime is None else min(LONGEST_SECONDS, self.max_lifetime)
+        expire = _time(request.get("expireTime"), "expireTime", now, min(DEFAULT_EXPIRE_SECONDS, longest))
+        new_sessions = _time(
+            request.get("newSessionExpireTime"), "newSessionExpireTime", now, min(DEFAULT_NEW_SESSION_SECONDS, longest)
+        )
         if new_sessions > expire:
             raise _Refused("newSessionExpireTime must not be later than expireTime.")
-        if self.max_lifetime is not None and new_sessions - now > self.max_lifetime + LEEWAY_SECONDS:
-            raise _Refused(
-                f"newSessionExpireTime is more than {self.max_lifetime:g} s away: this server accepts tokens "
-                "that open sessions for at most that long (--max-token-lifetime)."
-            )
+        if self.max_lifetime is not None:
+            for name, at in (("newSessionExpireTime", new_sessions), ("expireTime", expire)):
+                if at - now > self.max_lifetime + LEEWAY_SECONDS:
+                    raise _Refused(
+                        f"{name} is more than {self.max_lifetime:g} s away: this server accepts tokens "
+                        "valid for at most that long (--max-token-lifetime)."
+                    )
         live = None
         setup = request.get("bidiGenerateContentSetup")
         if setup is not None:
             live = {"setup": self._setup(setup), "lock": _lock(request.get("fieldMask"))}
-        elif request.get("fieldMask") is not None:
+        elif _lock(request.get("fieldMask")) is not None:
             raise _Refused("fieldMask needs bidiGenerateContentSetup.")
         token = mint_token(
             self._secret,
@@ -176,6 +191,9 @@ class AuthTokenMinter:
         if not isinstance(setup, dict):
             raise _Refused("bidiGenerateContentSetup must be an object.")
         setup = {camel_name(name): value for name, value in setup.items()}
+        if isinstance(setup.get("systemInstruction"), str):
+            # As a Content, so that a lock on its parts takes the token's words.
+            setup["systemInstruction"] = {"parts": [{"text": setup["systemInstruction"]}]}
         unknown = set(setup) - _SETUP_FIELDS
         if unknown:
             raise _Refused(f'Invalid JSON payload received. Unknown name "{sorted(unknown)[0][:60]}" at \'bidi_generate_content_setup\': Cannot find field.')
@@ -233,6 +251,7 @@ class _Refused(Exception):
 
 
 def _lock(field_mask: Any) -> list[str] | None:
+    """The paths a token locks; None: the whole setup (no mask, or an empty one)."""
     if field_mask is None:
         return None
     if isinstance(field_mask, list):
@@ -241,15 +260,19 @@ def _lock(field_mask: Any) -> list[str] | None:
         paths = field_mask.split(",")
     else:
         raise _Refused("fieldMask must be a comma-separated list of field paths.")
-    paths = [p.strip() for p in paths if isinstance(p, str) and p.strip()]
+    if not all(isinstance(p, str) for p in paths):
+        raise _Refused("fieldMask must be a comma-separated list of field paths.")
+    paths = [p.strip() for p in paths if p.strip()]
+    if not paths:
+        return None  # empty: the setup is all the token's, never none of it
     for path in paths:
         head, _, rest = path.partition(".")
         if camel_name(head) not in _SETUP_FIELDS:
             raise _Refused(f"fieldMask names a field the setup does not have: {path[:80]!r}.")
-        if rest and (camel_name(head) not in _OBJECT_FIELDS or "." in rest):
+        if rest and (camel_name(head) not in _OBJECT_FIELDS or "." in rest or not rest.strip()):
             raise _Refused(
                 f"fieldMask: {path[:80]!r} cannot be locked on its own; lock {head!r} whole "
-                "(a field of generationConfig or realtimeInputConfig may be named alone)."
+                "(a field of one of the setup's objects, such as generationConfig.temperature, may be named alone)."
             )
     return paths
 

@@ -289,10 +289,10 @@ class ClientAttachment:
     def authorize(self, token: str | None, *, spend: bool) -> str | None:
         """None if the opening may go on (the token's grant kept); otherwise why not.
 
-        `spend`: the token opens a session (`session.start`), and no other after
-        it; a resume (`spend=False`) shows a valid token for the session's
-        subject, which may be the one that opened it. Never says or logs the
-        token itself.
+        `spend`: the token is to open a session (`session.start`): it must have
+        a use left, spent once the session opens (`spend_token`); a resume
+        (`spend=False`) shows a valid token for the session's subject, which
+        may be the one that opened it. Never says or logs the token itself.
         """
         runner = self._runner
         config = runner.config
@@ -327,13 +327,20 @@ class ClientAttachment:
             )
         except TokenRefused as exc:
             return str(exc)
-        if spend and not runner.spent_tokens.spend(grant):
-            if grant.uses == 1:
-                return "the token was already used to open a session (a token opens one: mint one per visit)"
-            return f"the token was already used to open the {grant.uses} sessions it may open"
+        if spend and runner.spent_tokens.exhausted(grant):
+            return _already_used(grant)
         self.grant = grant
         self.principal = principal_of(grant)
         return None
+
+    def spend_token(self) -> str | None:
+        """The session opens: count it against its token's uses (a refused
+        opening spends none). None if the token had a use left; else why not
+        (another opening with the same token got there first)."""
+        grant = self.grant
+        if grant is None or self._runner.spent_tokens.spend(grant):
+            return None
+        return _already_used(grant)
 
     def new_resume_token(self) -> str:
         """A new resume token for this session; the one before it stops working now."""
@@ -510,6 +517,12 @@ def _closed_normally(closed: ConnectionClosed) -> bool:
     """The peer closed with 1000 (normal closure): it is done, not cut off."""
     received = closed.rcvd
     return received is not None and received.code == CLOSE_NORMAL
+
+
+def _already_used(grant: Grant) -> str:
+    if grant.uses == 1:
+        return "the token was already used to open a session (a token opens one: mint one per visit)"
+    return f"the token was already used to open the {grant.uses} sessions it may open"
 
 
 def principal_of(grant: Grant) -> str:

@@ -43,12 +43,16 @@ class ServerConfig:
       its handshake is closed (`idle_timeout`, close 1008).
     - `max_pending`: sockets waiting for `session.start` at once; one more gets
       `pending_limit` and close 1013.
+    - `max_pending_per_ip`: of those, sockets from one client address (an IPv6
+      client by its /64), so that one address cannot hold them all; one more
+      gets `pending_limit` and close 1013.
     - `max_sessions_per_ip`: sockets (pending or in a session) per client
       address (an IPv6 client by its /64); one more gets `address_limit` and
       close 1013. A conversation counts once, whichever socket it is on.
     - `forwarded_allow_ips`: proxies (addresses, CIDRs, `*` for any) whose
       `X-Forwarded-For` names the client: the client's address is its rightmost
-      hop that is not one of them; a trusted proxy itself is never limited.
+      hop that is not one of them. A socket that names no client is a client
+      on the peer's own address, limited as any (`live.addresses`).
     - `audio_queue_frames`, `audio_queue_bytes`: client audio waiting for the
       model (two seconds of 20 ms frames, enough to cover a change of model
       connection; the bytes: two seconds at 48 kHz); beyond either the oldest is
@@ -97,7 +101,8 @@ class ServerConfig:
       the serving port, so it can stay private; on `metrics_host` (loopback by
       default), with the Host check of the serving port.
     - `metrics_allow_ips`: who may read `/metrics` (addresses, CIDRs, `*`),
-      by the socket's peer address; loopback always may.
+      by the client's address (the socket's peer, or behind a trusted proxy
+      the client it names); loopback always may.
     - `sockets`: the WebSocket layer: `picows` (compiled framing), `websockets`,
       or `auto` (picows where it can be imported; `live.net.sockets`).
     """
@@ -115,8 +120,9 @@ class ServerConfig:
     max_token_lifetime: float = 3600.0
     start_timeout: float = 10.0
     max_pending: int = 32
+    max_pending_per_ip: int = 8
     max_sessions_per_ip: int = 10
-    forwarded_allow_ips: tuple[str, ...] = ("127.0.0.1",)
+    forwarded_allow_ips: tuple[str, ...] = ("127.0.0.1", "::1")
     audio_queue_frames: int = 100
     audio_queue_bytes: int = 192_000
     control_queue_bytes: int = 128 << 10

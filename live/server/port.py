@@ -118,11 +118,14 @@ class LiveServer:
         self.sessions: set[SessionRunner] = set()
         # Started sessions a client may reattach to, by id.
         self.live_sessions: dict[str, SessionRunner] = {}
-        # Sockets that have not sent session.start yet, and sockets per address.
+        # Sockets that have not sent session.start yet (in all and per address),
+        # and sockets per address, by `address_key`.
         self.pending: set[SessionRunner] = set()
+        self.pending_per_address: Counter[str] = Counter()
         self.per_address: Counter[str] = Counter()
-        # Sessions counted against the limits (a reattaching socket hands its count back).
-        self._counted: dict[SessionRunner, str | None] = {}
+        # Sessions counted against the limits, with the address they count under
+        # (a reattaching socket hands its count back).
+        self._counted: dict[SessionRunner, str] = {}
         self.spent_tokens = SpentTokens()  # in this process (docs/access.md)
         self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
         self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
@@ -169,15 +172,17 @@ class LiveServer:
         return host
 
     def _metrics_for(self, connection: WebSocket, request: Request) -> Response:
-        """`/metrics`, for a peer on this machine or one `--metrics-allow-ips` names:
-        by the connection's own address, never by the Host it names (which anyone
-        can write)."""
-        peer = parse_ip(peer_address(connection))
-        if peer is None or not (peer.is_loopback or peer in self.metrics_readers):
+        """`/metrics`, for a client on this machine or one `--metrics-allow-ips`
+        names: by the client's address (behind a trusted proxy, the client it
+        names, not the proxy's own loopback), never by the Host it names (which
+        anyone can write)."""
+        client, _ = self._forwarded(peer_address(connection), request)
+        address = parse_ip(client)
+        if address is None or not (address.is_loopback or address in self.metrics_readers):
             return self._refuse(
                 request,
                 http.HTTPStatus.FORBIDDEN,
-                f"/metrics asked from {peer_address(connection)}",
+                f"/metrics asked from {client[:60]}",
                 "/metrics is served to this machine only (start the server with "
                 "--metrics-allow-ips to name others)\n",
             )
@@ -299,43 +304,59 @@ class LiveServer:
         return self._client(ws)[0]
 
     def _client(self, ws: WebSocket) -> tuple[str, bool]:
-        peer = peer_address(ws)
-        request = getattr(ws, "request", None)
+        return self._forwarded(peer_address(ws), getattr(ws, "request", None))
+
+    def _forwarded(self, peer: str, request: Request | None) -> tuple[str, bool]:
+        """The client's address (`live.addresses.forwarded_client`): from a
+        trusted proxy, the client its `X-Forwarded-For` names; without the
+        header, or from any other peer, the peer itself."""
         forwarded = request.headers.get_all("X-Forwarded-For") if request is not None else []
         return forwarded_client(peer, forwarded, self.trusted_proxies)
 
-    def _count(self, session: SessionRunner) -> None:
-        """Count a socket against the per-address limit (a trusted proxy's own
-        sockets, with no client named, are not limited)."""
+    def _key(self, session: SessionRunner) -> str:
+        """The address a socket counts under in the per-address limits."""
         ws = session.ws
-        client, via_proxy = self._client(ws) if ws is not None else ("?", False)
-        key = None if via_proxy and client == peer_address(ws) else address_key(client)
+        return address_key(self.client_address(ws)) if ws is not None else "?"
+
+    def _count(self, session: SessionRunner) -> None:
+        """Count a socket against the limits: in all, pending, and per address."""
+        key = self._key(session)
         self.sessions.add(session)
         self.pending.add(session)
         self._counted[session] = key
+        self.per_address[key] += 1
+        self.pending_per_address[key] += 1
+
+    def not_pending(self, session: SessionRunner) -> None:
+        """A socket's opening was read (or it ended): it waits no more."""
+        if session not in self.pending:
+            return
+        self.pending.discard(session)
+        key = self._counted.get(session)
         if key is not None:
-            self.per_address[key] += 1
+            _decrement(self.pending_per_address, key)
 
     def _release(self, session: SessionRunner) -> None:
         """Stop counting a socket's session; once, whoever asks first."""
+        self.not_pending(session)
         self.sessions.discard(session)
-        self.pending.discard(session)
         if session not in self._counted:
             return
-        key = self._counted.pop(session)
-        if key is not None:
-            self.per_address[key] -= 1
-            if self.per_address[key] <= 0:
-                del self.per_address[key]
+        _decrement(self.per_address, self._counted.pop(session))
 
-    def _address_full(self, session: SessionRunner) -> bool:
+    def _unnamed_hint(self, session: SessionRunner) -> str:
+        """For the log: a socket from a trusted proxy that named no client
+        counts as the proxy's own address, with every other such client."""
         ws = session.ws
         if ws is None:
-            return False
+            return ""
         client, via_proxy = self._client(ws)
-        if via_proxy and client == peer_address(ws):
-            return False
-        return self.per_address[address_key(client)] >= self.config.max_sessions_per_ip
+        if not via_proxy or client != peer_address(ws):
+            return ""
+        return (
+            f" ({client} is a trusted proxy's address and the socket named no client: if it is a "
+            "proxy, it must set X-Forwarded-For, or all its clients count as one)"
+        )
 
     async def reattach(
         self, temporary: SessionRunner, message: SessionResume
@@ -569,7 +590,15 @@ class LiveServer:
                 "try again later",
                 True,
             )
-        if self._address_full(session):
+        key = self._key(session)
+        if self.pending_per_address[key] >= config.max_pending_per_ip:
+            return ErrorEvent(
+                "pending_limit",
+                f"your address already has {config.max_pending_per_ip} sockets waiting to start "
+                "a session (the server's limit per address); start one and try again",
+                True,
+            )
+        if self.per_address[key] >= config.max_sessions_per_ip:
             return ErrorEvent(
                 "address_limit",
                 f"your address already has {config.max_sessions_per_ip} sessions open "
@@ -584,7 +613,10 @@ class LiveServer:
         session = SessionRunner(self, ws, self.doors[path](request))
         refusal = self._admission(session)
         if refusal is not None:
-            log.warning("refused a socket from %s: %s: %s", session.peer, refusal.code, refusal.message)
+            log.warning(
+                "refused a socket from %s: %s: %s%s", session.peer, refusal.code, refusal.message,
+                self._unnamed_hint(session) if refusal.code in ("pending_limit", "address_limit") else "",
+            )
             await session.client.send_now(refusal)
             await ws.close(CLOSE_TRY_LATER, refusal.code)
             session.obs.ended(refusal.code, refusal)
@@ -682,6 +714,12 @@ class LiveServer:
     async def wait_stopping(self) -> None:
         await self._stop.wait()
 
+
+
+def _decrement(counter: Counter[str], key: str) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]
 
 
 def route_path(target: str) -> str:

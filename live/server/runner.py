@@ -112,7 +112,8 @@ class SessionServer(Protocol):
     recorder: Recorder | None
     spent_tokens: SpentTokens
     live_sessions: dict[str, SessionRunner]
-    pending: set[SessionRunner]
+
+    def not_pending(self, session: SessionRunner) -> None: ...
 
     @property
     def stopping(self) -> bool: ...
@@ -259,7 +260,7 @@ class SessionRunner:
                 try:
                     start = await client.await_opening()
                 finally:
-                    self.server.pending.discard(self)
+                    self.server.not_pending(self)
             if self.end_reason is not None or start is None:
                 return
             if isinstance(start, SessionResume):
@@ -386,6 +387,12 @@ class SessionRunner:
                 self.finish(message, CLOSE_TRY_LATER, ErrorEvent("capacity", message, True))
                 return
             link = await self.link.open_first(start.history)
+            # The session opens now: only now does it spend a use of its token.
+            refusal = client.spend_token()
+            if refusal is not None:
+                log.warning("session %s refused from %s: unauthorized: %s", self.id, client.peer, refusal)
+                self.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
+                return
             resume_token = None
             if self.config.reattach_grace > 0 and self.door.resumable():
                 if not self.door.capabilities.reattach:
