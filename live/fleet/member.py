@@ -22,8 +22,11 @@ The store can fail mid-run, pause, or come back empty:
   for most of a lease stops the sessions whose client is away (`on_unsure`):
   another server may be taking them over.
 - Facts and slots live as long as a takeover may still come (the lease and the
-  reattach grace) and are pushed on by the heartbeat; a session that ended
-  while Redis was away frees its slot when that time runs out.
+  reattach grace) and are pushed on by the heartbeat. A heartbeat renews only
+  sessions still served here when its calls return; a session that ended
+  while Redis was away, or while a heartbeat was in flight (whose calls may
+  reach Redis after the session's release), is let go again at the next
+  heartbeat that reaches Redis, so its slot comes back then.
 - With a fleet-wide limit, a new session is admitted only when the store
   counts it (closed when the store is away: the limit is a promise); a
   takeover never needs room (the conversation was counted already).
@@ -93,6 +96,13 @@ class Fleet:
         # Sessions that ended while the store was away: let go at the next beat.
         self._unreleased: dict[str, bool] = {}
         self._gone: set[str] = set()  # held by another server now: never written here
+        # Sessions this server started or took over and has not ended: the only
+        # ones a heartbeat renews, claims back or counts.
+        self._serving: set[str] = set()
+        # The sessions of the heartbeat in flight: one that ends meanwhile is let
+        # go again after it, since the beat's calls may land after its release.
+        self._beating: set[str] = set()
+        self._writing: dict[str, int] = {}  # session id -> its facts' writes in flight
         self._wake = anyio.Event()
 
     async def _safe(self, call: Callable[[], Awaitable[T]], fallback: T) -> T:
@@ -169,6 +179,25 @@ class Fleet:
     ) -> None:
         store = self.store
         sent_at = self._clock()
+        # Only what is still served here: a session that ended (or was refused)
+        # since `session_ids` was taken has nothing left to renew.
+        session_ids = [s for s in session_ids if s in self._serving]
+        self._beating = set(session_ids)
+        try:
+            await self._beat(session_ids, sent_at, facts, on_lost=on_lost, on_unsure=on_unsure)
+        finally:
+            self._beating = set()
+
+    async def _beat(
+        self,
+        session_ids: list[str],
+        sent_at: float,
+        facts: Callable[[str], dict[str, Any] | None],
+        *,
+        on_lost: Callable[[str], None],
+        on_unsure: Callable[[str], None],
+    ) -> None:
+        store = self.store
         unsure = sent_at - self._renewed_at > self.lease_seconds * 2 / 3
         if unsure:
             # Not renewed for most of a lease: before this beat's calls may hang on
@@ -199,6 +228,8 @@ class Fleet:
             del self._unreleased[session_id]
         gone: set[str] = set()
         for session_id in lost:
+            if session_id not in self._serving:
+                continue  # it ended while the store was stalled: nothing to claim back
             if await self._reclaim(session_id):
                 continue
             gone.add(session_id)
@@ -207,10 +238,14 @@ class Fleet:
             self.fenced += 1
             log.warning("session %s is held by another server now: letting it go here", session_id)
             on_lost(session_id)
-        kept = [s for s in session_ids if s not in gone]
+        # A session that ended during the calls above is not held again; one that
+        # ends during the next one is let go again at the next beat (`ended`).
+        kept = [s for s in session_ids if s not in gone and s in self._serving]
         if self.max_sessions_global is not None and kept:
             await self._safe(lambda: store.hold_slots(kept, self.state_ttl), None)
         for session_id in kept:
+            if session_id not in self._serving:
+                continue
             state = facts(session_id)
             if state is not None and not await self.save(session_id, state):
                 break  # the store failed: the next beat tries again
@@ -247,11 +282,16 @@ class Fleet:
             return True
         if self._saved.get(session_id) == text:
             return True
+        self._writing[session_id] = self._writing.get(session_id, 0) + 1
         try:
             await self.store.save_state(session_id, json.loads(text), self.state_ttl)
         except StoreError as exc:
             self._store_failed(exc)
             return False
+        finally:
+            self._writing[session_id] -= 1
+            if not self._writing[session_id]:
+                del self._writing[session_id]
         self._store_answered()
         self._saved[session_id] = text
         return True
@@ -277,6 +317,7 @@ class Fleet:
     async def started(self, session_id: str, state: dict[str, Any]) -> None:
         self._unreleased.pop(session_id, None)
         self._gone.discard(session_id)
+        self._serving.add(session_id)
         await self._safe(lambda: self.store.claim(session_id, self.server_id, self.lease_seconds), True)
         await self.save(session_id, state)
 
@@ -289,9 +330,15 @@ class Fleet:
         """
         self._saved.pop(session_id, None)
         self._changed.discard(session_id)
+        self._serving.discard(session_id)
         if session_id in self._gone:
             self._gone.discard(session_id)
             return  # its lease, facts and slot are the new holder's
+        if session_id in self._beating or session_id in self._writing:
+            # The heartbeat (or a write of its facts) in flight may renew its lease,
+            # hold its slot or store its facts after the release below reaches
+            # the store: the next beat lets go again.
+            self._unreleased[session_id] = keep_state
         try:
             await self._let_go(session_id, keep_state)
         except StoreError as exc:
@@ -332,6 +379,7 @@ class Fleet:
         self._gone.discard(session_id)
         if not await self._safe(lambda: store.take_over(session_id, self.server_id, self.lease_seconds), False):
             return False
+        self._serving.add(session_id)
         if self.max_sessions_global is not None:
             await self._safe(lambda: store.hold_slots([session_id], self.state_ttl), None)
         return True
