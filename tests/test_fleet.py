@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import pytest
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import InvalidHandshake
 
 from bench.balancer import round_robin as balancer
 from clients.client import LiveClient, Reattaching
@@ -124,6 +126,47 @@ async def test_a_server_killed_mid_conversation_is_taken_over_by_another(redis):
     resumed = [s for s in emu.sessions if s.resumed_from]
     assert resumed and resumed[-1].resumed_from in emu.sessions[0].handles  # the same Gemini session
     assert resumed[-1].user_turns == ["two"]
+
+
+async def test_a_holder_killed_right_after_a_reattach_is_taken_over_with_the_clients_new_token(redis):
+    """The client's network blips, it reattaches to the server holding its
+    session and gets a new resume token; that server dies the moment after.
+    The server taking over accepts the token the client holds, and the spent
+    one from nobody (here: someone who copied it)."""
+    async with fleet(redis, 2) as (emu, servers, url), LiveClient.connect(url) as client:
+        assert said(await say(client, "one"), "You said: one.")
+        first = holder(servers)
+        spent = client.session.resume_token
+        client._ws.transport.abort()  # the network goes away: no close frame
+        async for event in client.events():
+            if isinstance(event, p.SessionReattached):
+                first.proc.send_signal(signal.SIGKILL)  # before its next heartbeat
+                break
+        assert client.session.resume_token != spent
+
+        answers: list[str] = []
+
+        async def copied_token() -> None:
+            resume = {"type": "session.resume", "session_id": client.session.session_id, "resume_token": spent}
+            while True:  # as a client would: the balancer may first pick the dead server
+                try:
+                    async with ws_connect(url) as ws:
+                        await ws.send(json.dumps(resume))
+                        event = p.parse_server_event(await ws.recv())
+                except (OSError, InvalidHandshake):
+                    await anyio.sleep(0.2)
+                    continue
+                answers.append(event.code if isinstance(event, p.ErrorEvent) else type(event).__name__)
+                return
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(copied_token)
+            await collect(client, lambda e: isinstance(e, p.SessionReattached), timeout=30)
+        assert answers == ["unauthorized"]
+        assert said(await say(client, "two"), "You said: two.")
+        assert holder(servers) is not first
+    resumed = [s for s in emu.sessions if s.resumed_from]
+    assert resumed and resumed[-1].user_turns == ["two"]
 
 
 async def test_a_takeover_whose_stored_handle_is_refused_starts_fresh_from_the_stored_transcript(redis):

@@ -102,7 +102,7 @@ class Fleet:
         # The sessions of the heartbeat in flight: one that ends meanwhile is let
         # go again after it, since the beat's calls may land after its release.
         self._beating: set[str] = set()
-        self._writing: dict[str, int] = {}  # session id -> its facts' writes in flight
+        self._writing: dict[str, anyio.Lock] = {}  # session id -> its facts' writes, one at a time
         self._wake = anyio.Event()
 
     async def _safe(self, call: Callable[[], Awaitable[T]], fallback: T) -> T:
@@ -270,7 +270,11 @@ class Fleet:
         return True
 
     async def save(self, session_id: str, state: dict[str, Any]) -> bool:
-        """Write a session's facts if they changed; False when the store failed."""
+        """Write a session's facts if they changed; False when the store failed.
+
+        One write of a session's facts at a time, in the order they were asked
+        for: facts taken before a change (a heartbeat's) never land after the
+        facts written for it (a rotated resume token's)."""
         if session_id in self._gone:
             return True  # another server carries it now: its facts are that server's
         try:
@@ -280,21 +284,25 @@ class Fleet:
                 self._saved[session_id] = "unstorable"
                 log.warning("session %s: its facts hold a non-finite number and cannot be stored", session_id)
             return True
-        if self._saved.get(session_id) == text:
-            return True
-        self._writing[session_id] = self._writing.get(session_id, 0) + 1
+        lock = self._writing.get(session_id)
+        if lock is None:
+            lock = self._writing[session_id] = anyio.Lock(fast_acquire=True)
         try:
-            await self.store.save_state(session_id, json.loads(text), self.state_ttl)
-        except StoreError as exc:
-            self._store_failed(exc)
-            return False
+            async with lock:
+                if self._saved.get(session_id) == text or session_id not in self._serving:
+                    return True  # unchanged, or it ended while an earlier write was in flight
+                try:
+                    await self.store.save_state(session_id, json.loads(text), self.state_ttl)
+                except StoreError as exc:
+                    self._store_failed(exc)
+                    return False
+                self._store_answered()
+                if session_id in self._serving:  # not one that ended meanwhile
+                    self._saved[session_id] = text
+                return True
         finally:
-            self._writing[session_id] -= 1
-            if not self._writing[session_id]:
+            if not lock.locked() and not lock.statistics().tasks_waiting and self._writing.get(session_id) is lock:
                 del self._writing[session_id]
-        self._store_answered()
-        self._saved[session_id] = text
-        return True
 
     async def retire(self) -> None:
         await self._safe(lambda: self.store.retire(self.server_id), None)
@@ -364,10 +372,13 @@ class Fleet:
 
     async def locate(self, session_id: str) -> tuple[str | None, str | None, dict[str, Any] | None]:
         """Where a session lives: (its live holder, that holder's address or None
-        when it stopped announcing itself, None), or (None, None, its stored facts
-        or None when unknown). Raises `StoreError` when the store cannot say."""
+        when it stopped announcing itself or is this server, None), or (None,
+        None, its stored facts or None when unknown). Raises `StoreError` when
+        the store cannot say."""
         store = self.store
         holder = await store.holder(session_id)
+        if holder == self.server_id and session_id in self._serving:
+            return holder, None, None  # being taken over here, by another socket
         if holder is not None and holder != self.server_id:
             return holder, await store.server_address(holder), None
         return None, None, await store.load_state(session_id)

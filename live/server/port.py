@@ -380,22 +380,34 @@ class LiveServer:
             return None
         session = self.live_sessions.get(message.session_id)
         if session is not None and session.end_reason is None and session.resume_digest:
-            if not token_matches(message.resume_token, session.resume_digest) or not _same_principal(
-                session.client.principal, temporary.client.principal
-            ):
-                self._resume_unauthorized(temporary, message)
-                return None
-            # Rotated before anything awaits: a second socket with the same token loses.
-            resume_token = session.client.new_resume_token()
-            temporary.handed_off = True
-            self._release(temporary)  # the conversation is counted once, as it was
-            await session.client.attach(ws, message.last_seq, resume_token)
-            await session.client.serve_socket(ws)
+            await self._reattach_here(temporary, message, session)
             return None
         if self.fleet is not None and not self.stopping:
             return await self._reattach_in_fleet(temporary, message)
         self._resume_expired(temporary, message)
         return None
+
+    async def _reattach_here(self, temporary: SessionRunner, message: SessionResume, session: SessionRunner) -> None:
+        """Attach the socket to a session this server carries, with a new resume token."""
+        ws = temporary.ws
+        assert ws is not None
+        if not token_matches(message.resume_token, session.resume_digest or "") or not _same_principal(
+            session.client.principal, temporary.client.principal
+        ):
+            self._resume_unauthorized(temporary, message)
+            return
+        # Rotated before anything awaits: a second socket with the same token loses.
+        resume_token = session.client.new_resume_token()
+        temporary.handed_off = True
+        self._release(temporary)  # the conversation is counted once, as it was
+        fleet = self.fleet
+        if fleet is not None and session.core is not None:
+            # The new token's digest is in the store before the client holds the
+            # token: if this server dies the moment after, the server taking the
+            # session over accepts the new token, and the spent one nowhere.
+            await fleet.save(session.id, session.durable_state())
+        await session.client.attach(ws, message.last_seq, resume_token)
+        await session.client.serve_socket(ws)
 
     async def _reattach_in_fleet(
         self, temporary: SessionRunner, message: SessionResume
@@ -412,6 +424,12 @@ class LiveServer:
         deadline = anyio.current_time() + fleet.lease_seconds * 4 / 3 + 0.5
         store_down = False
         while True:
+            session = self.live_sessions.get(session_id)
+            if session is not None and session.end_reason is None and session.resume_digest:
+                # It was being taken over here (by another socket with the same
+                # resume token): the token that took it over is spent now.
+                await self._reattach_here(temporary, message, session)
+                return None
             try:
                 holder, address, state = await fleet.locate(session_id)
                 store_down = False

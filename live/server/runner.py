@@ -399,6 +399,10 @@ class SessionRunner:
                     client.keep_for_reattach()
                 resume_token = client.new_resume_token()
                 self.server.live_sessions[self.id] = self
+            if fleet is not None:
+                # Its lease and facts (its resume token's digest) are in the store
+                # before the client holds the token.
+                await fleet.started(self.id, self.durable_state())
             await client.send_now(
                 SessionStarted(
                     self.id,
@@ -417,15 +421,15 @@ class SessionRunner:
                 client.keep_for_reattach()
             stored_seq = int(self.adopted.get("last_seq") or 0)
             replay = client.replay
-            # The stored token worked once; the client gets the next.
-            resume_token = client.new_resume_token()
-            await client.send_now(
-                SessionReattached(self.id, 0, max(0, stored_seq - replay.last_seq), resume_token)
-            )
+            missed = max(0, stored_seq - replay.last_seq)
             replay.last_seq = max(stored_seq, replay.last_seq)
+            # The stored token worked once; the client gets the next, once its
+            # digest is in the store (this server may die the moment after).
+            resume_token = client.new_resume_token()
+            if fleet is not None:
+                await fleet.started(self.id, self.durable_state())
+            await client.send_now(SessionReattached(self.id, 0, missed, resume_token))
             log.info("session %s taken over from the fleet (handle from the store)", self.id)
-        if fleet is not None:
-            await fleet.started(self.id, self.durable_state())
         self.obs.started(self.clock())
         log.info(
             "session %s started model=%s input_rate=%d door=%s", self.id, self.model, start.input_rate, self.door.name
