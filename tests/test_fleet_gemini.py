@@ -12,6 +12,7 @@ import signal
 import ssl
 import time
 import urllib.request
+import warnings
 from collections.abc import AsyncIterator
 
 import anyio
@@ -20,20 +21,25 @@ import trustme
 from emulated import MODEL
 from gemini_serving import (
     CONFIG,
+    SECRET,
     ca_fixture,  # noqa: F401 (a fixture)
     cert_files_fixture,  # noqa: F401 (a fixture)
+    refused,
     said,
     sdk_client,
     turn,
 )
 from google.genai import errors, types
 from test_fleet import LEASE, Serving
+from test_gemini_tokens import MINT_KEY, app, backend, create
+from test_phone_cli import free_port
 from test_fleet import redis as redis  # noqa: PLC0414 (a fixture)
 from test_store import RedisServer
 
 from bench.balancer import round_robin as balancer
 from connections.emulator import Script
 from connections.emulator.server import running_emulator
+from connections.emulator.wire import BAD_TOKEN
 
 pytestmark = pytest.mark.anyio
 
@@ -123,3 +129,46 @@ async def test_a_draining_server_sends_go_away_and_the_app_resumes_on_another_wi
     assert resumed[-1].user_turns == ["two"]
     assert INSTRUCTION in json.dumps(emu.sessions[0].setup)
     assert INSTRUCTION in json.dumps(resumed[-1].setup)
+
+
+async def test_a_single_use_token_opens_one_session_in_the_whole_fleet_even_after_restarts(redis, ca, cert_files):
+    """A backend mints a `uses=1` token on one server; its app opens a session
+    with it on one server; no server of the fleet opens another with it, nor
+    do servers started afresh on the same Redis."""
+    async with running_emulator(Script(speed=20, profile_overrides={"late_transcripts": False})) as emu:
+        env = emu.environment()
+        tls = ("--certfile", cert_files["certfile"], "--keyfile", cert_files["keyfile"])
+        minting = ("--token-secret", SECRET, "--mint-key", MINT_KEY)
+
+        def start() -> tuple[Serving, int]:
+            post_port = free_port()
+            server = Serving(
+                env, "--redis", redis.url, "--fleet-lease", str(LEASE), "--gemini-endpoint", *tls, *minting,
+                "--post-port", str(post_port),
+            )
+            return server, post_port
+
+        servers = [start(), start()]
+        try:
+            (a, a_post), (b, _) = servers
+            token = await create(backend(a_post, ca), uses=1)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", errors.ExperimentalWarning)
+                async with app(f"wss://127.0.0.1:{b.port}/", ca, token).aio.live.connect(model=MODEL, config=CONFIG) as session:
+                    await session.send_realtime_input(text="one")
+                    assert said(await turn(session, timeout=30)) == "You said: one."
+            for server, _ in servers:  # the one that opened it, and the other
+                assert await refused(f"wss://127.0.0.1:{server.port}/", ca, token.name, api_version="v1alpha") == (
+                    1008, BAD_TOKEN,
+                )
+            for server, _ in servers:
+                server.stop()
+            servers = [start(), start()]
+            for server, _ in servers:
+                assert await refused(f"wss://127.0.0.1:{server.port}/", ca, token.name, api_version="v1alpha") == (
+                    1008, BAD_TOKEN,
+                )
+        finally:
+            for server, _ in servers:
+                server.stop()
+    assert len(emu.sessions) == 1

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 import anyio
 import pytest
 
-from live.fleet import Admission, Fleet
-from live.store import RedisStore
+from live.fleet.member import Admission, Fleet
+from live.fleet.store import RedisStore
 from test_store import RedisServer
 
 pytestmark = pytest.mark.anyio

@@ -251,6 +251,19 @@ async def test_a_session_counts_once_and_held_slots_come_back_after_a_store_empt
     assert not await b.acquire_slot("s3", 2, 10)
 
 
+async def test_a_tokens_uses_are_counted_once_across_servers_until_it_expires(servers: Servers) -> None:
+    a, b = await servers(), await servers()
+    assert await a.token_uses("jti-1") == 0
+    assert await a.spend_use("jti-1", 1, 0.3)
+    assert await b.token_uses("jti-1") == 1
+    assert not await b.spend_use("jti-1", 1, 0.3), "spent, whichever server asks"
+    assert not await a.spend_use("jti-1", 1, 0.3)
+    assert await a.spend_use("jti-2", 2, 10) and await b.spend_use("jti-2", 2, 10)
+    assert not await a.spend_use("jti-2", 2, 10)
+    await anyio.sleep(0.4)  # the token expired: what it counted goes with it
+    assert await b.spend_use("jti-1", 1, 10)
+
+
 async def test_release_deletes_the_state_only_for_the_holder(servers: Servers) -> None:
     """A server whose session another server took over must not delete the
     facts the new holder carries it on with."""

@@ -48,9 +48,10 @@ from typing import Any, TypeVar
 
 import anyio
 
+from live.access.auth import LEEWAY_SECONDS, Grant, SpentTokens
 from live.fleet.store import SessionStore, StoreError
 
-__all__ = ["Admission", "Fleet"]
+__all__ = ["Admission", "Fleet", "TokenUses"]
 
 log = logging.getLogger("live.fleet")
 T = TypeVar("T")
@@ -370,6 +371,19 @@ class Fleet:
         if self.max_sessions_global is not None:
             await store.release_slot(session_id)
 
+    async def spend_token(self, token_id: str, uses: int, expires_at: float | None) -> bool:
+        """Count one use of a token across the fleet; False once its `uses` are
+        spent. True also when the store cannot say: this server's own count
+        (which the caller keeps) decides then, as a single server's would."""
+        # Kept until the token expires (and the leeway a check allows after it).
+        ttl = max(1.0, (expires_at or time.time()) + LEEWAY_SECONDS - time.time())
+        return await self._safe(lambda: self.store.spend_use(token_id, uses, ttl), True)
+
+    async def token_exhausted(self, token_id: str, uses: int) -> bool:
+        """Whether a token opened its `uses` sessions across the fleet already
+        (nothing counted); False when the store cannot say."""
+        return await self._safe(lambda: self.store.token_uses(token_id), 0) >= uses
+
     async def locate(self, session_id: str) -> tuple[str | None, str | None, dict[str, Any] | None]:
         """Where a session lives: (its live holder, that holder's address or None
         when it stopped announcing itself or is this server, None), or (None,
@@ -394,3 +408,37 @@ class Fleet:
         if self.max_sessions_global is not None:
             await self._safe(lambda: store.hold_slots([session_id], self.state_ttl), None)
         return True
+
+
+class TokenUses:
+    """How many sessions each token (by `jti`) opened: counted in this process
+    (`SpentTokens`), and, for a server of a fleet, in the fleet's store too, so
+    a token opens its sessions once across the fleet and across restarts.
+    While the store cannot be reached, this process's count decides.
+
+    `fleet()` names the server's fleet (None: a single server); it is asked
+    each time, since a server joins its fleet after it is built.
+    """
+
+    def __init__(self, fleet: Callable[[], Fleet | None] = lambda: None, local: SpentTokens | None = None) -> None:
+        self._fleet = fleet
+        self.local = local if local is not None else SpentTokens()
+
+    async def exhausted(self, grant: Grant) -> bool:
+        """Whether the grant's token has no session left to open (nothing is counted)."""
+        if self.local.exhausted(grant):
+            return True
+        fleet = self._fleet()
+        if fleet is None or grant.token_id is None or not grant.uses:
+            return False
+        return await fleet.token_exhausted(grant.token_id, grant.uses)
+
+    async def spend(self, grant: Grant) -> bool:
+        """Count one use of the grant's token (when its session opens); False if
+        its uses are spent, here or anywhere in the fleet."""
+        if not self.local.spend(grant):
+            return False
+        fleet = self._fleet()
+        if fleet is None or grant.token_id is None or not grant.uses:
+            return True
+        return await fleet.spend_token(grant.token_id, grant.uses, grant.expires_at)

@@ -57,6 +57,14 @@ server carries it, with an expiry its holder's heartbeat pushes on):
     A server that dies leaves its sessions' slots until they expire (the lease
     and the reattach grace: the time another server may take them over).
 
+Tokens that open a limited number of sessions (a session token's `jti`, a
+Live API ephemeral token's `uses`), counted once across the fleet and its restarts:
+    spend_use(token_id, uses, ttl_seconds) -> bool
+        One script: True and one more use counted if fewer than `uses` were;
+        False once they are spent. The count lives until the token expires.
+    token_uses(token_id) -> int
+        The uses counted so far (0 for a token never used, or expired).
+
 Failures: `StoreUnavailable` (a `StoreError`) when Redis cannot be reached. At
 start `RedisStore.connect` raises it with a one-line message naming the URL (its
 password masked); mid-run every method raises it within about `timeout` seconds
@@ -68,6 +76,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -167,6 +176,12 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def slots_in_use(self) -> int: ...
 
+    @abc.abstractmethod
+    async def spend_use(self, token_id: str, uses: int, ttl_seconds: float) -> bool: ...
+
+    @abc.abstractmethod
+    async def token_uses(self, token_id: str) -> int: ...
+
     async def aclose(self) -> None:
         """Lets go of connections; the shared data stays."""
 
@@ -217,6 +232,11 @@ class _Expiring:
     def delete(self, key: str) -> None:
         self._items.pop(key, None)
 
+    def seconds_left(self, key: str) -> float:
+        """How long a key has before its deadline (a millisecond at least)."""
+        item = self._items.get(key)
+        return max(0.001, item[1] - self._clock()) if item is not None else 0.001
+
     def count(self) -> int:
         """Keys not yet past their deadline."""
         now = self._clock()
@@ -234,6 +254,7 @@ class MemoryStore(SessionStore):
         self._states = _Expiring(clock)
         self._servers = _Expiring(clock)
         self._slots = _Expiring(clock)
+        self._uses = _Expiring(clock)
 
     def _take(self, session_id: str, server_id: str, lease_seconds: float) -> bool:
         _ms(lease_seconds)
@@ -312,6 +333,20 @@ class MemoryStore(SessionStore):
     async def slots_in_use(self) -> int:
         return self._slots.count()
 
+    async def token_uses(self, token_id: str) -> int:
+        return self._uses.get(token_id) or 0
+
+    async def spend_use(self, token_id: str, uses: int, ttl_seconds: float) -> bool:
+        _check_limit(uses)
+        used = self._uses.get(token_id) or 0
+        if used >= uses:
+            return False
+        if used:
+            self._uses.set(token_id, used + 1, self._uses.seconds_left(token_id))
+        else:
+            self._uses.set(token_id, 1, ttl_seconds)
+        return True
+
 
 # --- Redis ---------------------------------------------------------------------
 
@@ -388,6 +423,20 @@ return redis.call('ZCARD', KEYS[1])
 """
 
 
+# One more use of a token (KEYS[1], its count) if fewer than ARGV[1] were; the
+# count expires after ARGV[2] ms, from its first use. Returns 1 counted, 0 spent.
+_SPEND_USE = """
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used >= tonumber(ARGV[1]) then return 0 end
+if used == 0 then
+  redis.call('SET', KEYS[1], 1, 'PX', ARGV[2])
+else
+  redis.call('INCR', KEYS[1])
+end
+return 1
+"""
+
+
 def redact_url(url: str) -> str:
     """The URL with its password masked, fit for logs and error messages."""
     try:
@@ -434,6 +483,7 @@ class RedisStore(SessionStore):
         self._acquire_slot = client.register_script(_ACQUIRE_SLOT)
         self._hold_slots = client.register_script(_HOLD_SLOTS)
         self._count_slots = client.register_script(_COUNT_SLOTS)
+        self._spend_use = client.register_script(_SPEND_USE)
 
     @property
     def url(self) -> str:
@@ -579,6 +629,18 @@ class RedisStore(SessionStore):
 
     async def slots_in_use(self) -> int:
         return int(await self._call(self._count_slots, keys=[self._slot_set()]))
+
+    def _uses_key(self, token_id: str) -> str:
+        # A digest: a token's id is the issuer's text, of any length.
+        return f"{self._prefix}uses:{hashlib.sha256(token_id.encode()).hexdigest()[:32]}"
+
+    async def token_uses(self, token_id: str) -> int:
+        return int(await self._call(self._client.get, self._uses_key(token_id)) or 0)
+
+    async def spend_use(self, token_id: str, uses: int, ttl_seconds: float) -> bool:
+        _check_limit(uses)
+        args = [uses, _ms(ttl_seconds)]
+        return bool(await self._call(self._spend_use, keys=[self._uses_key(token_id)], args=args))
 
 
 async def open_store(url: str | None, *, prefix: str = "live:", timeout: float = 1.0) -> SessionStore:

@@ -42,9 +42,9 @@ from live.access.reattach import ReplayBuffer, new_resume_token, token_digest, w
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from live.access.auth import SpentTokens
     from live.agent import Agent
     from live.engine.heard import HeardTracker
+    from live.fleet.member import TokenUses
     from live.net.websocket import WebSocket
     from live.observe.record import SessionRecord
     from live.observe.watch import SessionObserver
@@ -73,7 +73,7 @@ class AttachmentHost(Protocol):
     outbox: ClientOutbox
     heard: HeardTracker
     end_reason: str | None
-    spent_tokens: SpentTokens
+    spent_tokens: TokenUses
 
     @property
     def server_stopping(self) -> bool: ...
@@ -244,7 +244,7 @@ class ClientAttachment:
                     if exc.fatal:
                         # A stranger learns that it is not let in, and nothing
                         # of what the server would refuse a client it lets in.
-                        refusal = self.authorize(self.door.credential(), spend=False)
+                        refusal = await self.authorize(self.door.credential(), spend=False)
                         if refusal is not None:
                             exc = ProtocolError("unauthorized", refusal, fatal=True)
                         log.warning("session %s refused from %s: %s", runner.id, self.peer, exc.code)
@@ -262,7 +262,7 @@ class ClientAttachment:
                     return None
                 if isinstance(opening, SessionResume):
                     return opening
-                refusal = self.authorize(opening.token, spend=True)
+                refusal = await self.authorize(opening.token, spend=True)
                 if refusal is not None:
                     log.warning("session %s refused from %s: unauthorized: %s", runner.id, self.peer, refusal)
                     runner.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
@@ -286,7 +286,7 @@ class ClientAttachment:
             runner.finish(text, CLOSE_POLICY, ErrorEvent("idle_timeout", text, True))
         return None
 
-    def authorize(self, token: str | None, *, spend: bool) -> str | None:
+    async def authorize(self, token: str | None, *, spend: bool) -> str | None:
         """None if the opening may go on (the token's grant kept); otherwise why not.
 
         `spend`: the token is to open a session (`session.start`): it must have
@@ -327,18 +327,19 @@ class ClientAttachment:
             )
         except TokenRefused as exc:
             return str(exc)
-        if spend and runner.spent_tokens.exhausted(grant):
+        if spend and await runner.spent_tokens.exhausted(grant):
             return _already_used(grant)
         self.grant = grant
         self.principal = principal_of(grant)
         return None
 
-    def spend_token(self) -> str | None:
+    async def spend_token(self) -> str | None:
         """The session opens: count it against its token's uses (a refused
         opening spends none). None if the token had a use left; else why not
-        (another opening with the same token got there first)."""
+        (another opening with the same token got there first, here or on
+        another server of the fleet)."""
         grant = self.grant
-        if grant is None or self._runner.spent_tokens.spend(grant):
+        if grant is None or await self._runner.spent_tokens.spend(grant):
             return None
         return _already_used(grant)
 

@@ -41,7 +41,7 @@ from websockets.http11 import Request, Response
 from live.agent import Agent
 from live.access.addresses import AddressSet, address_key, forwarded_client, parse_ip
 from live.server.attachment import bearer_token, peer_address
-from live.access.auth import HostPolicy, SpentTokens, host_name
+from live.access.auth import HostPolicy, host_name
 from live.server.config import WS_QUEUE_FRAMES, ServerConfig
 from live.protocol.closes import (
     CLOSE_GOING_AWAY,
@@ -51,7 +51,7 @@ from live.protocol.closes import (
     CLOSE_TRY_LATER,
 )
 from live.doors import FrontDoor, NativeDoor
-from live.fleet.member import Fleet
+from live.fleet.member import Fleet, TokenUses
 from live.llm import BaseLlm
 from live.observe.metrics import Metrics
 from live.observe.watch import Measured, Recorded
@@ -126,7 +126,8 @@ class LiveServer:
         # Sessions counted against the limits, with the address they count under
         # (a reattaching socket hands its count back).
         self._counted: dict[SessionRunner, str] = {}
-        self.spent_tokens = SpentTokens()  # in this process (docs/access.md)
+        # The uses of each token: in this process, and in a fleet's store too.
+        self.spent_tokens = TokenUses(lambda: self.fleet)
         self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
         self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
         self.port: int | None = None
@@ -370,7 +371,7 @@ class LiveServer:
         a new one goes with `session.reattached`."""
         ws = temporary.ws
         assert ws is not None
-        refusal = temporary.client.authorize(message.token, spend=False)
+        refusal = await temporary.client.authorize(message.token, spend=False)
         if refusal is not None:
             log.warning(
                 "resume of session %s refused from %s: unauthorized: %s",

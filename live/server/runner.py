@@ -87,9 +87,8 @@ from live.server.tool_tasks import ToolTasks
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from live.access.auth import SpentTokens
     from live.agent import Agent
-    from live.fleet.member import Fleet
+    from live.fleet.member import Fleet, TokenUses
     from live.llm import BaseLlm
     from live.net.websocket import WebSocket
     from live.observe.metrics import Metrics
@@ -110,7 +109,7 @@ class SessionServer(Protocol):
     measured_llm: BaseLlm
     fleet: Fleet | None
     recorder: Recorder | None
-    spent_tokens: SpentTokens
+    spent_tokens: TokenUses
     live_sessions: dict[str, SessionRunner]
 
     def not_pending(self, session: SessionRunner) -> None: ...
@@ -388,7 +387,7 @@ class SessionRunner:
                 return
             link = await self.link.open_first(start.history)
             # The session opens now: only now does it spend a use of its token.
-            refusal = client.spend_token()
+            refusal = await client.spend_token()
             if refusal is not None:
                 log.warning("session %s refused from %s: unauthorized: %s", self.id, client.peer, refusal)
                 self.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
