@@ -25,6 +25,7 @@ pytestmark = pytest.mark.anyio
 MIC = b"\x10\x00" * 320
 CHUNK = b"\x01\x00" * 960
 TOKEN = "tok-0123456789"
+UPSTREAM_HANDLE = "gemini-session-handle-0123"
 
 
 def get_weather(city: str) -> dict:
@@ -47,7 +48,7 @@ def conversation() -> tuple[double.ScriptedSession, double.ScriptedSession]:
         double.usage(prompt=5, response=7),
     )
     first.on_client_content(double.tool_call("get_weather", {"city": "Lisbon"}, id="w-1"))
-    first.on_tool_response(double.audio(CHUNK), double.turn_complete(), double.resumption_update("h-1"))
+    first.on_tool_response(double.audio(CHUNK), double.turn_complete(), double.resumption_update(UPSTREAM_HANDLE))
     second = double.ScriptedSession()
     second.on_client_content(
         double.output_transcript("Once upon"),
@@ -103,9 +104,14 @@ async def test_a_session_leaves_its_events_and_both_directions_of_audio(tmp_path
     assert [(e["conn"], e.get("close_code")) for e in ends] == [(1, 1011), (2, None)]
     assert record.of("model.connect")[1]["resumed"] is True
     assert any(e.get("activity_end") is None and "content" in e for e in record.of("model.send"))
-    # No secret anywhere.
+    # No secret anywhere: neither the client's token nor the model session's handle.
+    updates = [e["response"].get("session_resumption_update") for e in record.of("model")]
+    assert [u for u in updates if u] == [
+        {"new_handle": "<redacted>", "resumable": True}
+    ]
     for path in folder.iterdir():
         assert TOKEN.encode() not in path.read_bytes()
+        assert UPSTREAM_HANDLE.encode() not in path.read_bytes(), path.name
     assert record.of("client")[0]["event"]["token"] == "<redacted>"
 
 

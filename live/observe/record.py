@@ -18,7 +18,9 @@
 Each session stops recording at `session_cap` bytes (a `truncated` line says
 so), and no new session is recorded while the folder holds `total_cap` bytes or
 more. Tokens, keys and passwords in client messages are replaced by
-`"<redacted>"`; the model side never sees them.
+`"<redacted>"`; the model side never sees them. The model's session handles
+(`session_resumption_update.new_handle`) are replaced the same way: a
+record says a handle came, never what it was.
 
 `SessionRecord` is the writer; `Recorder` the folder with its caps;
 `current_record` is how `Recorded(llm)` finds the record of the session it
@@ -337,9 +339,14 @@ class SessionRecord:
                 f'"partial":{"true" if response.partial else "false"}}}}}\n'
             )
             return
-        self._line(
-            {"t": self._t(), "kind": "model", "conn": conn, "response": response_to_json(response, self._model_audio)}
-        )
+        entry = response_to_json(response, self._model_audio)
+        update = entry.get("session_resumption_update")
+        if isinstance(update, dict) and update.get("new_handle"):
+            # The upstream session's handle resumes that session (its conversation
+            # and all) for whoever holds it with the key: never kept. A replay
+            # needs only to know there was one.
+            entry["session_resumption_update"] = {**update, "new_handle": REDACTED}
+        self._line({"t": self._t(), "kind": "model", "conn": conn, "response": entry})
 
     def model_end(self, conn: int, error: BaseException | None, how: str) -> None:
         if not self.open:
