@@ -32,12 +32,13 @@ from connections.emulator import Script, running_emulator
 from live import protocol as p
 
 MODEL = "gemini-live-2.5-flash-preview"
+FLEET_KEY = "the-benchmark-fleet-shares-this-key"
 
 
 def _serve(env: dict[str, str], redis_url: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--model", MODEL,
-         "--redis", redis_url],
+         "--redis", redis_url, "--fleet-key", FLEET_KEY],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
     )
     assert proc.stdout is not None

@@ -25,7 +25,7 @@ from connections.emulator import Script
 from connections.emulator.server import running_emulator
 from live import protocol as p
 from serving import collect, late_tail, replies
-from test_store import RedisServer
+from test_store import FLEET_KEY, RedisServer
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +51,7 @@ class Serving:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=env,
+            env={"LIVE_FLEET_KEY": FLEET_KEY, **env},
             text=True,
         )
         assert self.proc.stdout is not None
@@ -224,13 +224,60 @@ async def test_the_global_limit_holds_across_servers_and_recovers_after_a_death(
 def test_redis_unreachable_at_start_is_a_one_line_error():
     port = RedisServer().port  # nothing listens there
     proc = subprocess.run(
-        [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--redis", f"redis://:hunter2@127.0.0.1:{port}/0"],
+        [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--redis", f"redis://:hunter2@127.0.0.1:{port}/0",
+         "--fleet-key", FLEET_KEY],
         capture_output=True, text=True, timeout=30,
     )
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Redis" in lines[0] and str(port) in lines[0]
     assert "hunter2" not in proc.stderr
+
+
+async def test_redis_holds_no_conversation_text_nor_model_handle_in_clear(redis):
+    """Whoever reads Redis (or a copy of it) learns neither what was said nor
+    the handle that resumes the model's session; the fleet still carries the
+    conversation on from what it holds."""
+    import redis as redis_py
+
+    async with fleet(redis, 2) as (emu, servers, url), LiveClient.connect(url) as client:
+        assert said(await say(client, "my locker code is 4711"), "You said: my locker code is 4711.")
+        await anyio.sleep(LEASE / 2)  # the facts with the newest handle are in Redis
+        raw = redis_py.Redis(port=redis.port, decode_responses=True)
+        try:
+            held = []
+            for key in raw.scan_iter():
+                kind = raw.type(key)
+                held += [key, raw.get(key) if kind == "string" else json.dumps(raw.zrange(key, 0, -1))]
+        finally:
+            raw.close()
+        text = "\n".join(held)
+        assert f"state:{client.session.session_id}" in text  # its facts are there
+        assert "4711" not in text and "locker" not in text
+        handles = emu.sessions[0].handles
+        assert handles and not any(handle in text for handle in handles)
+        holder(servers).proc.send_signal(signal.SIGKILL)
+        await collect(client, lambda e: isinstance(e, p.SessionReattached), timeout=30)
+        assert said(await say(client, "two"), "You said: two.")
+    assert any(s.resumed_from in handles for s in emu.sessions[1:])
+
+
+def test_a_fleet_server_without_a_key_does_not_start():
+    """Without --fleet-key, Redis would hold every conversation in clear: a
+    server of a fleet says what it needs, in one line, and does not start."""
+    import os
+
+    port = RedisServer().port
+    environment = {k: v for k, v in os.environ.items() if k != "LIVE_FLEET_KEY"}
+    for extra, words in (([], "--redis needs --fleet-key"), (["--fleet-key", "too-short"], "at least 32 bytes")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--redis", f"redis://127.0.0.1:{port}/0", *extra],
+            capture_output=True, text=True, timeout=30, env=environment,
+        )
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], lines
+        assert "too-short" not in proc.stderr
 
 
 async def test_redis_lost_mid_run_degrades_to_one_server_with_a_warning(redis):

@@ -40,7 +40,7 @@ from connections.emulator.server import running_emulator
 from live import protocol as p
 from live.fleet.store import RedisStore
 from serving import late_tail, replies
-from test_store import RedisServer, _free_port
+from test_store import FLEET_KEY, RedisServer, _free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -108,7 +108,7 @@ class Server:
             [
                 sys.executable, "-m", "live.cli", "serve", "--port", str(self.port), "--model", MODEL,
                 "--redis", f"redis://127.0.0.1:{self.redis_port}/0", "--max-sessions-global", str(CAP),
-                "--reattach-grace", "20", "--drain-timeout", "2",
+                "--reattach-grace", "20", "--drain-timeout", "2", "--fleet-key", FLEET_KEY,
             ],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, env=self.env, text=True,
         )

@@ -4,6 +4,7 @@ Redis (a `redis-server` this suite starts on a free port)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import signal
 import socket
@@ -15,9 +16,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import anyio
 import pytest
 
-from live.fleet.store import MemoryStore, RedisStore, SessionStore, StoreError, StoreUnavailable, open_store, redact_url
+from live.fleet.store import (
+    FactsKey,
+    MemoryStore,
+    RedisStore,
+    SessionStore,
+    StoreError,
+    StoreUnavailable,
+    open_store,
+    redact_url,
+)
 
 pytestmark = pytest.mark.anyio
+
+
+# The secret a test fleet's servers share (`live serve --fleet-key`).
+FLEET_KEY = "a-fleet-key-every-test-server-shares"
 
 
 def _free_port() -> int:
@@ -304,7 +318,7 @@ async def test_bad_arguments_are_refused_before_reaching_the_store(servers: Serv
 
 
 async def test_open_store_without_a_url_is_the_in_process_store() -> None:
-    async with await open_store(None) as store:
+    async with await open_store(None, facts_key=None) as store:
         assert isinstance(store, MemoryStore)
 
 
@@ -312,14 +326,14 @@ async def test_unreachable_redis_at_start_is_one_line_without_the_password() -> 
     port = _free_port()
     started = time.monotonic()
     with pytest.raises(StoreUnavailable) as caught:
-        await open_store(f"redis://:hunter2@127.0.0.1:{port}/0")
+        await open_store(f"redis://:hunter2@127.0.0.1:{port}/0", facts_key=None)
     message = str(caught.value)
     assert message == f"cannot reach Redis at redis://:***@127.0.0.1:{port}/0: Connection refused"
     assert "hunter2" not in repr(caught.value)
     assert time.monotonic() - started < 5
 
     with pytest.raises(StoreError) as caught:
-        await open_store("http://user:hunter2@example/")
+        await open_store("http://user:hunter2@example/", facts_key=None)
     assert "not a Redis URL" in str(caught.value) and "hunter2" not in str(caught.value)
     assert "\n" not in str(caught.value)
 
@@ -375,6 +389,51 @@ async def test_a_frozen_redis_raises_unavailable_instead_of_hanging(redis_of_its
         await store.aclose()
 
 
+async def test_facts_reach_redis_sealed_and_open_only_with_the_fleets_key(redis_server: RedisServer) -> None:
+    """What Redis holds of a conversation is unreadable without the key, bound
+    to its session, and refused when altered; a second key opens the facts
+    the first one sealed (a fleet changing keys)."""
+    import redis as redis_py
+
+    facts = {"core": {"handle": "gemini-handle-42", "transcript": [["user", "my card is 4111"]]}}
+    key = FactsKey(FLEET_KEY)
+    prefix = f"test-{uuid.uuid4().hex[:8]}:"
+    store = await RedisStore.connect(redis_server.url, prefix=prefix, facts_key=key)
+    raw = redis_py.Redis(port=redis_server.port, decode_responses=True)
+    try:
+        await store.save_state("s1", facts, 60)
+        stored = raw.get(f"{prefix}state:s1")
+        assert stored and "gemini-handle-42" not in stored and "4111" not in stored
+        assert await store.load_state("s1") == facts
+
+        raw.set(f"{prefix}state:s2", stored)  # moved under another session
+        raw.set(f"{prefix}state:s3", stored[:-4] + ("AAAA" if not stored.endswith("AAAA") else "BBBB"))  # altered
+        raw.set(f"{prefix}state:s4", json.dumps(facts))  # written in clear, by a server without the key
+        for session_id in ("s2", "s3", "s4"):
+            assert await store.load_state(session_id) is None
+
+        other = await RedisStore.connect(redis_server.url, prefix=prefix, facts_key=FactsKey("another-fleets-key-of-32-bytes-or-more"))
+        changing = await RedisStore.connect(
+            redis_server.url, prefix=prefix, facts_key=FactsKey("the-new-key-of-this-fleet-32-bytes+", FLEET_KEY)
+        )
+        try:
+            assert await other.load_state("s1") is None
+            assert await changing.load_state("s1") == facts
+        finally:
+            await other.aclose()
+            await changing.aclose()
+    finally:
+        raw.close()
+        await store.aclose()
+
+
+def test_a_fleet_key_shorter_than_32_bytes_is_refused_without_being_shown() -> None:
+    with pytest.raises(ValueError, match="at least 32 bytes") as refused:
+        FactsKey("short-secret")
+    assert "short-secret" not in str(refused.value)
+    assert FLEET_KEY not in repr(FactsKey(FLEET_KEY))
+
+
 def test_serve_takes_the_redis_url_from_the_environment_or_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     from live.cli.serve import build_parser
 
@@ -395,9 +454,11 @@ def test_serve_takes_the_redis_url_from_the_environment_or_the_flag(monkeypatch:
 def test_serve_with_a_url_that_is_not_redis_is_a_one_line_error() -> None:
     import sys
 
+    import os
+
     proc = subprocess.run(
         [sys.executable, "-m", "live.cli", "serve", "--port", "0", "--redis", "http://admin:hunter2@cache.internal:6379/"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True, text=True, timeout=30, env={**os.environ, "LIVE_FLEET_KEY": FLEET_KEY},
     )
     assert proc.returncode == 1
     assert proc.stderr.strip() == (

@@ -42,7 +42,7 @@ from live.doors.gemini_live import gemini_doors
 from live.doors.gemini_policy import GeminiPolicy, PolicyError
 from live.net.http_post import Handler, PostListener
 from live.server.port import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
-from live.fleet.store import StoreError, open_store
+from live.fleet.store import FactsKey, StoreError, open_store
 
 if TYPE_CHECKING:
     from live.phone.lines import PhoneLines
@@ -140,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="share sessions with the other servers on this Redis (redis://[:PASSWORD@]HOST:PORT/DB, "
         "rediss:// for TLS): which server holds each session, what another needs to take it over, "
         "and the global session limit (default: $LIVE_REDIS_URL; none: this server alone)",
+    )
+    fleet.add_argument(
+        "--fleet-key", action="append", metavar="SECRET",
+        help="with --redis, required: a secret every server of the fleet shares (32+ bytes, e.g. "
+        "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'); each session's facts "
+        "(its conversation, the model session's handle) are encrypted with it before Redis sees "
+        "them. Give it twice to change keys: the first encrypts, either decrypts "
+        "(default: $LIVE_FLEET_KEY)",
     )
     fleet.add_argument(
         "--fleet-lease", type=_positive(float), default=2.0, metavar="SECONDS",
@@ -378,7 +386,7 @@ def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | Non
 async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) -> None:
     if args.redis_url:
         # Before listening: a Redis that cannot be reached is a one-line error at start.
-        store = await open_store(args.redis_url)
+        store = await open_store(args.redis_url, facts_key=args.facts_key)
         server.fleet = Fleet(
             store,
             address="",
@@ -561,6 +569,11 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         print("live serve: --max-sessions-global needs --redis (the servers share the count there)", file=sys.stderr)
         return 2
     try:
+        args.facts_key = _facts_key(args)
+    except (UsageError, StoreError) as exc:
+        print(f"live serve: {exc}", file=sys.stderr)
+        return 2
+    try:
         options = backend_options(args.loop)
     except LoopUnavailable as exc:
         print(f"live serve: --loop {args.loop}: {exc}", file=sys.stderr)
@@ -578,6 +591,35 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"live serve: cannot listen on {args.host}:{args.port}: {error.strerror or error}", file=sys.stderr)
         return 1
     return 0
+
+
+FLEET_KEY_ENV = "LIVE_FLEET_KEY"
+
+
+def _facts_key(args: argparse.Namespace) -> FactsKey | None:
+    """The key a fleet's facts are sealed with; with --redis there must be one.
+
+    Redis would otherwise hold every conversation in clear (its text, the
+    model session's handle that resumes it), for anyone who can read Redis or
+    a copy of it; and a fleet that stored less could not carry a conversation on.
+    """
+    if not args.redis_url:
+        return None
+    try:
+        require("fleet", "--redis", "redis", "cryptography")
+    except MissingExtra as exc:
+        raise UsageError(str(exc)) from None
+    secrets_given = args.fleet_key or ([os.environ[FLEET_KEY_ENV]] if os.environ.get(FLEET_KEY_ENV) else [])
+    if not secrets_given:
+        raise UsageError(
+            "--redis needs --fleet-key (or $LIVE_FLEET_KEY): a secret every server of the fleet shares, which "
+            "encrypts the conversations Redis holds (make one with: python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))')"
+        )
+    try:
+        return FactsKey(*secrets_given)
+    except ValueError as exc:
+        raise UsageError(f"--fleet-key: {exc}") from None
 
 
 def _os_error(exc: BaseException) -> OSError | None:

@@ -6,7 +6,13 @@ default, no Redis), and `RedisStore` for a fleet of servers sharing one Redis, w
 leases are keys with a PX expiry (a dead server's leases simply run out) and every
 read-check-write is one Lua script, so two servers never both win.
 
-Open one with `await open_store(url)` (None: a `MemoryStore`), close it with
+A session's facts hold its conversation (transcript, tool calls and results,
+the model session's resumption handle). `RedisStore` seals them with a
+`FactsKey` the servers share (AES-256-GCM, each value bound to its session)
+before they leave the process, and opens only what that key sealed; `live
+serve --redis` does not start without one (`--fleet-key`).
+
+Open one with `await open_store(url, facts_key=...)` (None: a `MemoryStore`), close it with
 `await store.aclose()` (or `async with`). The API, every method a coroutine:
 
 Session directory (leases):
@@ -77,9 +83,12 @@ from __future__ import annotations
 import abc
 import contextlib
 import hashlib
+import base64
 import json
+import logging
 import math
 import os
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Self, TypeVar
@@ -88,6 +97,7 @@ from urllib.parse import urlsplit, urlunsplit
 from live.extras import MissingExtra, require
 
 __all__ = [
+    "FactsKey",
     "MemoryStore",
     "RedisStore",
     "SessionStore",
@@ -98,6 +108,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger("live.fleet")
 
 
 class StoreError(Exception):
@@ -124,6 +136,73 @@ def _json(state: dict[str, Any]) -> str:
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict, not {type(state).__name__}")
     return json.dumps(state, separators=(",", ":"), allow_nan=False)
+
+
+MIN_FACTS_KEY_BYTES = 32
+_SEALED = "v1:"  # a sealed value's prefix: the format, for a later one
+
+
+class FactsKey:
+    """The key a fleet's servers seal each session's facts with before Redis sees them.
+
+    AES-256-GCM (`cryptography`'s AEAD), its key derived with HKDF-SHA256 from
+    a secret the servers share (`--fleet-key`, 32 bytes or more). Each value
+    gets a fresh 96-bit nonce and is bound to its session's id, so a value
+    copied under another session's key opens nowhere, and one altered in Redis
+    does not open at all. With several secrets the first seals and each opens:
+    a fleet changes its key across a rolling restart without losing a takeover.
+    """
+
+    def __init__(self, *shared_secrets: str) -> None:
+        if not shared_secrets:
+            raise ValueError("a fleet key needs a secret")
+        try:
+            require("fleet", "--fleet-key", "cryptography")
+        except MissingExtra as exc:
+            raise StoreError(str(exc)) from None
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        self._ciphers = []
+        for secret in shared_secrets:
+            if len(secret.encode()) < MIN_FACTS_KEY_BYTES:
+                raise ValueError(
+                    f"a fleet key must be at least {MIN_FACTS_KEY_BYTES} bytes (make one with: "
+                    "python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+                )
+            derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"live-sessions fleet facts v1")
+            self._ciphers.append(AESGCM(derived.derive(secret.encode())))
+
+    def __repr__(self) -> str:  # never the secret
+        return f"FactsKey({len(self._ciphers)} secret(s))"
+
+    def seal(self, session_id: str, text: str) -> str:
+        nonce = secrets.token_bytes(12)
+        sealed = self._ciphers[0].encrypt(nonce, text.encode(), _bound_to(session_id))
+        return _SEALED + base64.urlsafe_b64encode(nonce + sealed).decode()
+
+    def open(self, session_id: str, value: str) -> str | None:
+        """The text `seal` sealed for this session; None for anything else
+        (another key's, another session's, altered, or never sealed)."""
+        from cryptography.exceptions import InvalidTag
+
+        if not value.startswith(_SEALED):
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(value[len(_SEALED):])
+        except ValueError:
+            return None
+        for cipher in self._ciphers:
+            try:
+                return cipher.decrypt(raw[:12], raw[12:], _bound_to(session_id)).decode()
+            except (InvalidTag, ValueError):
+                continue
+        return None
+
+
+def _bound_to(session_id: str) -> bytes:
+    return b"live-sessions facts of " + session_id.encode()
 
 
 class SessionStore(abc.ABC):
@@ -473,10 +552,11 @@ class RedisStore(SessionStore):
     Every key starts with `prefix`, so several fleets may share one Redis.
     """
 
-    def __init__(self, client: Any, *, url: str, prefix: str = "live:") -> None:
+    def __init__(self, client: Any, *, url: str, prefix: str = "live:", facts_key: FactsKey | None = None) -> None:
         self._client = client
         self._url = redact_url(url)
         self._prefix = prefix
+        self._facts_key = facts_key
         self._take = client.register_script(_TAKE)
         self._release = client.register_script(_RELEASE)
         self._heartbeat = client.register_script(_HEARTBEAT)
@@ -491,8 +571,13 @@ class RedisStore(SessionStore):
         return self._url
 
     @classmethod
-    async def connect(cls, url: str, *, prefix: str = "live:", timeout: float = 1.0) -> RedisStore:
+    async def connect(
+        cls, url: str, *, prefix: str = "live:", timeout: float = 1.0, facts_key: FactsKey | None = None
+    ) -> RedisStore:
         """A store on the Redis at `url` (redis://, rediss://, unix://), once it answers PING.
+
+        `facts_key` seals sessions' facts before they reach Redis; without one
+        they are stored as JSON, in clear (tests, and tools that read them).
 
         Raises `StoreUnavailable` ("cannot reach Redis at URL: reason") if it does not,
         and `StoreError` for a URL that is not a Redis URL.
@@ -522,7 +607,7 @@ class RedisStore(SessionStore):
             )
         except ValueError:  # its text may quote the URL, password and all
             raise StoreError(f"not a Redis URL (redis://, rediss:// or unix://): {shown}") from None
-        store = cls(client, url=url, prefix=prefix)
+        store = cls(client, url=url, prefix=prefix, facts_key=facts_key)
         try:
             await store._call(client.ping)
         except StoreUnavailable:
@@ -593,11 +678,29 @@ class RedisStore(SessionStore):
         return bool(await self._call(self._release, keys=keys, args=[server_id, "1" if delete_state else "0"]))
 
     async def save_state(self, session_id: str, state: dict[str, Any], ttl_seconds: float) -> None:
-        await self._call(self._client.set, self._state(session_id), _json(state), px=_ms(ttl_seconds))
+        text = _json(state)
+        if self._facts_key is not None:
+            text = self._facts_key.seal(session_id, text)
+        await self._call(self._client.set, self._state(session_id), text, px=_ms(ttl_seconds))
 
     async def load_state(self, session_id: str) -> dict[str, Any] | None:
         text = await self._call(self._client.get, self._state(session_id))
-        return None if text is None else json.loads(text)
+        if text is None:
+            return None
+        if self._facts_key is not None:
+            opened = self._facts_key.open(session_id, text)
+            if opened is None:
+                # Not sealed with this fleet's key (another key, a server without
+                # one, or altered in Redis): nothing this server can carry on.
+                log.warning("session %s: its stored facts do not open with this server's --fleet-key", session_id[:40])
+                return None
+            text = opened
+        try:
+            state = json.loads(text)
+        except ValueError:
+            log.warning("session %s: its stored facts are not readable", session_id[:40])
+            return None
+        return state if isinstance(state, dict) else None
 
     async def delete_state(self, session_id: str) -> None:
         await self._call(self._client.delete, self._state(session_id))
@@ -643,12 +746,14 @@ class RedisStore(SessionStore):
         return bool(await self._call(self._spend_use, keys=[self._uses_key(token_id)], args=args))
 
 
-async def open_store(url: str | None, *, prefix: str = "live:", timeout: float = 1.0) -> SessionStore:
-    """The store for `live serve --redis URL`: a `RedisStore` on `url`, or a
-    `MemoryStore` when there is none (a single server).
+async def open_store(
+    url: str | None, *, facts_key: FactsKey | None, prefix: str = "live:", timeout: float = 1.0
+) -> SessionStore:
+    """The store for `live serve --redis URL`: a `RedisStore` on `url` sealing
+    facts with `facts_key`, or a `MemoryStore` when there is none (a single server).
 
     Raises `StoreUnavailable` with a one-line message if Redis does not answer.
     """
     if not url:
         return MemoryStore()
-    return await RedisStore.connect(url, prefix=prefix, timeout=timeout)
+    return await RedisStore.connect(url, prefix=prefix, timeout=timeout, facts_key=facts_key)
