@@ -138,6 +138,8 @@ async def test_a_claimed_session_has_one_holder_until_it_is_released(servers: Se
     assert await b.holder("s1") == "A"
     assert await a.holder("unknown") is None
 
+    assert 4 < await b.lease_left("s1") <= 5, "a waiting server wakes when the lease runs out"
+    assert await b.lease_left("unknown") == 0
     assert not await b.release("s1", "B"), "only the holder can release"
     assert await a.holder("s1") == "A"
     assert await a.release("s1", "A")

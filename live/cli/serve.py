@@ -150,10 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: $LIVE_FLEET_KEY)",
     )
     fleet.add_argument(
-        "--fleet-lease", type=_positive(float), default=2.0, metavar="SECONDS",
+        "--fleet-lease", type=_positive(float), default=1.5, metavar="SECONDS",
         help="how long a server's hold on its sessions lasts without renewal (renewed every third "
         "of it): after it dies, another server takes its sessions over this long later at most "
-        "(default 2)",
+        "(default 1.5)",
     )
     fleet.add_argument(
         "--drain-timeout", type=_positive(float), default=30.0, metavar="SECONDS",

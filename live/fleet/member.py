@@ -73,7 +73,7 @@ class Fleet:
         store: SessionStore,
         *,
         address: str,
-        lease_seconds: float = 2.0,
+        lease_seconds: float = 1.5,
         reattach_grace: float = 30.0,
         max_sessions_global: int | None = None,
         server_id: str | None = None,
@@ -396,6 +396,11 @@ class Fleet:
         if holder is not None and holder != self.server_id:
             return holder, await store.server_address(holder), None
         return None, None, await store.load_state(session_id)
+
+    async def lease_left(self, session_id: str) -> float:
+        """Seconds until a session's lease runs out unless renewed (0: none).
+        Raises `StoreError` when the store cannot say."""
+        return await self.store.lease_left(session_id)
 
     async def take_over(self, session_id: str) -> bool:
         """Hold a session whose holder is gone, and its slot (never refused for room)."""

@@ -28,6 +28,9 @@ Session directory (leases):
     holder(session_id) -> str | None
         The server holding a live lease; None once the lease expired (its holder died
         or let it go).
+    lease_left(session_id) -> float
+        Seconds until the lease runs out unless renewed; 0 when there is none (a
+        server waiting to take over a dead holder's session wakes then).
     release(session_id, server_id, delete_state=False) -> bool
         Drops the lease only if `server_id` holds it (compare-and-delete), and with
         `delete_state` the session's facts too, in the same step: a server that
@@ -220,6 +223,9 @@ class SessionStore(abc.ABC):
     async def holder(self, session_id: str) -> str | None: ...
 
     @abc.abstractmethod
+    async def lease_left(self, session_id: str) -> float: ...
+
+    @abc.abstractmethod
     async def release(self, session_id: str, server_id: str, *, delete_state: bool = False) -> bool: ...
 
     @abc.abstractmethod
@@ -365,6 +371,9 @@ class MemoryStore(SessionStore):
 
     async def holder(self, session_id: str) -> str | None:
         return self._leases.get(session_id)
+
+    async def lease_left(self, session_id: str) -> float:
+        return 0.0 if self._leases.get(session_id) is None else self._leases.seconds_left(session_id)
 
     async def release(self, session_id: str, server_id: str, *, delete_state: bool = False) -> bool:
         if self._leases.get(session_id) != server_id:
@@ -672,6 +681,10 @@ class RedisStore(SessionStore):
 
     async def holder(self, session_id: str) -> str | None:
         return await self._call(self._client.get, self._lease(session_id))
+
+    async def lease_left(self, session_id: str) -> float:
+        ms = await self._call(self._client.pttl, self._lease(session_id))
+        return max(0, int(ms)) / 1000  # -2: no lease, -1: one without expiry (never set so)
 
     async def release(self, session_id: str, server_id: str, *, delete_state: bool = False) -> bool:
         keys = [self._lease(session_id), self._state(session_id)]

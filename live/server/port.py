@@ -425,6 +425,7 @@ class LiveServer:
         deadline = anyio.current_time() + fleet.lease_seconds * 4 / 3 + 0.5
         store_down = False
         while True:
+            unreachable = False
             session = self.live_sessions.get(session_id)
             if session is not None and session.end_reason is None and session.resume_digest:
                 # It was being taken over here (by another socket with the same
@@ -446,6 +447,7 @@ class LiveServer:
                 if await self._relay(ws, address, message):
                     return None
                 temporary.handed_off = False  # the holder is gone: wait for its lease
+                unreachable = True
             elif holder is None and state is not None:
                 digest = state.get("resume_digest")
                 if (
@@ -461,7 +463,13 @@ class LiveServer:
                     return state
             if anyio.current_time() >= deadline:
                 break
-            await anyio.sleep(0.1)
+            pause = 0.1
+            if unreachable:
+                # Wake as its lease runs out, not up to a poll later: the takeover
+                # is what the client waits for.
+                with contextlib.suppress(StoreError):
+                    pause = min(pause, await fleet.lease_left(session_id) + 0.005)
+            await anyio.sleep(pause)
         if store_down:
             text = "the servers cannot reach their shared store now: reattach again shortly"
             log.info("resume of %s from %s deferred: store unavailable", session_id[:40], temporary.peer)
