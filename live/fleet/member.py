@@ -4,7 +4,10 @@ With `live serve --redis URL`, every server announces itself and holds a lease
 on each session it serves, renewed by a heartbeat (a third of a lease); each
 session's durable facts (its resumption handle, tool calls and results, owed
 turn, the digest of its reattach token, how far its stream got, when its token
-runs out) are written to the store as soon as they change. When a client
+runs out) are written to the store as soon as they change, one write of a
+session's facts at a time, in order; a new reattach token's digest is written
+before the client is told the token, so the token a client holds is the one a
+takeover accepts, and a spent one opens nothing anywhere. When a client
 reattaches to a server that does not hold its session:
 
 - the holder is alive: this server relays the client's socket to it;
