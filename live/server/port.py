@@ -399,14 +399,17 @@ class LiveServer:
             return
         # Rotated before anything awaits: a second socket with the same token loses.
         resume_token = session.client.new_resume_token()
-        temporary.handed_off = True
-        self._release(temporary)  # the conversation is counted once, as it was
         fleet = self.fleet
         if fleet is not None and session.core is not None:
             # The new token's digest is in the store before the client holds the
             # token: if this server dies the moment after, the server taking the
             # session over accepts the new token, and the spent one nowhere.
             await fleet.save(session.id, session.durable_state())
+            if session.end_reason is not None:  # it ended meanwhile
+                self._resume_expired(temporary, message)
+                return
+        temporary.handed_off = True
+        self._release(temporary)  # the conversation is counted once, as it was
         await session.client.attach(ws, message.last_seq, resume_token)
         await session.client.serve_socket(ws)
 
