@@ -7,7 +7,8 @@ presents in `session.start` (or as `Authorization: Bearer` on the handshake).
 Tokens are JWTs signed with HS256 by the application's backend, which shares a
 secret with the server (`live serve --token-secret`): short-lived (`exp` is
 required, and at most `max_lifetime` away), single-use (`jti` is required;
-`SpentTokens` remembers the ones that opened a session until they expire),
+`SpentTokens` remembers the ones that opened a session until they expire, and
+a fleet's Redis does too),
 naming who the user is (`sub`), which agent they may talk to (`agent`) and for
 how long (`max_duration`, seconds), and, when the server names one, who issued
 them (`iss`). A web page asks its own backend for one just before it connects,
@@ -280,8 +281,9 @@ def _duration(seconds: float) -> str:
 class SpentTokens:
     """How many sessions each token (by `jti`) opened, kept until it expires.
 
-    In this process only: servers of a fleet each keep their own, so a token
-    could open its sessions on each server (docs/access.md). Bounded by what
+    In this process; a server of a fleet counts each use in the fleet's
+    Redis as well (`LiveServer.spend_token`), so a token opens its sessions
+    once across the fleet and its restarts (docs/access.md). Bounded by what
     valid tokens can exist: every entry goes once its token's `exp` has passed.
     """
 

@@ -10,7 +10,9 @@ changed. The Google key never leaves the server, and the backend never holds it.
 
 The request's fields mean what they mean to the service:
 
-- `uses`: how many sessions the token opens (default 1; 0: any number);
+- `uses`: how many sessions the token opens (default 1; 0: any number),
+  counted like any token's uses (`SpentTokens`, and a fleet's Redis): once
+  across every server of a fleet and its restarts;
 - `newSessionExpireTime`: until when it opens them (default a minute from now);
 - `expireTime`: when the sessions it opened end (default 30 minutes from now);
   both at most the server's token lifetime away (`--max-token-lifetime`),
