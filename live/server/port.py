@@ -69,7 +69,7 @@ __all__ = ["LiveServer", "ServerConfig", "tls_context", "tune_gc_for_serving"]
 
 log = logging.getLogger("live.server")
 
-WEB_ROOT = Path(__file__).resolve().parent.parent / "clients" / "web"
+WEB_ROOT = Path(__file__).resolve().parents[2] / "clients" / "web"  # the checkout, or site-packages
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
