@@ -11,7 +11,9 @@ transcript until the turn is over, appends every late tail that arrives
 meanwhile to it, and lets the final and `turn.complete` go once the tail has
 come, or `wait` seconds after `turn.complete` when none comes, or at once when
 anything else arrives (the next reply's audio, the user's words, a tool call).
-Everything else passes through untouched, in order. A tail later than that
+Everything else passes through untouched, in order (`generation.complete`
+too, at once: it tells a player the reply's audio is all there, and must not
+wait for text). A tail later than that
 still comes through as it was sent, `late: true`, for the client to append to
 the last reply. No I/O: `feed` what arrives, call `expire` at `deadline`.
 """
@@ -31,8 +33,9 @@ LATE_TAIL_WAIT = 0.3
 Item = TypeVar("Item")
 
 # What may come between a reply's final transcript and the end of its turn,
-# held with the final so the order stays as sent.
-_TURN_END = (GenerationComplete, Usage)
+# held with the final so the order stays as sent. `generation.complete` is
+# not: it tells a player to play what it holds of the reply now.
+_TURN_END = (Usage,)
 
 
 def _reply_final(item: Any) -> bool:
@@ -65,6 +68,8 @@ class LateTails(Generic[Item]):
             if self._deadline is not None:
                 return self.flush()  # the tail after turn.complete came: the turn is whole
             return []
+        if type(item) is GenerationComplete:
+            return [item]  # the reply's audio is all there: a player must not wait for text
         if isinstance(item, _TURN_END):
             held.append(item)
             return []

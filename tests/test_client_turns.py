@@ -88,10 +88,11 @@ def test_late_tails_fold_before_and_after_the_turns_end_and_the_turn_ends_once_w
     out = []
     for item in _reply(p.GenerationComplete(), p.TranscriptOutput(" sunny", False, late=True), p.TurnComplete()):
         out += tails.feed(item, 0.0)
-    assert out == [p.TranscriptOutput("It is", False)]  # the final waits for a tail after the turn
+    # The final waits for a tail after the turn; the reply's audio end is told at once.
+    assert out == [p.TranscriptOutput("It is", False), p.GenerationComplete()]
     assert tails.deadline == pytest.approx(0.3)
     out += tails.feed(p.TranscriptOutput(" today.", False, late=True), 0.1)
-    assert out[1:] == [p.TranscriptOutput("It is sunny today.", True), p.GenerationComplete(), p.TurnComplete()]
+    assert out[2:] == [p.TranscriptOutput("It is sunny today.", True), p.TurnComplete()]
     # A tail later still passes as sent, for the client to append itself.
     assert tails.feed(p.TranscriptOutput(" Warm.", False, late=True), 0.2) == [p.TranscriptOutput(" Warm.", False, late=True)]
 

@@ -9,15 +9,17 @@
 // each late tail that arrives meanwhile, and lets the final and `turn.complete`
 // go once the tail has come, or `waitMs` after `turn.complete` when none comes,
 // or at once when anything else arrives (the next reply's audio, the user's
-// words, a tool call). Everything else passes through in order. A tail later
+// words, a tool call). Everything else passes through in order (generation.complete
+// at once: a player must not wait for text). A tail later
 // than that still comes as it was sent, `late: true`, for the page to append
 // to the last reply. The same rules as the Python client's (clients/tails.py).
 
 export const LATE_TAIL_WAIT_MS = 300;
 
 // What may come between a reply's final transcript and its turn's end: held
-// with the final, so the order stays as sent.
-const TURN_END = new Set(["generation.complete", "usage"]);
+// with the final, so the order stays as sent. Not generation.complete: it says
+// the reply's audio is all there, and a player must not wait for text.
+const TURN_END = new Set(["usage"]);
 
 function isReplyFinal(msg) {
   return msg.type === "transcript.output" && msg.final && !msg.heard && !msg.late;
@@ -50,6 +52,10 @@ export class LateTails {
     if (msg.type === "transcript.output" && msg.late) {
       held[0].text += msg.text;
       if (this._timer !== null) this.flush(); // the tail after turn.complete came: the turn is whole
+      return;
+    }
+    if (msg.type === "generation.complete") {
+      this._emit(msg);
       return;
     }
     if (TURN_END.has(msg.type)) {
