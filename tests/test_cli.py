@@ -271,3 +271,58 @@ def test_the_base_install_serves_local_echo_without_any_extra():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=30)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "LocalEcho"
+
+
+def _serving(*argv: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """`live serve` started with `argv`, and what it printed once it listens."""
+    proc = subprocess.Popen([*LIVE, "serve", "--port", "0", "--max-sessions", "4", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    lines = [proc.stdout.readline()]
+    return proc, lines
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=15)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_on_every_interface_the_printed_address_is_one_the_server_answers():
+    import urllib.request
+
+    proc, lines = _serving("--host", "0.0.0.0")
+    try:
+        lines.append(proc.stdout.readline())
+        page = re.search(r"on (http://\S+/)  \(WebSocket ws://", lines[0]).group(1)
+        with urllib.request.urlopen(page, timeout=5) as response:  # refused with 403 when it named 0.0.0.0
+            assert response.status == 200 and b"Start talking" in response.read()
+        assert "other machines reach it by a name given with --allow-host NAME" in lines[1]
+    finally:
+        _stop(proc)
+
+
+def test_the_log_level_is_taken_in_any_case_and_explained():
+    proc, lines = _serving("--log-level", "debug")
+    try:
+        assert lines[0].startswith("live: serving agent")
+    finally:
+        log = _stop(proc)
+    assert "DEBUG" in log or "INFO" in log
+    helped = subprocess.run([*LIVE, "serve", "--help"], capture_output=True, text=True, env=env(), timeout=30).stdout
+    assert re.search(r"--log-level LEVEL\s+how much the log says", helped)
+
+
+def test_help_and_server_config_point_to_docs_pages_that_exist():
+    from live.server.config import ServerConfig
+
+    helped = subprocess.run([*LIVE, "serve", "--help"], capture_output=True, text=True, env=env(), timeout=30).stdout
+    for text in (" ".join(helped.split()), " ".join((ServerConfig.__doc__ or "").split())):
+        assert "README" not in text
+        pages = re.findall(r"docs/[\w/-]+\.md", text)
+        assert pages
+        for page in pages:
+            assert (ROOT / page).is_file(), page

@@ -79,7 +79,25 @@ DEFAULT_DOORS: Final[Mapping[str, DoorFactory]] = {"/live": NativeDoor}
 
 
 class LiveServer:
-    """Serves one agent to many clients on one port."""
+    """Serves one agent to many clients on one port.
+
+    - `agent`: what it serves. `llm`: the model its sessions talk to
+      (`default_registry().resolve(agent.model)`, or any `BaseLlm`).
+    - `config`: the limits and checks it keeps (`ServerConfig()` when None).
+    - `metrics`: where it counts (`live.observe.metrics.Metrics`; a fresh set
+      on prometheus-client's default registry when None).
+    - `fleet`: its part in a fleet of servers sharing sessions (`live serve
+      --redis`); None: this server alone.
+    - `recorder`: records every session (`live.observe.record.Recorder`).
+    - `agent_spec`: the agent's `MODULE:ATTR`, kept in records so that `live
+      replay` loads the same agent.
+    - `clock`: what every session deadline reads (tests run it in virtual time).
+    - `doors`: the WebSocket paths clients reach a session on, each with its
+      front door (default: `/live`, the server's own protocol).
+
+    `serve()` listens until `stop()`; once it listens, `url()` and
+    `serving_line()` say where (docs/embedding.md).
+    """
 
     def __init__(
         self,
@@ -663,6 +681,30 @@ class LiveServer:
             server.close(close_connections=True)
             await server.wait_closed()
 
+    def url(self, path: str = "/") -> str:
+        """`path` on this server as this machine reaches it, once it serves.
+
+        A wildcard bind (0.0.0.0, ::) is shown as loopback, a name the Host
+        check always answers; other machines use a name in `allowed_hosts`.
+        """
+        host = self.config.host
+        if host in _WILDCARD_HOSTS:
+            host = "::1" if ":" in host else "127.0.0.1"
+        shown = f"[{host}]" if ":" in host else host
+        scheme = self.config.scheme
+        if path.startswith("/live") or path in self.doors:
+            scheme = "wss" if scheme == "https" else "ws"
+        return f"{scheme}://{shown}:{self.port}{path}"
+
+    def serving_line(self, processes: int = 1) -> str:
+        """What `live serve` prints once the port listens: the agent, its model,
+        the browser page and the WebSocket a client connects to."""
+        count = f" in {processes} processes" if processes > 1 else ""
+        return (
+            f"live: serving agent {self.agent.name!r} (model {self.agent.model}){count} on "
+            f"{self.url('/')}  (WebSocket {self.url('/live')})"
+        )
+
     def advertised_url(self) -> str:
         """The WebSocket URL other servers of a fleet reach this one at."""
         host = self.config.host
@@ -673,6 +715,7 @@ class LiveServer:
         return f"{scheme}://{shown}:{self.port}/live"
 
     def stop(self) -> None:
+        """End `serve()`: every session is told (`server_shutdown`) and closed."""
         self._stop.set()
 
     @property
