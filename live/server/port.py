@@ -81,22 +81,15 @@ DEFAULT_DOORS: Final[Mapping[str, DoorFactory]] = {"/live": NativeDoor}
 class LiveServer:
     """Serves one agent to many clients on one port.
 
-    - `agent`: what it serves. `llm`: the model its sessions talk to
-      (`default_registry().resolve(agent.model)`, or any `BaseLlm`).
-    - `config`: the limits and checks it keeps (`ServerConfig()` when None).
-    - `metrics`: where it counts (`live.observe.metrics.Metrics`; a fresh set
-      on prometheus-client's default registry when None).
-    - `fleet`: its part in a fleet of servers sharing sessions (`live serve
-      --redis`); None: this server alone.
-    - `recorder`: records every session (`live.observe.record.Recorder`).
-    - `agent_spec`: the agent's `MODULE:ATTR`, kept in records so that `live
-      replay` loads the same agent.
-    - `clock`: what every session deadline reads (tests run it in virtual time).
-    - `doors`: the WebSocket paths clients reach a session on, each with its
-      front door (default: `/live`, the server's own protocol).
-
-    `serve()` listens until `stop()`; once it listens, `url()` and
-    `serving_line()` say where (docs/embedding.md).
+    `agent` is what it serves, `llm` the model its sessions talk to
+    (`default_registry().resolve(agent.model)`, or any `BaseLlm`), `config` the
+    limits it keeps (`ServerConfig()` when None), `metrics` where it counts,
+    `fleet` its part in a fleet (`live serve --redis`; None: alone),
+    `recorder` what records every session, `agent_spec` the agent's
+    `MODULE:ATTR` (kept in records, for `live replay`), `clock` what every
+    deadline reads, `doors` the WebSocket paths and their front doors (default:
+    `/live`). `serve()` listens until `stop()`; `url()` and `serving_line()`
+    say where (docs/embedding.md).
     """
 
     def __init__(
