@@ -15,6 +15,7 @@ module the server uses.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import time
@@ -28,6 +29,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from clients.tails import LATE_TAIL_WAIT, LateTails
 from live.protocol import (
     DEFAULT_INPUT_RATE,
     ActivityEnd,
@@ -91,6 +93,9 @@ TokenSource = str | Callable[[], "str | Awaitable[str] | None"] | None
 """A session token, or a function (sync or async) that returns a fresh one:
 called for `session.start` and for every `session.resume`."""
 
+CLOSE_TIMEOUT = 2.0
+"""Seconds `close()` waits for the server's `session.closed`."""
+
 REATTACH_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)
 """Backoff between attempts to reattach; the last repeats until `reattach_for`."""
 
@@ -124,6 +129,7 @@ class LiveClient:
         open_timeout: float = 10.0,
         reattach_for: float = 30.0,
         token: TokenSource = None,
+        late_tail_wait: float | None = LATE_TAIL_WAIT,
     ) -> None:
         self._ws = ws
         self._token = token
@@ -138,6 +144,12 @@ class LiveClient:
         self._up = anyio.Event()
         self._up.set()
         self._closing = False
+        self._receiving = False
+        self._ended = anyio.Event()  # events() read session.closed, or the socket's end
+        self._ready: collections.deque[ServerEvent | AudioFrame] = collections.deque()
+        self._tails: LateTails[ServerEvent | AudioFrame] | None = (
+            None if late_tail_wait is None else LateTails(late_tail_wait)
+        )
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -154,6 +166,7 @@ class LiveClient:
         reattach_for: float = 30.0,
         start_timeout: float = 15.0,
         reports_playback: bool = False,
+        late_tail_wait: float | None = LATE_TAIL_WAIT,
     ) -> AsyncIterator[LiveClient]:
         """Open the socket, start the session, and close both when done.
 
@@ -165,7 +178,9 @@ class LiveClient:
         the code "timeout"). `token` is a string or a function returning a
         fresh one; a server that requires tokens wants one on every reattach
         too (a string works while it is valid, a function for as long as it
-        returns good ones).
+        returns good ones). `late_tail_wait` is how long `events()` waits after
+        a turn's end for the last words of its transcript, to give the reply
+        whole (`clients.tails`); None: events exactly as the server sends them.
         """
         first_token = await _token_from(token)
         ws = await cls._open(url, origin, open_timeout)
@@ -194,7 +209,7 @@ class LiveClient:
             raise
         client = cls(
             ws, started, url=url, origin=origin, open_timeout=open_timeout, reattach_for=reattach_for,
-            token=token,
+            token=token, late_tail_wait=late_tail_wait,
         )
         try:
             yield client
@@ -337,39 +352,105 @@ class LiveClient:
     async def events(self) -> AsyncIterator[ServerEvent | AudioFrame | Reattaching]:
         """Everything the server sends, in order, until `session.closed`.
 
-        Reattaches by itself when the socket drops (see the class); raises
-        `ConnectionLost` when that fails.
+        A reply's final transcript comes whole: the tail Gemini may send after
+        the turn ended (`late: true`) is folded into it, and its `turn.complete`
+        follows (see `clients.tails`; `late_tail_wait=None` at `connect` turns
+        that off). Reattaches by itself when the socket drops (see the class);
+        raises `ConnectionLost` when that fails.
         """
+        tails = self._tails
+        # Read, not yet yielded (a turn's held end at most): kept on the client, so
+        # a loop that breaks and calls events() again misses none of it.
+        ready = self._ready
         while True:
-            try:
-                async for frame in self._ws:
-                    if isinstance(frame, bytes):
-                        self.last_seq += 1
-                        yield AudioFrame(frame)
-                        continue
-                    event, seq = parse_server_frame(frame)
-                    if seq is not None:
-                        self.last_seq = seq
-                    if isinstance(event, SessionClosed):
-                        self.closed_reason = event.reason
-                        yield event
-                        return
-                    yield event
-            except ConnectionClosed:
-                pass
-            if self.closed_reason is not None or self._closing:
+            while ready:
+                item = ready.popleft()
+                yield item
+                if isinstance(item, SessionClosed):
+                    return
+            if self.closed_reason is not None:
+                self._ended.set()
                 return
-            async for news in self._reattach():
-                yield news
+            try:
+                deadline = tails.deadline if tails is not None else None
+                if deadline is None:
+                    frame = await self._receive()
+                else:
+                    frame = None
+                    with anyio.move_on_after(deadline - anyio.current_time()):
+                        frame = await self._receive()
+                    if frame is None:
+                        ready.extend(tails.expire(anyio.current_time()))  # type: ignore[union-attr]
+                        continue
+            except ConnectionClosed:
+                if tails is not None:
+                    ready.extend(tails.flush())
+                if self.closed_reason is not None or self._closing:
+                    self._ended.set()
+                    while ready:
+                        yield ready.popleft()
+                    return
+                while ready:
+                    yield ready.popleft()
+                async for news in self._reattach():
+                    yield news
+                continue
+            if isinstance(frame, bytes):
+                self.last_seq += 1
+                item = AudioFrame(frame)
+            else:
+                item, seq = parse_server_frame(frame)
+                if seq is not None:
+                    self.last_seq = seq
+                if isinstance(item, SessionClosed):
+                    self.closed_reason = item.reason
+                    self._ended.set()
+            if tails is None:
+                ready.append(item)
+            else:
+                ready.extend(tails.feed(item, anyio.current_time()))
+
+    async def _receive(self) -> str | bytes:
+        """The next frame; `close()` knows someone is waiting for one."""
+        self._receiving = True
+        try:
+            return await self._ws.recv()
+        finally:
+            self._receiving = False
 
     async def wait_closed(self) -> int | None:
         """Wait until the socket is closed; returns the close code the server sent."""
         await self._ws.wait_closed()
         return self._ws.close_code
 
-    async def close(self) -> None:
-        """Ask the server to end the session, then close the socket. Idempotent."""
+    async def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Ask the server to end the session, hear it end, then close the socket. Idempotent.
+
+        The server answers `session.close` with `session.closed` (which its
+        record keeps, so the record replays as the session went); this waits
+        up to `timeout` seconds for it. What arrives meanwhile is dropped,
+        unless a task is reading `events()`: then that task reads it.
+        """
+        if self._closing:
+            await self._ws.close()
+            return
         self._closing = True
-        with contextlib.suppress(ConnectionClosed):
-            await self._ws.send(encode(SessionClose()))
+        if self.closed_reason is None:  # else the session has ended already
+            with contextlib.suppress(ConnectionClosed):
+                await self._ws.send(encode(SessionClose()))
+            with anyio.move_on_after(timeout):
+                if self._receiving:
+                    await self._ended.wait()
+                else:
+                    await self._hear_closed()
         await self._ws.close()
+
+    async def _hear_closed(self) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                frame = await self._ws.recv()
+                if isinstance(frame, str):
+                    event, _ = parse_server_frame(frame)
+                    if isinstance(event, SessionClosed):
+                        self.closed_reason = event.reason
+                        return

@@ -19,28 +19,22 @@ bytes: the microphone callback appends to a bounded `FrameQueue` (oldest frame
 dropped when full: stale speech is worse than lost speech), the speaker callback
 pulls from a lock-guarded `JitterBuffer`. Everything else runs on the event loop.
 
-The pieces without I/O (`JitterBuffer`, `MicGate`, `FrameQueue`,
-`ConversationView`) are plain classes, tested on their own.
+The pieces live by job: the buffers and the gate, without I/O
+(`clients.mic_buffers`), how the conversation is printed (`clients.mic_view`),
+and the sound devices (`clients.sound`); this module is the command.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import collections
-import contextlib
-import io
-import json
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from collections.abc import Iterator
 
 import anyio
-import numpy as np
 
 from clients.client import (
     DEFAULT_URL,
@@ -50,569 +44,28 @@ from clients.client import (
     Reattaching,
     SessionRefused,
 )
+from clients.mic_buffers import BLOCK_MS, GATE_TAIL_S, FrameQueue, JitterBuffer, MicGate
+from clients.mic_view import ConversationView
+from clients.sound import AudioDeviceError, AudioIO, PcmResampler, Playback, list_devices, quiet_sound_libraries
 from live.protocol import (
-    DEFAULT_INPUT_RATE,
-    OUTPUT_RATE,
     ErrorEvent,
     GenerationComplete,
-    ServerEvent,
     SessionClosed,
-    SessionGoAway,
     SessionReattached,
-    SessionReconnecting,
-    SessionResumed,
     SessionStarted,
-    TextEvent,
     ToolCallEvent,
-    ToolCancelled,
-    ToolResultEvent,
-    TranscriptInput,
-    TranscriptOutput,
     TurnComplete,
     TurnInterrupted,
 )
 
-__all__ = ["ConversationView", "FrameQueue", "JitterBuffer", "MicGate", "main"]
-
-BLOCK_MS = 20
-PREBUFFER_MS = 100
-GATE_TAIL_S = 0.3
-MIC_QUEUE_FRAMES = 25  # 0.5 s of 20 ms frames
-PLAYBACK_CAPACITY_S = 20.0
+__all__ = [
+    "BLOCK_MS", "AudioDeviceError", "AudioIO", "Conversation", "ConversationView", "FrameQueue", "JitterBuffer",
+    "MicGate", "PcmResampler", "Playback", "main",
+]
 
 
 class UsageError(Exception):
     """A problem the user can fix, printed as one line."""
-
-
-# --------------------------------------------------------------------------- sans I/O
-
-
-class JitterBuffer:
-    """PCM16 mono reply audio between the network and the speaker.
-
-    Playback starts once `prebuffer` samples are queued (or the reply is marked
-    complete), so network jitter does not turn into clicks; if the queue runs
-    dry mid-reply it waits for the prebuffer again. `pull` always returns exactly
-    the samples asked for, padded with silence. Holds at most `capacity`
-    samples: `push` refuses (returns False) what does not fit, and the caller
-    waits for room, so nothing is dropped silently. Not thread-safe by itself.
-    """
-
-    def __init__(self, *, rate: int = OUTPUT_RATE, prebuffer_ms: int = PREBUFFER_MS,
-                 capacity_s: float = PLAYBACK_CAPACITY_S) -> None:
-        self.rate = rate
-        self.prebuffer = rate * prebuffer_ms // 1000
-        self.capacity = int(rate * capacity_s)
-        self._buf = bytearray()
-        self._playing = False
-        self._ending = False
-        self.played = 0  # samples handed to the speaker (not counting padding)
-        self.flushed = 0  # samples discarded by flush()
-        self.underruns = 0
-
-    @property
-    def queued(self) -> int:
-        return len(self._buf) // 2
-
-    @property
-    def playing(self) -> bool:
-        """True while a reply is being played (between prebuffer and drain)."""
-        return self._playing
-
-    @property
-    def audible(self) -> bool:
-        """True while there is reply audio queued or playing."""
-        return self._playing or bool(self._buf)
-
-    def room(self) -> int:
-        return self.capacity - self.queued
-
-    def push(self, pcm: bytes) -> bool:
-        """Queue reply audio; False (nothing queued) if it does not fit."""
-        if len(pcm) // 2 > self.room():
-            return False
-        self._buf += pcm
-        return True
-
-    def mark_end(self) -> None:
-        """The reply is complete: play what is queued without waiting for the prebuffer.
-
-        On an empty buffer this does nothing: the next reply still waits for
-        its own prebuffer.
-        """
-        if self._buf:
-            self._ending = True
-
-    def flush(self) -> int:
-        """Drop everything queued (barge-in); returns the samples dropped."""
-        dropped = self.queued
-        self.flushed += dropped
-        self._buf.clear()
-        self._playing = False
-        self._ending = False
-        return dropped
-
-    def pull(self, samples: int) -> bytes:
-        """Exactly `samples` samples for the speaker: audio, or silence while buffering."""
-        if not self._playing:
-            if self._buf and (self.queued >= self.prebuffer or self._ending):
-                self._playing = True
-            else:
-                return bytes(2 * samples)
-        take = min(samples, self.queued) * 2
-        out = bytes(self._buf[:take])
-        del self._buf[:take]
-        self.played += take // 2
-        if not self._buf:
-            if not self._ending and take < 2 * samples:
-                self.underruns += 1
-            self._playing = False
-            self._ending = False
-        if take < 2 * samples:
-            out += bytes(2 * samples - take)
-        return out
-
-
-class MicGate:
-    """Decides, frame by frame, whether the microphone may be sent.
-
-    Half-duplex (the default): closed while the agent's audio is audible and
-    for `tail` seconds after it drains (the speaker's own latency, and the
-    room's, still carry the last words). Full duplex (`half_duplex=False`):
-    always open. `update` returns "closed" or "opened" on a change, else None.
-    """
-
-    def __init__(self, *, half_duplex: bool = True, tail: float = GATE_TAIL_S) -> None:
-        self.half_duplex = half_duplex
-        self.tail = tail
-        self.is_open = True
-        self._last_audible: float | None = None
-
-    def update(self, now: float, agent_audible: bool) -> str | None:
-        if not self.half_duplex:
-            return None
-        if agent_audible:
-            self._last_audible = now
-        quiet = self._last_audible is None or now - self._last_audible >= self.tail
-        should_open = not agent_audible and quiet
-        if should_open == self.is_open:
-            return None
-        self.is_open = should_open
-        return "opened" if should_open else "closed"
-
-
-class FrameQueue:
-    """Microphone frames from the audio thread to the event loop.
-
-    `put` may be called from any thread and never blocks: when `maxlen` frames
-    are waiting the oldest is dropped and counted in `dropped` (the loop fell
-    behind; sending stale speech late would only confuse the model). `get`
-    waits on the loop that created the queue.
-    """
-
-    def __init__(self, maxlen: int = MIC_QUEUE_FRAMES) -> None:
-        self._frames: collections.deque[bytes] = collections.deque()
-        self._maxlen = maxlen
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self.dropped = 0
-
-    def __len__(self) -> int:
-        return len(self._frames)
-
-    def put(self, frame: bytes) -> None:
-        with self._lock:
-            if len(self._frames) >= self._maxlen:
-                self._frames.popleft()
-                self.dropped += 1
-            self._frames.append(frame)
-            waiter, loop = self._waiter, self._loop
-            self._waiter = None
-        if waiter is not None and loop is not None:
-            loop.call_soon_threadsafe(_wake, waiter)
-
-    def get_nowait(self) -> bytes | None:
-        with self._lock:
-            return self._frames.popleft() if self._frames else None
-
-    async def get(self) -> bytes:
-        while True:
-            loop = asyncio.get_running_loop()
-            with self._lock:
-                if self._frames:
-                    return self._frames.popleft()
-                self._loop = loop
-                self._waiter = loop.create_future()
-                waiter = self._waiter
-            await waiter
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-class ConversationView:
-    """Prints the conversation: who speaks, transcripts, tools, turn ends, errors.
-
-    On a terminal, transcript fragments update one line in place and each
-    turn's final text is kept; elsewhere (a pipe, a log) only final lines are
-    written, so the output reads as a plain transcript. Every word is printed
-    once: a partial that had to be kept (a tool call or the other side came
-    between) is not printed again when its final arrives, only what it lacked.
-    Status lines (the gate, reconnects) go above the line being spoken and
-    leave it in place. The live line is cut to the terminal's width, since
-    `\r\x1b[2K` can only clear the row the cursor is on.
-    """
-
-    YOU = "you ▸ "
-    AGENT = "agent ▸ "
-
-    def __init__(self, out: TextIO, *, tty: bool | None = None, width: int | None = None) -> None:
-        self.out = out
-        self.tty = out.isatty() if tty is None else tty
-        self._width = width  # None: ask the terminal each time (it may be resized)
-        self._live: str | None = None  # the line being rewritten (tty only)
-        self._partial: dict[str, str] = {"you": "", "agent": ""}
-        self._shown: dict[str, str] = {"you": "", "agent": ""}  # partial text already kept
-        self._active: str | None = None  # whose partial is on the live line
-
-    # -- low level
-
-    def _clear_live(self) -> None:
-        if self._live is not None:
-            self.out.write("\r\x1b[2K")
-            self._live = None
-
-    def line(self, text: str) -> None:
-        """A line that stays; a transcript being spoken is kept above it."""
-        self._commit_partial()
-        self._write(text)
-
-    def _write(self, text: str) -> None:
-        self._clear_live()
-        self.out.write(text + "\n")
-        self.out.flush()
-
-    def _columns(self) -> int:
-        if self._width is not None:
-            return self._width
-        try:
-            return os.get_terminal_size(self.out.fileno()).columns
-        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-            return 80
-
-    def _set_live(self, text: str) -> None:
-        if not self.tty:
-            return
-        room = max(self._columns() - 1, 8)  # the last column would wrap on some terminals
-        if len(text) > room:
-            side = self._prefix(self._active or "you")
-            text = side + "…" + text[len(text) - (room - len(side) - 1):]
-        self.out.write("\r\x1b[2K" + text)
-        self.out.flush()
-        self._live = text
-
-    def _commit_partial(self) -> None:
-        """Keep the live partial line (a tool call or the other side came between).
-
-        Only a terminal shows partials; in a pipe they wait for their final.
-        """
-        side = self._active
-        self._active = None
-        if side is None or not self.tty or not self._partial[side].strip():
-            return
-        self._keep(side, self._partial[side])
-
-    def _keep(self, side: str, text: str) -> None:
-        """Write `text` as a kept line, less what of it was already kept."""
-        shown, whole = _normalize(self._shown[side]), _normalize(text)
-        self._shown[side] = text
-        if not whole or whole == shown:
-            return
-        if shown and whole.startswith(shown):
-            self._write(self._prefix(side) + "… " + whole[len(shown):].strip())
-        else:
-            self._write(self._prefix(side) + whole)
-
-    def _prefix(self, side: str) -> str:
-        return self.YOU if side == "you" else self.AGENT
-
-    # -- what the client calls
-
-    def status(self, text: str) -> None:
-        """A status line above the transcript being spoken, which stays live."""
-        live = self._live
-        self._write(f"· {text}")
-        if live is not None and self._active is not None:
-            self._set_live(self._prefix(self._active) + self._partial[self._active].strip())
-
-    def transcript(self, side: str, text: str, final: bool) -> None:
-        if not final:
-            if self._active not in (None, side):
-                self._commit_partial()
-            self._active = side
-            self._partial[side] += text
-            self._set_live(self._prefix(side) + self._partial[side].strip())
-            return
-        if self._active == side:
-            self._clear_live()
-            self._active = None
-        self._keep(side, text)
-        self._partial[side] = ""
-        self._shown[side] = ""
-
-    def event(self, event: ServerEvent) -> None:
-        if isinstance(event, TranscriptInput):
-            self.transcript("you", event.text, event.final)
-        elif isinstance(event, TranscriptOutput):
-            if event.late:
-                self.line(f"{self._prefix('agent')}… {event.text.strip()}")  # the end of the last reply
-            else:
-                self.transcript("agent", event.text, event.final)
-        elif isinstance(event, TextEvent):
-            if not event.partial:
-                self.transcript("agent", event.text, True)
-            else:
-                self.transcript("agent", event.text, False)
-        elif isinstance(event, ToolCallEvent):
-            where = "" if event.runs_on == "server" else f" (runs on {event.runs_on})"
-            self.line(f"⚙ {event.name}({_compact(event.args)}){where}")
-        elif isinstance(event, ToolResultEvent):
-            self.line(f"  ↳ {event.name}: {_compact(event.response)}")
-        elif isinstance(event, ToolCancelled):
-            self.line(f"  ✗ tool calls cancelled: {', '.join(event.ids)}")
-        elif isinstance(event, TurnInterrupted):
-            # Finals of the interrupted turn may still follow: keep the partials for them.
-            self.line("— interrupted")
-        elif isinstance(event, TurnComplete):
-            self._flush_partials()
-            self.line("— turn complete" + (f" ({event.reason})" if event.reason else ""))
-        elif isinstance(event, ErrorEvent):
-            self.line(f"! {event.code}: {event.message}")
-        elif isinstance(event, SessionGoAway):
-            pass  # the server reconnects on its own; the reconnect events say so
-        elif isinstance(event, SessionReconnecting):
-            self.status(f"reconnecting to the model ({event.reason})")
-        elif isinstance(event, SessionResumed):
-            self.status("reconnected")
-        elif isinstance(event, SessionClosed):
-            self._flush_partials()
-
-    def _flush_partials(self) -> None:
-        """A turn ended without final transcripts: keep what was heard, once."""
-        self._clear_live()
-        self._active = None
-        for side in ("you", "agent"):
-            if self._partial[side].strip():
-                self._keep(side, self._partial[side])
-            self._partial[side] = ""
-            self._shown[side] = ""
-
-
-def _normalize(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _compact(value: Any, limit: int = 200) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-class PcmResampler:
-    """PCM16 mono from one rate to another, chunk by chunk, through libsoxr.
-
-    Used only where a device refuses the protocol's rate (a microphone at
-    44.1/48 kHz, a speaker that will not take 24 kHz). soxr's "HQ" filter keeps
-    what the lower rate cannot carry from folding back as audible aliases.
-    """
-
-    def __init__(self, src_rate: int, dst_rate: int) -> None:
-        import soxr
-
-        self.src_rate = src_rate
-        self.dst_rate = dst_rate
-        self._stream = soxr.ResampleStream(src_rate, dst_rate, 1, dtype="int16", quality="HQ")
-
-    def process(self, pcm: bytes) -> bytes:
-        samples = np.frombuffer(pcm, dtype="<i2")
-        return self._stream.resample_chunk(samples).astype("<i2", copy=False).tobytes()
-
-
-# --------------------------------------------------------------------------- audio I/O
-
-
-class AudioDeviceError(Exception):
-    """No usable microphone or speaker; the message says which and why."""
-
-
-def _import_sounddevice() -> Any:
-    try:
-        import sounddevice
-    except OSError as exc:  # the PortAudio library itself is missing
-        raise AudioDeviceError(f"PortAudio is not available ({exc}); apt-get install libportaudio2") from None
-    return sounddevice
-
-
-def _device(spec: str | None) -> int | str | None:
-    if spec is None:
-        return None
-    return int(spec) if spec.isdigit() else spec
-
-
-class Playback:
-    """The speaker side: a `JitterBuffer` shared with the audio thread under a lock."""
-
-    def __init__(self, buffer: JitterBuffer) -> None:
-        self.buffer = buffer
-        self.lock = threading.Lock()
-
-    def callback(self, outdata: Any, frames: int, _time: Any, _status: Any) -> None:
-        with self.lock:
-            data = self.buffer.pull(frames)
-        outdata[:, 0] = np.frombuffer(data, dtype="<i2")
-
-    async def push(self, pcm: bytes) -> None:
-        """Queue audio; waits (back-pressure on the socket) while the buffer is full."""
-        while True:
-            with self.lock:
-                if self.buffer.push(pcm):
-                    return
-            await anyio.sleep(BLOCK_MS / 1000)
-
-    def flush(self) -> int:
-        with self.lock:
-            return self.buffer.flush()
-
-    def mark_end(self) -> None:
-        with self.lock:
-            self.buffer.mark_end()
-
-    def audible(self) -> bool:
-        with self.lock:
-            return self.buffer.audible
-
-
-class AudioIO:
-    """The microphone and speaker streams (opened on enter, closed on exit).
-
-    Each stream is opened at the protocol's rate (16 kHz in, 24 kHz out). A
-    device that refuses that rate is opened at its own default rate instead,
-    and the event loop resamples; the callbacks never do more than copy.
-    """
-
-    def __init__(self, input_device: str | None, output_device: str | None) -> None:
-        self.sd = _import_sounddevice()
-        self.input_device = _device(input_device)
-        self.output_device = _device(output_device)
-        self.frames = FrameQueue()
-        self.playback: Playback | None = None
-        self.mic_rate = DEFAULT_INPUT_RATE
-        self.speaker_rate = OUTPUT_RATE
-        self.output_latency = 0.0
-        self.overflows = 0  # microphone blocks the device dropped (the machine was busy)
-        self.underflows = 0  # speaker blocks the device played as silence
-        self._stack = contextlib.ExitStack()
-        self._to_server: PcmResampler | None = None  # when the mic runs at another rate
-        self._to_speaker: PcmResampler | None = None
-
-    def _check(self, device: int | str | None, kind: str) -> dict[str, Any]:
-        word = "microphone" if kind == "input" else "speaker"
-        try:
-            return dict(self.sd.query_devices(device, kind=kind))
-        except ValueError as exc:
-            text = str(exc)
-            if text.startswith("Multiple"):
-                matches = "; ".join(text.splitlines()[1:])
-                raise AudioDeviceError(
-                    f"the {word} name {device!r} matches several devices ({matches}): "
-                    "give its index or more of its name"
-                ) from None
-            which = f" {device!r}" if device is not None else ""
-            raise AudioDeviceError(
-                f"no {word}{which} found ({text}); `live mic --list-devices` shows what there is"
-            ) from None
-        except self.sd.PortAudioError as exc:
-            raise AudioDeviceError(f"the audio system cannot list devices: {_portaudio_reason(exc)}") from None
-
-    def _open(self, factory: Callable[..., Any], device: Any, rate: int, info: dict[str, Any],
-              **kwargs: Any) -> tuple[Any, int]:
-        sd = self.sd
-        try:
-            stream = factory(device=device, samplerate=rate, channels=1, dtype="int16",
-                             blocksize=rate * BLOCK_MS // 1000, latency="low", **kwargs)
-            return stream, rate
-        except sd.PortAudioError:
-            pass
-        native = int(info.get("default_samplerate") or 48000)
-        try:
-            stream = factory(device=device, samplerate=native, channels=1, dtype="int16",
-                             blocksize=native * BLOCK_MS // 1000, latency="low", **kwargs)
-        except sd.PortAudioError as exc:
-            raise AudioDeviceError(f"cannot open {info.get('name', 'the device')!r}: {exc}") from None
-        return stream, native
-
-    def __enter__(self) -> AudioIO:
-        sd = self.sd
-        in_info = self._check(self.input_device, "input")
-        out_info = self._check(self.output_device, "output")
-        try:
-            out_stream, self.speaker_rate = self._open(
-                sd.OutputStream, self.output_device, OUTPUT_RATE, out_info,
-                callback=self._speaker_callback,
-            )
-            self.playback = Playback(JitterBuffer(rate=self.speaker_rate))
-            self._start(out_stream, out_info)
-            in_stream, self.mic_rate = self._open(
-                sd.InputStream, self.input_device, DEFAULT_INPUT_RATE, in_info,
-                callback=self._mic_callback,
-            )
-            self._start(in_stream, in_info)
-        except BaseException:
-            self._stack.close()
-            raise
-        self.output_latency = float(out_stream.latency or 0.0)
-        if self.mic_rate != DEFAULT_INPUT_RATE:
-            self._to_server = PcmResampler(self.mic_rate, DEFAULT_INPUT_RATE)
-        if self.speaker_rate != OUTPUT_RATE:
-            self._to_speaker = PcmResampler(OUTPUT_RATE, self.speaker_rate)
-        return self
-
-    def _start(self, stream: Any, info: dict[str, Any]) -> None:
-        try:
-            self._stack.enter_context(stream)
-        except self.sd.PortAudioError as exc:
-            stream.close()
-            raise AudioDeviceError(
-                f"cannot start {info.get('name', 'the device')!r}: {_portaudio_reason(exc)}"
-            ) from None
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-    def _mic_callback(self, indata: Any, _frames: int, _time: Any, status: Any) -> None:
-        if status and status.input_overflow:
-            self.overflows += 1
-        self.frames.put(indata.tobytes())
-
-    def _speaker_callback(self, outdata: Any, frames: int, time_: Any, status: Any) -> None:
-        if status and status.output_underflow:
-            self.underflows += 1
-        if self.playback is None:
-            outdata.fill(0)
-        else:
-            self.playback.callback(outdata, frames, time_, status)
-
-    def to_server(self, frame: bytes) -> bytes:
-        return frame if self._to_server is None else self._to_server.process(frame)
-
-    def to_speaker(self, pcm: bytes) -> bytes:
-        return pcm if self._to_speaker is None else self._to_speaker.process(pcm)
-
-
-# --------------------------------------------------------------------------- the session
 
 
 class Conversation:
@@ -802,40 +255,25 @@ def _explain(exc: BaseException, url: str) -> str | None:
     return None
 
 
-def _portaudio_reason(exc: BaseException) -> str:
-    args = getattr(exc, "args", ())
-    return str(args[0]) if args else str(exc)
-
-
-def list_devices(out: TextIO) -> int:
-    sd = _import_sounddevice()
-    try:
-        devices = sd.query_devices()
-    except sd.PortAudioError as exc:
-        raise AudioDeviceError(f"the audio system cannot list devices: {_portaudio_reason(exc)}") from None
-    if not len(devices):
-        out.write("no audio devices found\n")
-        return 1
-    out.write(f"{devices}\n")
-    return 0
-
-
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.list_devices:
-            return list_devices(sys.stdout)
-        view = ConversationView(sys.stdout)
-        return anyio.run(_session, args, view)
-    except KeyboardInterrupt:
-        return 130
-    except BaseException as exc:  # noqa: BLE001 - turned into one line below, or re-raised
-        for leaf in _leaves(exc):
-            if isinstance(leaf, KeyboardInterrupt):
-                return 130
-            message = _explain(leaf, args.url)
-            if message is not None:
-                print(f"live mic: {message}", file=sys.stderr)
-                return 1
-        raise
-
+    message = None
+    with quiet_sound_libraries():
+        try:
+            if args.list_devices:
+                return list_devices(sys.stdout)
+            view = ConversationView(sys.stdout)
+            return anyio.run(_session, args, view)
+        except KeyboardInterrupt:
+            return 130
+        except BaseException as exc:  # noqa: BLE001 - turned into one line below, or re-raised
+            for leaf in _leaves(exc):
+                if isinstance(leaf, KeyboardInterrupt):
+                    return 130
+                message = _explain(leaf, args.url)
+                if message is not None:
+                    break
+            else:
+                raise
+    print(f"live mic: {message}", file=sys.stderr)
+    return 1

@@ -1,9 +1,19 @@
 """Live, bidirectional audio sessions with an AI agent.
 
-The contract (`BaseLlm`, `BaseLlmConnection`, `LlmRequest`, `LlmResponse`), the
-model registry, the errors a caller can act on, and `Agent`. The server is
-`live.server.port.LiveServer`; the command line is `live`.
+What a program calls: `Agent` and `tool` (an agent and its tools), `LiveServer`
+and `ServerConfig` (serving it from your own program), the contract
+(`BaseLlm`, `BaseLlmConnection`, `LlmRequest`, `LlmResponse`), the model
+registry and the errors a caller can act on. The command line is `live`.
+
+`LiveServer` and `ServerConfig` are imported when first named
+(`live.LiveServer`, `from live import LiveServer`): `import live` alone loads
+the contract and the agent, not the server.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from live.agent import Agent, tool
 from live.errors import (
@@ -27,6 +37,27 @@ from live.llm import (
 )
 from live.registry import LlmFactory, LlmRegistry, default_registry
 
+if TYPE_CHECKING:
+    from live.server.config import ServerConfig
+    from live.server.port import LiveServer
+
+# Names offered here whose modules load on first use: the server's, which
+# `import live` for an agent or a model implementation does not need.
+_LAZY = {"LiveServer": "live.server.port", "ServerConfig": "live.server.config"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'live' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 __all__ = [
     "AUDIO_STREAM_END",
     "Agent",
@@ -39,6 +70,7 @@ __all__ = [
     "ConnectionClosedError",
     "InvalidArgumentError",
     "LiveError",
+    "LiveServer",
     "LlmFactory",
     "LlmRegistry",
     "LlmRequest",
@@ -46,6 +78,7 @@ __all__ = [
     "QuotaExhaustedError",
     "RealtimeInput",
     "RecoverableConnectionError",
+    "ServerConfig",
     "UnknownModelError",
     "default_registry",
 ]

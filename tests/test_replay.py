@@ -49,3 +49,20 @@ async def test_live_replay_says_whether_a_record_still_replays(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("replay matches the record")
+
+
+async def test_a_record_whose_client_left_without_hearing_session_closed_replays(tmp_path):
+    """A client that sent session.close and closed its socket at once (the Python
+    client did, before it waited for the answer) left a record without the
+    server's session.closed: the replay, which waits for it, still matches."""
+    import json
+
+    _, folder = await record_conversation(tmp_path)
+    events = folder / "events.jsonl"
+    lines = events.read_text().splitlines()
+    kept = [line for line in lines if json.loads(line).get("event", {}).get("type") != "session.closed"]
+    assert len(kept) == len(lines) - 1
+    assert any(json.loads(line).get("event", {}).get("type") == "session.close" for line in kept)
+    events.write_text("\n".join(kept) + "\n")
+    result = await assert_replays(folder, agent=AGENT)
+    assert result.got[-1].type != "session.closed"

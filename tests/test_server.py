@@ -6,6 +6,7 @@ import time
 
 import contextlib
 import json
+import re
 
 import anyio
 import pytest
@@ -515,7 +516,19 @@ async def test_health_and_pages_are_served_on_the_same_port():
         status, kind, body = await anyio.to_thread.run_sync(fetch, "/healthz")
         assert status == 200 and json.loads(body)["model"] == "gemini-2.5-flash"
         status, kind, body = await anyio.to_thread.run_sync(fetch, "/")
-        assert status == 200 and kind.startswith("text/html") and b"/live" in body
+        assert status == 200 and kind.startswith("text/html") and b"Start talking" in body  # the page itself
+        # Every module the page imports, and each of theirs, is served.
+        wanted = re.findall(r'from "(/client/[^"]+)"', body.decode())
+        served = set()
+        while wanted:
+            path = wanted.pop()
+            if path in served:
+                continue
+            status, kind, module = await anyio.to_thread.run_sync(fetch, path)
+            assert status == 200 and kind == "text/javascript", path
+            served.add(path)
+            wanted += ["/client/" + name for name in re.findall(r'from "\./([^"]+)"', module.decode())]
+        assert {"/client/live-client.js", "/client/late-tails.js"} <= served
 
 
 async def test_health_tells_a_load_balancer_to_route_elsewhere_before_the_server_refuses():

@@ -298,6 +298,28 @@ async def test_the_tail_of_a_reply_that_comes_after_its_turn_ends_joins_its_line
     assert agent == ["It is sunny in Paris."]
 
 
+async def test_the_module_gives_its_listeners_the_whole_reply_then_the_turns_end(tmp_path):
+    """The loop docs/clients.md shows for a page (a listener per event type):
+    the reply's final transcript comes with the tail Gemini sent after the
+    turn ended folded in, and turn.complete after it; no separate tail."""
+    wav, _ = speech_wav(tmp_path)
+    llm, session = scripted()
+    async with running(AGENT, llm) as (_, url), chromium_page(wav) as page:
+        await start_talking(page, url)
+        await page.evaluate(
+            """() => {
+              window.__read = [];
+              window.live.on("transcript.output", (m) => window.__read.push([m.text, m.final, Boolean(m.late)]));
+              window.live.on("turn.complete", () => window.__read.push(["turn.complete"]));
+            }"""
+        )
+        session.push(double.output_transcript("It is sunny"), double.turn_complete(),
+                     double.output_transcript(" in Paris."))
+        await page.wait_for_function("window.__read.some((r) => r[0] === 'turn.complete')", timeout=3000)
+        read = await page.evaluate("window.__read")
+    assert read == [["It is sunny", False, False], ["It is sunny in Paris.", True, False], ["turn.complete"]]
+
+
 # --------------------------------------------------------------------------- 6. microphone after the end
 
 # A permission prompt the user answers after a while: getUserMedia resolves

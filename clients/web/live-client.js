@@ -28,6 +28,7 @@
 // (https:// pages, or http://localhost): elsewhere `connect()` and
 // `startMicrophone()` fail at once with the code `insecure_context`.
 
+import { LATE_TAIL_WAIT_MS, LateTails } from "./late-tails.js";
 import { VideoCapture } from "./video-capture.js";
 
 const INPUT_RATE = 16000;
@@ -121,11 +122,16 @@ export class LiveClient extends EventTarget {
    * @param {boolean} [options.halfDuplex] mute the microphone while the agent is audible (true)
    * @param {number} [options.gateTailMs] how long it stays muted after the reply drains (300)
    * @param {number} [options.startTimeoutMs] how long connect() waits for session.started (15000)
+   * @param {number|null} [options.lateTailWaitMs] how long a reply's final transcript and its
+   *   turn.complete wait for the last words Gemini may send after the turn ended, folded into
+   *   that final (300; see late-tails.js); null: events exactly as the server sends them
    */
   constructor({
     tools = {}, prebufferMs = 100, frameMs = 20, halfDuplex = true, gateTailMs = 300, startTimeoutMs = 15000,
+    lateTailWaitMs = LATE_TAIL_WAIT_MS,
   } = {}) {
     super();
+    this._tails = new LateTails((msg) => this._emit(msg.type, msg), lateTailWaitMs);
     this.tools = { ...tools };
     this.prebufferMs = prebufferMs;
     this.frameMs = frameMs;
@@ -701,6 +707,7 @@ export class LiveClient extends EventTarget {
   _onMessage(data) {
     if (typeof data !== "string") {
       this._lastSeq++; // each audio frame of the stream counts one
+      this._tails.audio(); // a new reply: what the last one held is read first
       this._counters.samplesReceived += data.byteLength / 2;
       this._replySamples += data.byteLength / 2;
       if (!this._replyOpen) this._replyStarted();
@@ -756,7 +763,7 @@ export class LiveClient extends EventTarget {
         this._closedByServer = true;
         break;
     }
-    if (SERVER_EVENTS.includes(msg.type)) this._emit(msg.type, msg);
+    if (SERVER_EVENTS.includes(msg.type)) this._tails.feed(msg);
   }
 
   /**
@@ -811,6 +818,7 @@ export class LiveClient extends EventTarget {
    * keep running meanwhile (audio said while away is dropped).
    */
   async _reattach(code) {
+    this._tails.flush(); // what the dropped socket brought is read before the news
     const epoch = this._epoch;
     const started = performance.now();
     this._ws = null;
@@ -899,6 +907,7 @@ export class LiveClient extends EventTarget {
   }
 
   _teardown() {
+    this._tails.flush();
     this._epoch++;
     this._early = [];
     this.stopMicrophone();

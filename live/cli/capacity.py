@@ -11,8 +11,9 @@ machine runs it, and the capacity is the sessions that take `CORE_SHARE` of
 one core: the rest is headroom for bursts, hand-overs and garbage collection.
 
 The rule fits relayed models (Gemini), whose work is in the model's service.
-A model that runs in the process (`local/voice`'s recogniser) costs far more
-per session: give it `--max-sessions` yourself.
+A model that runs in the process costs far more per session: `local/voice`'s
+recogniser takes about a tenth of real time per session (`IN_PROCESS_COST`),
+so the same share of a core holds a few of its sessions, not a hundred.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from live.llm import LlmResponse
 from live.access.reattach import ReplayBuffer
 from live.engine.session import SessionCore
 
-__all__ = ["CORE_SHARE", "Capacity", "REFERENCE_COST", "REFERENCE_PROBE_US", "estimate", "probe_us"]
+__all__ = [
+    "CORE_SHARE", "Capacity", "IN_PROCESS_COST", "REFERENCE_COST", "REFERENCE_PROBE_US", "estimate", "probe_us",
+]
 
 REFERENCE_COST = 0.339
 """CPU s per session-minute of `live serve` on the real Gemini path at 50
@@ -46,6 +49,13 @@ CORE_SHARE = 0.75
 
 MIN_SESSIONS = 10
 
+IN_PROCESS_COST = {"local/voice": 6.6}
+"""CPU s per session-minute of models that run in this process: `local/voice`
+listens at 0.07-0.11 of real time per session (`python -m bench.local_voice`,
+docs/local-voice.md), taken at the worst."""
+
+MIN_IN_PROCESS_SESSIONS = 2
+
 
 @dataclasses.dataclass(frozen=True)
 class Capacity:
@@ -54,12 +64,33 @@ class Capacity:
     sessions: int
     probe_us: float
     speed: float  # this machine against the benchmark's: 2.0 is twice as fast
+    model: str | None = None  # a model that runs in this process, whose cost set it
+
+    def describe(self) -> str:
+        """The start-up log line, in plain words."""
+        if self.model is not None:
+            return (
+                f"capacity: up to {self.sessions} {self.model} sessions at once in this process: it recognises "
+                f"speech here, at about {IN_PROCESS_COST[self.model]:g} CPU seconds per session-minute where the "
+                f"limit was measured, and a quick timing at start found this machine {self.speed:.2f}x as fast "
+                "(--max-sessions N sets it yourself)"
+            )
+        return (
+            f"capacity: up to {self.sessions} sessions at once in this process: a quick timing at start found "
+            f"this machine {self.speed:.2f}x as fast as the one the limit was measured on "
+            "(--max-sessions N sets it yourself)"
+        )
 
 
-def estimate(probe: float | None = None) -> Capacity:
-    """The sessions one process holds here (at least `MIN_SESSIONS`)."""
+def estimate(probe: float | None = None, model: str | None = None) -> Capacity:
+    """The sessions one process holds here for `model` (at least `MIN_SESSIONS`
+    of a relayed model, `MIN_IN_PROCESS_SESSIONS` of one that runs here)."""
     measured = probe_us() if probe is None else probe
     speed = REFERENCE_PROBE_US / measured
+    if model in IN_PROCESS_COST:
+        cost = IN_PROCESS_COST[model] / speed
+        sessions = max(MIN_IN_PROCESS_SESSIONS, math.floor(CORE_SHARE * 60.0 / cost))
+        return Capacity(sessions, measured, speed, model)
     cost = REFERENCE_COST / speed  # CPU s per session-minute here
     sessions = max(MIN_SESSIONS, math.floor(CORE_SHARE * 60.0 / cost))
     return Capacity(sessions, measured, speed)

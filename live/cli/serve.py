@@ -107,14 +107,20 @@ def build_parser() -> argparse.ArgumentParser:
             "needs no API key. For Gemini: export GOOGLE_API_KEY and pass --model "
             "gemini-... or an --agent whose model is a Gemini model."
         ),
+        epilog=(
+            "Documentation (in docs/ of the checkout, or the site mkdocs builds from it): "
+            "docs/quickstart.md (first steps), docs/serving.md (every option and its limit), "
+            "docs/access.md (tokens, Host and Origin checks, TLS), docs/troubleshooting.md "
+            "(no sound device, no key, port in use, ...)."
+        ),
     )
-    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 for every interface, with --allow-host NAME for the name other machines use)")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     who = parser.add_argument_group("what to serve")
     who.add_argument("--model", help=f"model name, e.g. gemini-2.5-flash-native-audio-preview-09-2025 or {DEFAULT_MODEL} (the default)")
     who.add_argument("--agent", metavar="MODULE:ATTR", help="an agent, e.g. samples.weather:agent (--model then overrides its model)")
     limits = parser.add_argument_group("limits and checks")
-    limits.add_argument("--max-sessions", type=_sessions, default="auto", help="concurrent sessions in this process (default auto: what one process holds in real time on this machine's core on the Gemini path, with headroom, from a probe of about 0.02 s at start; see Capacity in the README)")
+    limits.add_argument("--max-sessions", type=_sessions, default="auto", help="concurrent sessions in this process (default auto: what one process holds in real time on this machine's core, with headroom, from a timing of about 0.02 s at start; a few for local/voice, which recognises speech in the process; see docs/performance.md#capacity)")
     limits.add_argument("--near-capacity", type=_fraction, default=0.9, metavar="SHARE", help="share of --max-sessions from which /healthz answers 503 near_capacity, so a load balancer sends new sessions elsewhere (default 0.9; /livez stays 200)")
     limits.add_argument("--max-frame-bytes", type=_positive(int), default=64 << 10, help="largest client frame: a session.start with its history, a typed turn, a tool result, an audio frame (default 64 KiB)")
     limits.add_argument("--max-image-bytes", type=_positive(int), help="largest camera or screen image; larger ones are dropped with an image_too_large error (default: as large as fits in --max-frame-bytes as base64, about 48 KB at 64 KiB)")
@@ -134,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     limits.add_argument("--audio-lead", type=float, default=0.5, help="seconds of reply audio sent ahead of real time (default 0.5; 0 disables pacing)")
     limits.add_argument("--reattach-grace", type=_non_negative, default=30.0, metavar="SECONDS", help="how long a session whose client's socket dropped waits, model connection open, for the client to come back with session.resume (default 30; 0: end it at once)")
     limits.add_argument("--stall-timeout", type=_positive(float), default=20.0, help="seconds the model may owe a reply to a typed turn or tool result before the session is resumed on a new connection (default 20)")
-    fleet = parser.add_argument_group("many servers (see Many servers in the README)")
+    fleet = parser.add_argument_group("many servers (see docs/fleet.md)")
     fleet.add_argument(
         "--redis", dest="redis_url", metavar="URL", default=os.environ.get("LIVE_REDIS_URL") or None,
         help="share sessions with the other servers on this Redis (redis://[:PASSWORD@]HOST:PORT/DB, "
@@ -201,18 +207,22 @@ def build_parser() -> argparse.ArgumentParser:
     seeing.add_argument("--record", metavar="DIR", help="write a record of every session to DIR (events as JSONL, audio as WAV); read one with `live record show`")
     seeing.add_argument("--record-session-mb", type=_positive(float), default=50.0, help="a session's record stops at this size (default 50 MB)")
     seeing.add_argument("--record-total-mb", type=_positive(float), default=1024.0, help="no new session is recorded while DIR holds this much (default 1024 MB)")
-    seeing.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    seeing.add_argument(
+        "--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        metavar="LEVEL",
+        help="how much the log says: debug, info, warning or error, in any case (default info: a line per session's start and end)",
+    )
     seeing.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line, with the session id (default text)")
     # Set by the first process on the workers it starts.
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     return parser
 
 
-def _max_sessions(args: argparse.Namespace) -> int:
+def _max_sessions(args: argparse.Namespace, model: str) -> int:
     """`--max-sessions`, measured when auto (said in the log once the server serves)."""
     if args.max_sessions != "auto":
         return int(args.max_sessions)
-    args.capacity_found = capacity.estimate()
+    args.capacity_found = capacity.estimate(model=model)
     return args.capacity_found.sessions
 
 
@@ -262,7 +272,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
     config = ServerConfig(
         host=args.host,
         port=args.port,
-        max_sessions=_max_sessions(args),
+        max_sessions=_max_sessions(args, agent.model),
         near_capacity=args.near_capacity,
         max_frame_bytes=args.max_frame_bytes,
         max_image_bytes=args.max_image_bytes,
@@ -435,11 +445,7 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         logger.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
         found = getattr(args, "capacity_found", None)
         if found is not None:
-            logger.info(
-                "capacity: %d sessions in this process (--max-sessions auto: this machine does the relay's "
-                "work per frame at %.2fx the speed of the benchmark's; set --max-sessions to override)",
-                found.sessions, found.speed,
-            )
+            logger.info("%s", found.describe())
         if args.worker_index:
             print("ready", flush=True)  # read by the first process (see _start_workers)
             return
@@ -451,14 +457,15 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         workers = await _start_workers([*argv, *extra], args.workers - 1)
         host = server.config.host
         shown = f"[{host}]" if ":" in host else host
-        count = f" in {args.workers} processes" if args.workers > 1 else ""
         web = server.config.scheme
-        ws = "wss" if web == "https" else "ws"
-        print(
-            f"live: serving agent {server.agent.name!r} (model {server.agent.model}){count} on "
-            f"{web}://{shown}:{port}/  (WebSocket {ws}://{shown}:{port}/live)",
-            flush=True,
-        )
+        print(server.serving_line(args.workers), flush=True)
+        if host in ("0.0.0.0", "::", ""):
+            names = [h for h in server.config.allowed_hosts if h != "*" and not h.startswith(".")]
+            elsewhere = (
+                f"at {web}://{names[0]}:{port}/" if names
+                else "by a name given with --allow-host NAME (the Host check refuses others)"
+            )
+            print(f"live: listening on every interface ({host or '0.0.0.0'}): other machines reach it {elsewhere}", flush=True)
         if server.metrics_port is not None:
             metrics_host = server.config.metrics_host
             metrics_shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host

@@ -18,11 +18,15 @@ WS_QUEUE_FRAMES = 2
 class ServerConfig:
     """Limits and checks; every bound says what happens when it is reached.
 
+    Each field is a `live serve` option of the same name (`max_sessions` is
+    `--max-sessions`); docs/serving.md has them all with their defaults, and
+    docs/access.md the Host, Origin, token and TLS ones.
+
     - `max_sessions`: sessions beyond it get a `capacity` error and close 1013.
     - `max_frame_bytes`: a larger client frame gets a `frame_too_large` error and
       closes the socket with 1009. With the socket's queue (`WS_QUEUE_FRAMES`
       frames of up to twice this) it sets what one socket can make the server
-      hold; the README's limits table has the sum.
+      hold; docs/serving.md ("Memory per socket") has the sum.
     - `idle_timeout`: a session whose client sends nothing for this long ends.
     - `allowed_hosts`: `Host` names answered besides the bind address (or, bound
       to loopback or a wildcard address, localhost, 127.0.0.1 and [::1]); any

@@ -69,7 +69,7 @@ __all__ = ["LiveServer", "ServerConfig", "tls_context", "tune_gc_for_serving"]
 
 log = logging.getLogger("live.server")
 
-WEB_ROOT = Path(__file__).resolve().parents[2] / "clients" / "web"
+WEB_ROOT = Path(__file__).resolve().parents[2] / "clients" / "web"  # the checkout, or site-packages
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
@@ -79,7 +79,18 @@ DEFAULT_DOORS: Final[Mapping[str, DoorFactory]] = {"/live": NativeDoor}
 
 
 class LiveServer:
-    """Serves one agent to many clients on one port."""
+    """Serves one agent to many clients on one port.
+
+    `agent` is what it serves, `llm` the model its sessions talk to
+    (`default_registry().resolve(agent.model)`, or any `BaseLlm`), `config` the
+    limits it keeps (`ServerConfig()` when None), `metrics` where it counts,
+    `fleet` its part in a fleet (`live serve --redis`; None: alone),
+    `recorder` what records every session, `agent_spec` the agent's
+    `MODULE:ATTR` (kept in records, for `live replay`), `clock` what every
+    deadline reads, `doors` the WebSocket paths and their front doors (default:
+    `/live`). `serve()` listens until `stop()`; `url()` and `serving_line()`
+    say where (docs/embedding.md).
+    """
 
     def __init__(
         self,
@@ -725,6 +736,30 @@ class LiveServer:
             server.close(close_connections=True)
             await server.wait_closed()
 
+    def url(self, path: str = "/") -> str:
+        """`path` on this server as this machine reaches it, once it serves.
+
+        A wildcard bind (0.0.0.0, ::) is shown as loopback, a name the Host
+        check always answers; other machines use a name in `allowed_hosts`.
+        """
+        host = self.config.host
+        if host in _WILDCARD_HOSTS:
+            host = "::1" if ":" in host else "127.0.0.1"
+        shown = f"[{host}]" if ":" in host else host
+        scheme = self.config.scheme
+        if path.startswith("/live") or path in self.doors:
+            scheme = "wss" if scheme == "https" else "ws"
+        return f"{scheme}://{shown}:{self.port}{path}"
+
+    def serving_line(self, processes: int = 1) -> str:
+        """What `live serve` prints once the port listens: the agent, its model,
+        the browser page and the WebSocket a client connects to."""
+        count = f" in {processes} processes" if processes > 1 else ""
+        return (
+            f"live: serving agent {self.agent.name!r} (model {self.agent.model}){count} on "
+            f"{self.url('/')}  (WebSocket {self.url('/live')})"
+        )
+
     def advertised_url(self) -> str:
         """The WebSocket URL other servers of a fleet reach this one at."""
         host = self.config.host
@@ -735,6 +770,7 @@ class LiveServer:
         return f"{scheme}://{shown}:{self.port}/live"
 
     def stop(self) -> None:
+        """End `serve()`: every session is told (`server_shutdown`) and closed."""
         self._stop.set()
 
     @property
