@@ -58,7 +58,7 @@ async def test_a_spoken_turn_streams_transcripts_audio_and_turn_end_in_order():
         double.usage(prompt=12, response=30),
     )
     llm, _ = gemini(session)
-    async with running(AGENT, llm) as (_, url), LiveClient.connect(url) as client:
+    async with running(AGENT, llm) as (_, url), LiveClient.connect(url, late_tail_wait=None) as client:
         assert client.session.model == "gemini-2.5-flash"
         for _ in range(3):
             await client.send_audio(MIC)
