@@ -1,0 +1,61 @@
+"""The serving port's and the metrics port's HTTP as a stranger meets it: whatever
+the request, an answer with a status (never a 500 with a traceback in the log),
+and the server goes on."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+
+from connections.local_echo import LocalEcho
+from live.agent import Agent
+from serving import running
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("both_socket_layers")]
+
+
+async def exchange(port: int, request: bytes) -> bytes:
+    """The bytes the port answers `request` with, until it closes."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(request)
+        out = b""
+        with anyio.fail_after(10):
+            try:
+                while True:
+                    out += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return out
+
+
+def status_of(answer: bytes) -> int | None:
+    """The status of an HTTP answer (None: the port answered nothing)."""
+    line = answer.split(b"\r\n", 1)[0].split()
+    return int(line[1]) if len(line) > 1 and line[1].isdigit() else None
+
+
+def loud(caplog) -> list[str]:
+    """What the server logged as an error or with a traceback."""
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+def get(target: bytes, *headers: bytes) -> bytes:
+    return b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+
+
+async def test_a_target_no_url_parser_reads_on_the_metrics_port_is_refused_without_a_traceback(caplog):
+    async with running(Agent(name="echo", model="local/echo"), LocalEcho(), metrics_port=0) as (server, _):
+        for target in (b"//[", b"//[x/metrics", b"http://[/metrics"):
+            assert status_of(await exchange(server.metrics_port, get(target))) in (400, 404), target
+        # The port still serves what it is for.
+        assert status_of(await exchange(server.metrics_port, get(b"/metrics"))) == 200
+    assert not loud(caplog)
+
+
+async def test_a_nul_under_client_is_not_found_without_a_traceback(caplog):
+    async with running(Agent(name="echo", model="local/echo"), LocalEcho()) as (server, _):
+        for target in (b"/client/\x00", b"/client/app.js\x00.png", b"/client/%00"):
+            assert status_of(await exchange(server.port, get(target))) in (400, 404), target
+        assert status_of(await exchange(server.port, get(b"/client/does-not-exist.js"))) == 404
+    assert not loud(caplog)
