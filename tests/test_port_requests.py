@@ -59,3 +59,38 @@ async def test_a_nul_under_client_is_not_found_without_a_traceback(caplog):
             assert status_of(await exchange(server.port, get(target))) in (400, 404), target
         assert status_of(await exchange(server.port, get(b"/client/does-not-exist.js"))) == 404
     assert not loud(caplog)
+
+
+# Google's own name for the key header, as google-genai sends it (once).
+KEY_HEADER = "x-goog-api-key"
+
+
+async def test_two_api_keys_on_the_live_api_endpoint_are_the_services_bad_key_close(caplog):
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    from connections.emulator import Script
+    from connections.emulator.wire import BAD_KEY
+    from gemini_serving import MODEL, serving, token
+    from live.doors.gemini_live import GEMINI_PATHS
+
+    async with serving(Script(speed=20)) as (emu, _, url):
+        endpoint = url.removesuffix("/live") + GEMINI_PATHS[0]
+        key = token()
+        twice = [
+            [(KEY_HEADER, key), (KEY_HEADER, key)],
+            [(KEY_HEADER, key), (KEY_HEADER, "another")],
+            [("Authorization", f"Token {key}"), ("Authorization", f"Token {key}")],
+        ]
+        for case, headers in enumerate(twice):
+            async with connect(endpoint, additional_headers=headers) as ws:
+                await ws.send('{"setup": {"model": "models/%s"}}' % MODEL)
+                with anyio.fail_after(10), pytest.raises(ConnectionClosed) as closed:
+                    await ws.recv()
+            assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1008, BAD_KEY), case
+        # One key opens the session as before.
+        async with connect(endpoint, additional_headers=[(KEY_HEADER, key)]) as ws:
+            await ws.send('{"setup": {"model": "models/%s"}}' % MODEL)
+            with anyio.fail_after(10):
+                assert "setupComplete" in await ws.recv()
+    assert not loud(caplog)
