@@ -94,3 +94,15 @@ async def test_two_api_keys_on_the_live_api_endpoint_are_the_services_bad_key_cl
             with anyio.fail_after(10):
                 assert "setupComplete" in await ws.recv()
     assert not loud(caplog)
+
+
+async def test_a_request_with_too_much_header_is_answered(both_socket_layers):
+    async with running(Agent(name="echo", model="local/echo"), LocalEcho()) as (server, _):
+        one_long = get(b"/live", b"Upgrade: websocket", b"X-Pad: " + b"a" * (17 << 10))
+        many = get(b"/healthz", *(b"X-%d: %s" % (i, b"b" * 60) for i in range(300)))
+        unfinished = b"GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"c" * (17 << 10)
+        for request in (one_long, many, unfinished):
+            status = status_of(await exchange(server.port, request))
+            # picows' parser stops at 16 KiB (fixed in its Cython); websockets at its line and count limits.
+            assert status == 431  # websockets answers so too
+        assert status_of(await exchange(server.port, get(b"/healthz"))) == 200
