@@ -106,3 +106,12 @@ async def test_a_request_with_too_much_header_is_answered(both_socket_layers):
             # picows' parser stops at 16 KiB (fixed in its Cython); websockets at its line and count limits.
             assert status == 431  # websockets answers so too
         assert status_of(await exchange(server.port, get(b"/healthz"))) == 200
+
+
+async def test_an_origin_no_url_parser_reads_is_refused_without_a_traceback(caplog):
+    async with running(Agent(name="echo", model="local/echo"), LocalEcho()) as (server, _):
+        for origin in (b"http://[", b"https://[::1", b"http://[x]:1"):
+            request = get(b"/live", b"Origin: " + origin, b"Upgrade: websocket", b"Connection: Upgrade",
+                          b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", b"Sec-WebSocket-Version: 13")
+            assert status_of(await exchange(server.port, request)) == 403, origin
+    assert not loud(caplog)
