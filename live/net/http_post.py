@@ -68,6 +68,7 @@ class _Burst:
 
     started: float
     last: float
+    what: str  # what was refused, for the line that ends the burst
     count: int = 0
 
 
@@ -86,7 +87,7 @@ class PostListener:
         self.bound_port: int | None = None
         self._open = 0
         self._per_address: Counter[str] = Counter()
-        self._bursts: dict[str, _Burst] = {}  # "" for the port full, else the address key
+        self._bursts: dict[str, _Burst] = {}  # by reason: "full", "accept", or the address key
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; every connection's task is owned by this call's task group."""
@@ -108,7 +109,7 @@ class PostListener:
                 stream = await listener.accept()
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self._refused("", f"accept() failed ({errno.errorcode.get(exc.errno or 0, exc.errno)})")
+                    self._refused("accept", f"accept() failed ({errno.errorcode.get(exc.errno or 0, exc.errno)}): waiting", "accept() failure(s)")
                     await anyio.sleep(_ACCEPT_PAUSE)
                 continue
             tg.start_soon(self._connection, stream)
@@ -136,10 +137,13 @@ class PostListener:
     def _admit(self, key: str) -> HttpAnswer | None:
         """Count a connection in, or say why it is refused."""
         if self._open >= MAX_CONNECTIONS:
-            self._refused("", f"{MAX_CONNECTIONS} connections open, its limit: refusing more (503)")
+            self._refused("full", f"{MAX_CONNECTIONS} connections open, its limit: refusing more (503)", "connection(s) refused while full")
             return plain(http.HTTPStatus.SERVICE_UNAVAILABLE, "busy: try again shortly")
         if self._per_address[key] >= MAX_PER_ADDRESS:
-            self._refused(key, f"{key} has {MAX_PER_ADDRESS} connections open, the limit per address: refusing more (429)")
+            self._refused(
+                key, f"{key} has {MAX_PER_ADDRESS} connections open, the limit per address: refusing more (429)",
+                f"connection(s) from {key} refused",
+            )
             return plain(http.HTTPStatus.TOO_MANY_REQUESTS, "too many connections from your address: try again shortly")
         self._open += 1
         self._per_address[key] += 1
@@ -151,12 +155,12 @@ class PostListener:
         if self._per_address[key] <= 0:
             del self._per_address[key]
 
-    def _refused(self, key: str, why: str) -> None:
+    def _refused(self, key: str, why: str, what: str) -> None:
         """A refusal: the first of a burst is logged, the rest counted (`_end_bursts`)."""
         now = anyio.current_time()
         burst = self._bursts.get(key)
         if burst is None:
-            burst = self._bursts[key] = _Burst(started=now, last=now)
+            burst = self._bursts[key] = _Burst(started=now, last=now, what=what)
             log.warning("POST port: %s", why)
         burst.count += 1
         burst.last = now
@@ -169,10 +173,7 @@ class PostListener:
             for key, burst in list(self._bursts.items()):
                 if now - burst.last >= BURST_QUIET:
                     del self._bursts[key]
-                    log.warning(
-                        "POST port: %d connection(s)%s refused over %.0f s",
-                        burst.count, f" from {key}" if key else "", burst.last - burst.started,
-                    )
+                    log.warning("POST port: %d %s over %.0f s", burst.count, burst.what, burst.last - burst.started)
 
     async def _serve_one(self, stream: anyio.abc.ByteStream, peer: str) -> None:
         reader = RequestReader(max_body_bytes=MAX_BODY_BYTES)
