@@ -34,7 +34,7 @@ INSTRUMENTED = ["live", "connections.emulator.wire", "h11", "websockets.http11",
 # Loaded inside the instrumentation (anything loaded before it is not instrumented).
 PRELOAD = [
     "live.net.http_request", "live.net.http_post", "live.server.port", "live.protocol", "live.doors.native",
-    "live.doors.gemini_live", "live.doors.gemini_tokens", "live.phone.webhooks", "live.phone.telnyx",
+    "live.doors.gemini_live", "live.doors.gemini_setup", "live.doors.gemini_tokens", "live.liveapi", "live.phone.webhooks", "live.phone.telnyx",
     "live.phone.twilio", "live.phone.carrier", "live.phone.calls", "live.phone.lines", "live.access.auth",
     "live.access.reattach", "live.access.addresses", "connections.emulator.wire", "h11", "jwt",
 ]

@@ -20,6 +20,7 @@ from audio_fixtures import silence, speak
 from gemini_serving import ca_fixture, cert_files_fixture  # noqa: F401 (fixtures)
 from clients.client import LiveClient
 from clients.phone_double import TwilioDouble, http_post_raw
+from live.access.addresses import address_key
 from live.net import http_post
 from live import protocol as p
 from live.net.http_post import HttpAnswer, PostListener
@@ -110,7 +111,7 @@ async def ok(target, headers, body):
 @contextlib.asynccontextmanager
 async def listening(**options):
     """A POST listener on a free loopback port with one route, `/hook`; yields its port."""
-    listener = PostListener({"/hook": ok}, "127.0.0.1", 0, **options)
+    listener = PostListener({"/hook": ok}, "127.0.0.1", 0, client_key=address_key, **options)
     async with anyio.create_task_group() as tg:
         port = await tg.start(listener.serve)
         yield port

@@ -32,7 +32,6 @@ import anyio
 import anyio.abc
 from anyio.streams.tls import TLSStream
 
-from live.access.addresses import address_key
 from live.net.http_request import MAX_BODY_BYTES, HttpAnswer, PostRequest, RequestReader, answer_bytes, plain
 
 __all__ = ["MAX_BODY_BYTES", "Handler", "HttpAnswer", "PostListener", "plain"]
@@ -78,8 +77,13 @@ class PostListener:
     def __init__(
         self, routes: Mapping[str, Handler], host: str, port: int, *,
         ssl_context: ssl.SSLContext | None = None, reuse_port: bool = False,
+        client_key: Callable[[str], str] | None = None,
     ) -> None:
+        """`client_key`: what the per-address bound counts a peer's address under
+        (`live serve` passes `live.access.addresses.address_key`: an IPv6 client
+        by its /64); by default the address itself."""
         self.routes = dict(routes)
+        self.client_key = client_key or str
         self.reuse_port = reuse_port
         self.host = host
         self.port = port
@@ -118,7 +122,7 @@ class PostListener:
         try:
             async with stream:
                 peer = _peer(stream)
-                key = address_key(peer)
+                key = self.client_key(peer)
                 refusal = self._admit(key)
                 if refusal is not None:
                     if self.ssl_context is None:  # a TLS client could not read a plain answer
