@@ -31,7 +31,6 @@ import base64
 import contextlib
 import dataclasses
 import functools
-import http
 import json
 import logging
 import time

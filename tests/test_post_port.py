@@ -19,7 +19,7 @@ import pytest
 from audio_fixtures import silence, speak
 from gemini_serving import ca_fixture, cert_files_fixture  # noqa: F401 (fixtures)
 from clients.client import LiveClient
-from clients.phone_double import TwilioDouble, http_post_raw
+from clients.phone_double import TwilioDouble
 from live.access.addresses import address_key
 from live.net import http_post
 from live import protocol as p
