@@ -424,7 +424,10 @@ class HostPolicy:
         origin = origin.strip().lower().rstrip("/")
         if self.any_origin or origin in self.origins:
             return True
-        parts = urlsplit(origin)
+        try:
+            parts = urlsplit(origin)
+        except ValueError:  # `http://[`: a host that never closes is no page's
+            return False
         if parts.scheme not in ("http", "https") or parts.path or parts.query:
             return False  # "null" (sandboxed frames, files) and anything odd
         name = host_name(parts.netloc)

@@ -35,7 +35,12 @@ def token_digest(token: str) -> str:
 
 
 def token_matches(token: str, digest: str) -> bool:
-    return hmac.compare_digest(token_digest(token), digest)
+    """Whether `token` is the one `digest` was made of (text that is not
+    UTF-8, such as a lone surrogate a JSON frame can spell, is no token)."""
+    try:
+        return hmac.compare_digest(token_digest(token), digest)
+    except UnicodeEncodeError:
+        return False
 
 
 def with_seq(frame: str, seq: int) -> str:

@@ -27,6 +27,7 @@ from live.cli import capacity
 
 from live.observe import logs
 from live.agent import Agent, agent_at
+from live.access.addresses import address_key
 from live.access.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.extras import MissingExtra, require
@@ -439,6 +440,7 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
             webhooks = PostListener(
                 posts, server.config.host, args.post_port, reuse_port=args.workers > 1,
                 ssl_context=tls_context(args.certfile, args.keyfile) if args.certfile else None,
+                client_key=address_key,
             )
             args.post_port = await tg.start(webhooks.serve)
         logger = logging.getLogger("live.server")

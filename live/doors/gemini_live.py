@@ -30,7 +30,7 @@ import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import numpy as np
 import soxr
@@ -130,9 +130,9 @@ class GeminiLiveDoor(FrontDoor):
 
     def __init__(self, request: Any = None) -> None:
         super().__init__(request)
-        path = urlsplit(request.path) if request is not None else None
-        self.constrained = path is not None and path.path.endswith("Constrained")
-        self.version = "v1alpha" if path is not None and ".v1alpha." in path.path else "v1beta"
+        path = request.path.partition("?")[0] if request is not None else ""
+        self.constrained = path.endswith("Constrained")
+        self.version = "v1alpha" if ".v1alpha." in path else "v1beta"
         self.model: str | None = None  # as the client named it in setup
         # Audio at another rate than the session's, resampled as it comes:
         # the rate and its stream (soxr keeps a little of each chunk for the next).
@@ -158,13 +158,13 @@ class GeminiLiveDoor(FrontDoor):
         if request is None:
             return None
         headers = request.headers
-        query = parse_qs(urlsplit(request.path).query)
-        auth = headers.get("Authorization") or ""
+        query = parse_qs(request.path.partition("?")[2])
+        auth = _one(headers.get_all("Authorization")) or ""
         scheme, _, value = auth.partition(" ")
         candidates = (
-            headers.get("x-goog-api-key"),
-            (query.get("key") or [None])[0],
-            (query.get("access_token") or [None])[0],
+            _one(headers.get_all("x-goog-api-key")),
+            _one(query.get("key", [])),
+            _one(query.get("access_token", [])),
             value.strip() if scheme.lower() in ("token", "bearer") else None,
         )
         found = next((c.strip() for c in candidates if c and c.strip()), None)
@@ -448,6 +448,13 @@ def gemini_doors(allowed_models: Iterable[str] = (), policy: GeminiPolicy | None
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _one(values: Sequence[str]) -> str | None:
+    """A field the client may give once, as given; given several times, all of
+    them as one value (as HTTP reads a repeated field), which is no key: the
+    service's answer to it is its answer to a wrong key."""
+    return ", ".join(values) if values else None
 
 
 def _message(frame: str | bytes) -> dict[str, Any]:

@@ -43,7 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from live.liveapi import BAD_KEY, UNREGISTERED, get_field, not_found
 from live.access.auth import LEEWAY_SECONDS, mint_token
@@ -114,7 +114,7 @@ class AuthTokenMinter:
         return f"AuthTokenMinter(allowed_models={self.allowed_models!r})"
 
     def answer(self, target: str, headers: Mapping[str, str], body: bytes) -> HttpAnswer:
-        key = headers.get("x-goog-api-key") or (parse_qs(urlsplit(target).query).get("key") or [""])[0]
+        key = headers.get("x-goog-api-key") or ", ".join(parse_qs(target.partition("?")[2]).get("key", []))
         if not key:
             return _error(http.HTTPStatus.FORBIDDEN, "PERMISSION_DENIED", UNREGISTERED)
         if not hmac.compare_digest(key.encode("utf-8", "replace"), self._mint_key):

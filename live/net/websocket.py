@@ -350,6 +350,7 @@ async def serve(
                 max_frame_size=max_size or (1 << 62),
                 ssl=ssl,
                 reuse_port=reuse_port,
+                server_header=server_header,
             )
             server = Server(raw, tg)
             tg.start_soon(acceptor)
@@ -373,10 +374,12 @@ async def _create_server(
     max_frame_size: int,
     ssl: ssl_module.SSLContext | None,
     reuse_port: bool | None,
+    server_header: str | None = None,
 ) -> asyncio.Server:
     """picows' `ws_create_server`, with each request's listener factory also told
     the connection's peer address (picows gives it the request alone), so that
-    what a request may see can depend on who asks, not on the Host it names.
+    what a request may see can depend on who asks, not on the Host it names,
+    and a request head past picows' limit answered 431 (picows closes without a word).
 
     Built as picows builds its own server (its protocol, over aiofastnet when
     that is installed); where this picows' protocol cannot be made so, its own
@@ -387,8 +390,10 @@ async def _create_server(
         from picows import api as picows_api
         from picows.picows import WSAutoPingStrategy, WSProtocol
 
+        answering = _answering_head_limit(WSProtocol, server_header)
+
         def make(listener_factory: Callable[[Any], Any]) -> Any:
-            return WSProtocol(
+            return answering(
                 None, None, False, listener_factory, _picows_log, True, handshake_timeout,
                 False, PING_INTERVAL, PING_INTERVAL, WSAutoPingStrategy.PING_WHEN_IDLE, True,
                 max_frame_size, None, 16 * 1024,
@@ -420,6 +425,53 @@ async def _create_server(
 
         return await aiofastnet.create_server(loop, protocol, host=host, port=port, ssl=ssl, reuse_port=reuse_port)
     return await loop.create_server(protocol, host=host, port=port, ssl=ssl, reuse_port=reuse_port)
+
+
+# picows' fixed limit on a request's head (request line and headers), in its Cython.
+HTTP_HEAD_LIMIT: Final = 16 * 1024
+
+
+def _answering_head_limit(base: type, server_header: str | None) -> type:
+    """picows' server protocol, answering 431 to a request whose head reaches
+    picows' limit before picows drops the connection.
+
+    picows decides in its Cython (the request line and headers reach 16 KiB, with
+    or without their end) and closes the connection gracefully, which sends what
+    was written before: this looks at the same bytes as they are read (the
+    buffer picows hands the transport) and writes the answer first.
+    """
+    body = b"request header fields too large\n"
+    head = "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    head += f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+    head += f"Server: {server_header}\r\n\r\n" if server_header else "\r\n"
+    answer = head.encode() + body
+
+    class HeadAnswering(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self._head: bytearray | None = bytearray()  # None once the head was looked at
+            self._view: memoryview | None = None
+
+        def get_buffer(self, size_hint: int) -> memoryview:
+            view = super().get_buffer(size_hint)
+            if self._head is not None:
+                self._view = view
+            return view
+
+        def buffer_updated(self, nbytes: int) -> None:
+            seen, view = self._head, self._view
+            if seen is not None and view is not None:
+                self._view = None
+                start = max(0, len(seen) - 3)
+                seen += view[:nbytes]
+                end = seen.find(b"\r\n\r\n", start)
+                if end >= 0 or len(seen) >= HTTP_HEAD_LIMIT:
+                    self._head = None
+                    if (end if end >= 0 else len(seen)) >= HTTP_HEAD_LIMIT:
+                        self.transport.underlying_transport.write(answer)
+            super().buffer_updated(nbytes)
+
+    return HeadAnswering
 
 
 def _quiet_tls_failures(previous: Any) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:

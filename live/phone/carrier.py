@@ -40,7 +40,7 @@ from live.protocol import (
     TurnInterrupted,
 )
 
-__all__ = ["CODECS", "CarrierDoor", "Codec", "DTMF_DIGITS", "SESSION_INPUT_RATE", "StreamStart", "dtmf_text"]
+__all__ = ["CODECS", "CarrierDoor", "Codec", "DTMF_DIGITS", "SESSION_INPUT_RATE", "StreamStart", "dtmf_text", "object_field"]
 
 log = logging.getLogger("live.phone")
 
@@ -88,6 +88,17 @@ CODECS: dict[str, Codec] = {"PCMU": PCMU, "PCMA": PCMA}
 
 def l16(rate: int) -> Codec:
     return Codec("L16", rate, 2, _l16_decode, _l16_encode, b"\x00\x00")
+
+
+def object_field(message: dict, key: str) -> dict:
+    """A message's field that the carrier sends as an object (absent: an empty
+    one); anything else is a frame this door cannot read."""
+    value = message.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError("bad_frame", f"'{key}' is not an object")
+    return value
 
 
 def dtmf_text(digit: str) -> str:
@@ -209,10 +220,10 @@ class CarrierDoor(FrontDoor):
                 owed.append(pcm)
             return owed
         if event == "mark":
-            self._marked((message.get("mark") or {}).get("name"))
+            self._marked(object_field(message, "mark").get("name"))
             return owed
         if event == "dtmf":
-            digit = str((message.get("dtmf") or {}).get("digit", ""))
+            digit = str(object_field(message, "dtmf").get("digit", ""))
             if digit not in DTMF_DIGITS:
                 raise ProtocolError("bad_frame", f"a DTMF digit that is not one: {digit[:8]!r}")
             if self.on_dtmf is not None:

@@ -19,7 +19,7 @@ import base64
 import binascii
 import time
 
-from live.phone.carrier import CODECS, CarrierDoor, StreamStart, l16
+from live.phone.carrier import CODECS, CarrierDoor, StreamStart, l16, object_field
 from live.protocol import ProtocolError
 
 __all__ = ["SIGNATURE_TOLERANCE", "TelnyxDoor", "telnyx_signature_problem"]
@@ -67,7 +67,7 @@ class TelnyxDoor(CarrierDoor):
         start = message.get("start")
         if not isinstance(start, dict):
             raise ProtocolError("bad_frame", "'start' without its 'start' object")
-        media = start.get("media_format") or {}
+        media = object_field(start, "media_format")
         encoding, rate = str(media.get("encoding", "")).upper(), media.get("sample_rate")
         channels = media.get("channels", 1)
         if encoding in CODECS and rate == 8000 and channels == 1:
@@ -108,7 +108,7 @@ class TelnyxDoor(CarrierDoor):
                     return self._owed()
                 self._last_chunk = number
         elif event == "error":
-            payload = message.get("payload") or {}
+            payload = object_field(message, "payload")
             raise ProtocolError("carrier_error", f"Telnyx reports {payload.get('code')}: "
                                 f"{str(payload.get('title'))[:80]}: {str(payload.get('detail'))[:160]}")
         return super().inputs(message)
@@ -190,7 +190,9 @@ class TelnyxCallWebhook:
         try:
             data = json.loads(body)["data"]
             kind, payload = data["event_type"], data.get("payload") or {}
-        except (ValueError, KeyError, TypeError):
+            if not isinstance(payload, dict):
+                raise TypeError("payload")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return HttpAnswer(http.HTTPStatus.BAD_REQUEST.value, b"not a Telnyx webhook event\n")
         if kind == "call.initiated" and payload.get("direction") == "incoming":
             call_id = str(payload.get("call_control_id") or "")

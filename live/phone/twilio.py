@@ -9,7 +9,7 @@ twilio.com/docs/voice/media-streams/websocket-messages.
 
 from __future__ import annotations
 
-from live.phone.carrier import PCMU, CarrierDoor, StreamStart, dtmf_text
+from live.phone.carrier import PCMU, CarrierDoor, StreamStart, dtmf_text, object_field
 from live.protocol import ProtocolError
 
 __all__ = ["TwilioDoor", "dtmf_text"]
@@ -33,7 +33,7 @@ class TwilioDoor(CarrierDoor):
         start = message.get("start")
         if not isinstance(start, dict):
             raise ProtocolError("bad_frame", "'start' without its 'start' object")
-        media = start.get("mediaFormat") or {}
+        media = object_field(start, "mediaFormat")
         if (media.get("encoding"), media.get("sampleRate"), media.get("channels", 1)) != ("audio/x-mulaw", 8000, 1):
             raise ProtocolError("unsupported_media", f"media format {media!r}: this door takes μ-law, 8 kHz, mono")
         stream_sid = str(start.get("streamSid") or message.get("streamSid") or "")

@@ -252,6 +252,11 @@ class ClientAttachment:
                         return None
                     await self.send_now(ErrorEvent(exc.code, exc.message))
                     continue
+                except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+                    # A frame of a shape the door did not foresee: bad input, as in a session.
+                    log.info("session %s: an opening the %s door could not read (%s)", runner.id, self.door.name, type(exc).__name__)
+                    await self.send_now(ErrorEvent("invalid_frame", "a frame this session could not read was dropped"))
+                    continue
                 if opening is None:
                     continue
                 if isinstance(opening, ErrorEvent):

@@ -28,7 +28,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import TaskStatus
@@ -294,19 +293,25 @@ class LiveServer:
                 f"Host {host[:100]!r} not allowed",
                 f"Host {host[:100]!r} is not allowed here (allowed: {policy.describe()})\n",
             )
-        if urlsplit(request.path).path == "/metrics":
+        if route_path(request.path) == "/metrics":
             return self._metrics_for(connection, request)
         return _response(http.HTTPStatus.NOT_FOUND, b"not found: this port serves /metrics\n")
 
     def _static(self, name: str) -> Response:
+        """A file of the browser client, or 404 for any name that is not one
+        (outside the folder, or no file name at all: a NUL, a name too long)."""
         root = WEB_ROOT.resolve()
-        target = (root / name).resolve()
-        if root not in target.parents or not target.is_file():
+        try:
+            target = (root / name).resolve()
+            if root not in target.parents or not target.is_file():
+                return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
+            body = target.read_bytes()
+        except (OSError, ValueError):
             return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
         kind = "text/javascript" if target.suffix in (".js", ".mjs") else (
             mimetypes.guess_type(target.name)[0] or "application/octet-stream"
         )
-        return _response(http.HTTPStatus.OK, target.read_bytes(), kind)
+        return _response(http.HTTPStatus.OK, body, kind)
 
     # ------------------------------------------------------------------ sockets
 
