@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import anyio
 
@@ -84,16 +84,19 @@ class Conversation:
         self.frames_sent = 0
         self._reply_from: int | None = None  # speaker samples played when the current reply began
 
-    async def run(self, *, handle_signals: bool) -> None:
+    async def run(self, *, handle_signals: bool, on_ready: Callable[[], None] = lambda: None) -> None:
         async with anyio.create_task_group() as tg:
             if handle_signals:
-                tg.start_soon(self._stop_on_signal, tg.cancel_scope)
+                # Ctrl-C is ours before the user is told it ends the session.
+                await tg.start(self._stop_on_signal, tg.cancel_scope)
+            on_ready()
             tg.start_soon(self._send_microphone)
             await self._receive()
             tg.cancel_scope.cancel()
 
-    async def _stop_on_signal(self, scope: anyio.CancelScope) -> None:
+    async def _stop_on_signal(self, scope: anyio.CancelScope, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
             async for _ in signals:
                 self.view.status("ending the session")
                 scope.cancel()
@@ -198,10 +201,13 @@ async def _session(args: argparse.Namespace, view: ConversationView) -> int:
             audio.frames.dropped = 0
             mode = ("full duplex: talk over the agent to interrupt it" if args.headphones
                     else "half duplex: the microphone is muted while the agent speaks")
-            view.line(f"live mic: connected to {args.url} (model {started.model}); {mode}. Ctrl-C ends.")
-            view.status("listening")
+
+            def ready() -> None:
+                view.line(f"live mic: connected to {args.url} (model {started.model}); {mode}. Ctrl-C ends.")
+                view.status("listening")
+
             conversation = Conversation(client, audio, view, headphones=args.headphones)
-            await conversation.run(handle_signals=handle_signals)
+            await conversation.run(handle_signals=handle_signals, on_ready=ready)
         if audio.frames.dropped:
             view.line(f"live mic: {audio.frames.dropped} microphone frames dropped (the loop fell behind)")
         if audio.overflows or audio.underflows:

@@ -57,6 +57,8 @@ async def test_speech_reaches_the_server_and_the_page_shows_and_plays_the_reply(
         agent = page.locator("#log li[data-side=agent][data-final] .text")
         await you.first.wait_for(timeout=3000)
         assert await you.all_text_contents() == ["Hello there, can you hear me?"]
+        # The reply's final waits with its turn end for a late tail (late-tails.js): both come together.
+        await agent.first.wait_for(timeout=3000)
         assert await agent.all_text_contents() == ["Yes, I hear you."]
         await page.locator("#log li.turn-end").first.wait_for(timeout=3000)
         [turn_end] = await page.locator("#log li.turn-end").all_text_contents()

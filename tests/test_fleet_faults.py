@@ -150,9 +150,12 @@ class Talker:
             except ConnectionClosed:
                 # Sent into a socket that was dying: lost with it. The client
                 # reattaches as it reads on; then the question goes again.
-                async for event in client.events():
-                    if isinstance(event, p.SessionReattached):
-                        break
+                with anyio.move_on_after(timeout) as waited:
+                    async for event in client.events():
+                        if isinstance(event, p.SessionReattached):
+                            break
+                if waited.cancelled_caught:
+                    return False  # not back in time: the question counts as unanswered
                 continue
             events: list[Any] = []
             with anyio.move_on_after(timeout):
