@@ -130,7 +130,7 @@ class Backend:
             return None
         value = (os.environ.get(self.api_key_env) or "").strip()
         if not value:
-            raise PoolError(f"backend {self.name!r}: the environment variable {self.api_key_env} is not set")
+            raise PoolError(f"the environment variable {self.api_key_env} (its key) is not set")
         return value
 
     def __repr__(self) -> str:
