@@ -670,6 +670,11 @@ class Gemini(BaseLlm):
     def _build_client(self, **kwargs: Any) -> genai.Client:
         try:
             return genai.Client(**kwargs)
+        except ssl.SSLError as exc:  # SSL_CERT_FILE names no certificate
+            raise ConfigurationError(
+                f"cannot build the Gemini client: the certificates it trusts cannot be loaded ({exc.reason})",
+                hint="SSL_CERT_FILE must name a PEM file of CA certificates",
+            ) from None
         except (ValueError, TypeError) as exc:
             text = str(exc)
             if self._secret:

@@ -5,6 +5,7 @@ pool it cannot use (one line, at start)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,13 @@ def test_live_serve_refuses_a_pool_whose_key_is_not_in_the_environment(tmp_path:
     leaky = _serve(["--model", "gemini-live-2.5-flash-preview", "--backends", str(written)], env)
     assert leaky.returncode == 2 and "a secret never goes in this file" in leaky.stderr
     assert "SECRET" not in leaky.stderr + leaky.stdout
+
+
+def test_the_pools_the_resilience_page_shows_are_pools_live_serve_reads():
+    page = (ROOT / "docs" / "resilience.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", page, flags=re.S)
+    blocks += re.findall(r"<<'TOML'\n(.*?)TOML\n", page, flags=re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        pool = BackendPool.parse(block, source="docs/resilience.md")
+        assert pool.targets("gemini-2.5-flash-native-audio-preview-12-2025")

@@ -321,8 +321,10 @@ class ModelLink:
         (not the close a go-away announced), or quota gone (its breaker opens)."""
         outcome = link.outcome
         target = self.target
-        if target is None or not isinstance(outcome, LiveError) or link.go_away_at is not None:
+        if target is None or not isinstance(outcome, LiveError):
             return
+        if link.go_away_at is not None and outcome.recoverable:
+            return  # the close a go-away announced
         if isinstance(outcome, QuotaExhaustedError):
             await self.backends.failed(target, "quota", outcome)
         elif outcome.recoverable:
