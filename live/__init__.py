@@ -6,15 +6,18 @@ model registry, the errors a caller can act on, and `Agent`. The server is
 """
 
 from live.agent import Agent, tool
+from live.backends import Backend, BackendPool, FailoverPolicy
 from live.errors import (
     AmbiguousModelError,
     ConfigurationError,
     ConnectionClosedError,
     InvalidArgumentError,
     LiveError,
+    ModelUnavailableError,
     QuotaExhaustedError,
     RecoverableConnectionError,
     UnknownModelError,
+    UnreachableError,
 )
 from live.llm import (
     AUDIO_STREAM_END,
@@ -33,19 +36,24 @@ __all__ = [
     "tool",
     "AmbiguousModelError",
     "AudioStreamEnd",
+    "Backend",
+    "BackendPool",
     "BaseLlm",
     "BaseLlmConnection",
     "ConfigurationError",
     "ConnectionClosedError",
+    "FailoverPolicy",
     "InvalidArgumentError",
     "LiveError",
     "LlmFactory",
     "LlmRegistry",
     "LlmRequest",
     "LlmResponse",
+    "ModelUnavailableError",
     "QuotaExhaustedError",
     "RealtimeInput",
     "RecoverableConnectionError",
     "UnknownModelError",
+    "UnreachableError",
     "default_registry",
 ]

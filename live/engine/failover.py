@@ -79,7 +79,6 @@ class Failover:
             raise ValueError("a session needs at least one target")
         self.targets = tuple(targets)
         self.current: Target = self.targets[0]
-        self.moves = 0
         self._health: dict[str, Breaker] = {}
         self._health_now = 0.0  # the store's clock when the breakers were read
         self._tried: set[Target] = set()  # failed since the last useful connection
@@ -121,7 +120,6 @@ class Failover:
 
     def moved(self, target: Target) -> None:
         self.current = target
-        self.moves += 1
 
     def useful(self) -> None:
         """A connection answered: the failures before it are forgotten."""

@@ -149,7 +149,6 @@ class ModelLink:
         self._runner = runner
         self.reconnects = 0
         self.fresh_starts = 0  # new connections seeded from the transcript (no usable handle)
-        self.moves = 0  # carried to another target of the pool
         self._news = anyio.Event()
         self.backends = runner.backends
         self.failover = runner.backends.failover()
@@ -248,7 +247,6 @@ class ModelLink:
 
     def _moving(self, source: Target, step: Move | Resume) -> None:
         if isinstance(step, Move):
-            self.moves += 1
             self.backends.moved(source, step.cause)
             log.warning("session %s moves from %s to %s (%s)", self._runner.id, source, step.target, step.cause)
 
