@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -59,13 +60,17 @@ from live.errors import (
     ConnectionClosedError,
     InvalidArgumentError,
     LiveError,
+    ModelUnavailableError,
     QuotaExhaustedError,
     RecoverableConnectionError,
+    UnreachableError,
 )
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, LlmResponse, RealtimeInput
 
 if TYPE_CHECKING:
     import google.auth.credentials
+
+    from live.backends import Backend
 
 __all__ = [
     "DEFAULT_API_VERSION",
@@ -156,6 +161,10 @@ class VertexConfig:
 _QUOTA_MARKERS: Final = ("resource_exhausted", "resource exhausted", "quota", "rate limit")
 _KEY_MARKERS: Final = ("api key", "api_key", "unauthenticated", "permission denied")
 _RECOVERABLE_CODES: Final = frozenset({1001, 1006, 1011, 1012, 1013, 1014, 408})
+# The service's words for a model it does not serve ("models/NAME is not found
+# for API version v1beta, or is not supported for bidiGenerateContent. ..."):
+# retired, not yet released, or not in this region.
+_MODEL_NOT_SERVED: Final = re.compile(r"models/\S+ is not found|is not supported for bidigeneratecontent")
 
 
 def _policy_hint(reason: str, model: str | None) -> str:
@@ -215,6 +224,12 @@ def error_for_close(
             hint="never replay the same context: it fails again; fix the request "
             "(e.g. history on Gemini 3 needs history_config, tool responses need "
             "the ids of their calls)",
+        )
+    if code in (1008, 404) and _MODEL_NOT_SERVED.search(low):
+        return ModelUnavailableError(
+            f"the model is not served here: {text}",
+            close_code=code,
+            hint=_policy_hint(text, model),
         )
     if code in (1008, 404):
         return ConfigurationError(
@@ -629,9 +644,37 @@ class Gemini(BaseLlm):
             "or pass api_key=, vertex=VertexConfig(...), client= or transport="
         )
 
+    @classmethod
+    def at_backend(cls, model: str, backend: Backend) -> Gemini:
+        """`model` on one backend of a pool: its AI Studio key (from the
+        environment variable it names), or its Vertex AI project and region;
+        its endpoint and API version when it names them. Raises
+        `ConfigurationError` when its key is not in the environment."""
+        try:
+            api_key = backend.api_key()
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        vertex = VertexConfig(backend.project, backend.location) if backend.project and backend.location else None
+        options: dict[str, Any] = {}
+        if backend.connect_timeout is not None:
+            options["connect_timeout"] = backend.connect_timeout
+        return cls(
+            model,
+            api_key=api_key,
+            vertex=vertex,
+            base_url=backend.base_url,
+            api_version=backend.api_version,
+            **options,
+        )
+
     def _build_client(self, **kwargs: Any) -> genai.Client:
         try:
             return genai.Client(**kwargs)
+        except ssl.SSLError as exc:  # SSL_CERT_FILE names no certificate
+            raise ConfigurationError(
+                f"cannot build the Gemini client: the certificates it trusts cannot be loaded ({exc.reason})",
+                hint="SSL_CERT_FILE must name a PEM file of CA certificates",
+            ) from None
         except (ValueError, TypeError) as exc:
             text = str(exc)
             if self._secret:
@@ -736,7 +779,7 @@ class Gemini(BaseLlm):
             assert error is not None
             raise _redacted(error, self._secret) from exc
         except TimeoutError:
-            raise RecoverableConnectionError(
+            raise UnreachableError(
                 f"connecting to {model!r} took longer than {self._connect_timeout:g} s",
                 hint="the endpoint did not answer; check the network and GOOGLE_GEMINI_BASE_URL",
             ) from None
@@ -751,7 +794,7 @@ class Gemini(BaseLlm):
                 hint="check GOOGLE_GEMINI_BASE_URL (or base_url=)",
             ) from exc
         except (OSError, websockets.InvalidHandshake) as exc:
-            raise RecoverableConnectionError(
+            raise UnreachableError(
                 f"could not reach the Live endpoint: {type(exc).__name__}: {exc}",
                 hint="check the network and GOOGLE_GEMINI_BASE_URL",
             ) from exc

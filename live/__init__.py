@@ -16,15 +16,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from live.agent import Agent, tool
+from live.backends import Backend, BackendPool, FailoverPolicy
 from live.errors import (
     AmbiguousModelError,
     ConfigurationError,
     ConnectionClosedError,
     InvalidArgumentError,
     LiveError,
+    ModelUnavailableError,
     QuotaExhaustedError,
     RecoverableConnectionError,
     UnknownModelError,
+    UnreachableError,
 )
 from live.llm import (
     AUDIO_STREAM_END,
@@ -64,10 +67,13 @@ __all__ = [
     "tool",
     "AmbiguousModelError",
     "AudioStreamEnd",
+    "Backend",
+    "BackendPool",
     "BaseLlm",
     "BaseLlmConnection",
     "ConfigurationError",
     "ConnectionClosedError",
+    "FailoverPolicy",
     "InvalidArgumentError",
     "LiveError",
     "LiveServer",
@@ -75,10 +81,12 @@ __all__ = [
     "LlmRegistry",
     "LlmRequest",
     "LlmResponse",
+    "ModelUnavailableError",
     "QuotaExhaustedError",
     "RealtimeInput",
     "RecoverableConnectionError",
     "ServerConfig",
     "UnknownModelError",
+    "UnreachableError",
     "default_registry",
 ]

@@ -23,6 +23,7 @@ import anyio
 import anyio.to_thread
 from google.genai import types
 
+from live.backends import BackendPool
 from live.llm import LlmRequest
 
 __all__ = ["Agent", "agent_at", "run_tool", "tool"]
@@ -92,6 +93,10 @@ class Agent:
     - `config`: a `types.LiveConnectConfig` whose set fields override the rest.
     - `on_key_press`: on phone calls, `(call id, digit)` for each key the
       caller presses (the model is told too, as text).
+    - `backends`: where sessions may run, in order (`live.backends`): AI
+      Studio keys, Vertex projects and regions, with the models each serves;
+      a session moves down the pool when its backend fails. None: the one
+      backend `model` names (`live serve --backends FILE` overrides it).
 
     Session resumption is always requested: it is what lets a conversation
     survive the model closing its connection.
@@ -113,6 +118,7 @@ class Agent:
     # a key, before the model is told. Called from the session's own task: it
     # must not block (record the key; a tool can read it).
     on_key_press: Callable[[str, str], object] | None = None
+    backends: BackendPool | None = None
 
     def __post_init__(self) -> None:
         names = [t.__name__ for t in self.tools] + [d.name or "" for d in self.client_tools]

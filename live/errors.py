@@ -12,6 +12,12 @@ reaction. The classes say which, so callers branch on type, never on message tex
   pointless until the configuration changes. `hint` names the likely cause;
 - `QuotaExhaustedError` (1011 RESOURCE_EXHAUSTED, 429): too many sessions or
   tokens; retry later, not now.
+
+Two of them say more, for a caller that can go elsewhere (another key, region
+or model: `live.backends`): `ModelUnavailableError`, a `ConfigurationError`
+for a model this endpoint does not serve (retired, or not in this region), and
+`UnreachableError`, a `RecoverableConnectionError` for an endpoint that could
+not be reached or did not answer the connect in time.
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ __all__ = [
     "ConnectionClosedError",
     "InvalidArgumentError",
     "LiveError",
+    "ModelUnavailableError",
     "QuotaExhaustedError",
     "RecoverableConnectionError",
     "UnknownModelError",
+    "UnreachableError",
 ]
 
 
@@ -60,12 +68,22 @@ class RecoverableConnectionError(LiveError):
     recoverable = True
 
 
+class UnreachableError(RecoverableConnectionError):
+    """The endpoint could not be reached (refused, no route) or did not answer
+    the connect in time: nothing of the conversation is there."""
+
+
 class InvalidArgumentError(LiveError):
     """The server rejected the request or context (1007); do not replay it as is."""
 
 
 class ConfigurationError(LiveError):
     """Wrong model, API version, key or a policy violation (1008); fix, then retry."""
+
+
+class ModelUnavailableError(ConfigurationError):
+    """The endpoint does not serve this model (retired, not yet, or not in this
+    region): 1008 "models/NAME is not found for API version ..."."""
 
 
 class QuotaExhaustedError(LiveError):

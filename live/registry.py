@@ -5,6 +5,11 @@ a name matching two patterns is an `AmbiguousModelError`, and a name matching
 none is an `UnknownModelError` listing what is registered. `resolve_all` checks
 every configured name at start-up, so a typo fails at boot rather than on the
 first call.
+
+A model on a backend of a pool (`live.backends`: another key, a Vertex
+project and region, another endpoint) comes from a pattern's `placed`
+factory, `placed(model, backend)`: `resolve_at` makes one instance per backend
+and name. `local/*` models have none: they run here, not on a backend.
 """
 
 from __future__ import annotations
@@ -14,24 +19,28 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 
+from live.backends import Backend
 from live.errors import AmbiguousModelError, UnknownModelError
 from live.llm import BaseLlm
 
-__all__ = ["LlmFactory", "LlmRegistry", "default_registry"]
+__all__ = ["LlmFactory", "LlmRegistry", "PlacedFactory", "default_registry"]
 
 LlmFactory = Callable[[str], BaseLlm]
+PlacedFactory = Callable[[str, Backend], BaseLlm]
 
 
-def _lazy(target: str) -> LlmFactory:
-    """A factory for `module:Class`, imported on first use.
+def _lazy(target: str) -> Callable[..., BaseLlm]:
+    """A factory for `module:Class` (or `module:Class.method`), imported on first use.
 
     Keeps `live` free of import-time dependencies on `connections`.
     """
 
-    def factory(model: str) -> BaseLlm:
+    def factory(*args: object) -> BaseLlm:
         module_name, _, attr = target.partition(":")
-        cls = getattr(importlib.import_module(module_name), attr)
-        return cls(model)
+        found: object = importlib.import_module(module_name)
+        for name in attr.split("."):
+            found = getattr(found, name)
+        return found(*args)  # type: ignore[operator,no-any-return]
 
     factory.__qualname__ = f"lazy({target})"
     return factory
@@ -45,13 +54,17 @@ class LlmRegistry:
 
     def __init__(self) -> None:
         self._factories: dict[str, tuple[re.Pattern[str], LlmFactory]] = {}
+        self._placed: dict[str, PlacedFactory] = {}
         self._instances: dict[str, BaseLlm] = {}
+        self._placed_instances: dict[tuple[str, str], BaseLlm] = {}
         self._lock = threading.Lock()
 
     def register(
-        self, pattern: str, factory: LlmFactory, *, replace: bool = False
+        self, pattern: str, factory: LlmFactory, *, replace: bool = False, placed: PlacedFactory | None = None
     ) -> None:
-        """Serve names matching `pattern` (a full match) with `factory(name)`.
+        """Serve names matching `pattern` (a full match) with `factory(name)`,
+        and on a backend of a pool with `placed(name, backend)` (None: such
+        models run on no backend).
 
         Registering a pattern that is already registered raises `ValueError`
         unless `replace=True`, which also forgets instances it had created.
@@ -64,8 +77,13 @@ class LlmRegistry:
                     "pass replace=True to replace it"
                 )
             self._factories[pattern] = (compiled, factory)
+            self._placed.pop(pattern, None)
+            if placed is not None:
+                self._placed[pattern] = placed
             for name in [n for n in self._instances if compiled.fullmatch(n)]:
                 del self._instances[name]
+            for key in [k for k in self._placed_instances if compiled.fullmatch(k[1])]:
+                del self._placed_instances[key]
 
     @property
     def patterns(self) -> list[str]:
@@ -73,7 +91,7 @@ class LlmRegistry:
         with self._lock:
             return list(self._factories)
 
-    def _factory_for(self, model: str) -> LlmFactory:
+    def _pattern_for(self, model: str) -> str:
         matches = [
             (pattern, factory)
             for pattern, (compiled, factory) in self._factories.items()
@@ -90,7 +108,10 @@ class LlmRegistry:
                 f"model {model!r} matches more than one registered pattern: {names}; "
                 "make the patterns disjoint"
             )
-        return matches[0][1]
+        return matches[0][0]
+
+    def _factory_for(self, model: str) -> LlmFactory:
+        return self._factories[self._pattern_for(model)][1]
 
     def resolve(self, model: str) -> BaseLlm:
         """The shared instance for `model`, created on first use."""
@@ -101,6 +122,25 @@ class LlmRegistry:
                 self._instances[model] = instance
             return instance
 
+    def resolve_at(self, model: str, backend: Backend) -> BaseLlm:
+        """The shared instance for `model` on `backend`, created on first use.
+
+        Raises `UnknownModelError` for a name that runs on no backend.
+        """
+        with self._lock:
+            key = (backend.name, model)
+            instance = self._placed_instances.get(key)
+            if instance is None:
+                pattern = self._pattern_for(model)
+                placed = self._placed.get(pattern)
+                if placed is None:
+                    raise UnknownModelError(
+                        f"{model!r} runs here, not on a backend: a pool's models are Gemini models"
+                    )
+                instance = placed(model, backend)
+                self._placed_instances[key] = instance
+            return instance
+
     def resolve_all(self, models: Iterable[str]) -> dict[str, BaseLlm]:
         """Resolve every name now; raises on the first name that cannot be served."""
         return {model: self.resolve(model) for model in models}
@@ -109,7 +149,9 @@ class LlmRegistry:
 def default_registry() -> LlmRegistry:
     """A registry serving `gemini-.*` through Gemini, `local/echo` and `local/voice` locally."""
     registry = LlmRegistry()
-    registry.register(r"gemini-.*", _lazy("connections.gemini:Gemini"))
+    registry.register(
+        r"gemini-.*", _lazy("connections.gemini:Gemini"), placed=_lazy("connections.gemini:Gemini.at_backend")
+    )
     registry.register(r"local/echo", _lazy("connections.local_echo:LocalEcho"))
     registry.register(r"local/voice", _lazy("connections.local_voice:LocalVoice"))
     return registry

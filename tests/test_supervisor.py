@@ -107,3 +107,104 @@ def test_a_stable_connection_forgives_earlier_failures():
     assert isinstance(step(s, 0.0, outcome=drop), Resume)
     s.connected(1.0)
     assert isinstance(step(s, 100.0, outcome=drop), Resume)  # up 99 s: the count restarted
+
+
+# ---------------------------------------------------------------- a pool of backends
+
+from live.backends import Backend, Target  # noqa: E402
+from live.engine.breaker import Breaker  # noqa: E402
+from live.engine.failover import Failover, backend_key, model_key  # noqa: E402
+from live.engine.supervisor import Move  # noqa: E402
+from live.errors import ModelUnavailableError, QuotaExhaustedError, UnreachableError  # noqa: E402
+
+MODEL = "gemini-live-2.5-flash-preview"
+A, B, C = (Target(Backend(name, models=(MODEL,)), MODEL) for name in "abc")
+QUOTA = QuotaExhaustedError("RESOURCE_EXHAUSTED", close_code=1011)
+DOWN = RecoverableConnectionError("The service is currently unavailable.", close_code=1011)
+
+
+def pooled(*targets: Target, **kw) -> Supervisor:
+    return Supervisor(policy=ReconnectPolicy(**kw), failover=Failover(targets or (A, B, C)), retries_here=2)
+
+
+def test_without_a_pool_quota_and_a_missing_model_end_the_session_as_before():
+    alone = pooled(A)
+    assert step(alone, outcome=QUOTA) == GiveUp(QUOTA)
+    missing = ModelUnavailableError("models/x is not found", close_code=1008)
+    assert alone.reconnect_failed(0.0, missing, has_handle=False) == GiveUp(missing)
+
+
+def test_quota_mid_session_moves_at_once_to_the_next_backend_seeded_fresh():
+    s = pooled()
+    moved = step(s, outcome=QUOTA)
+    assert isinstance(moved, Move) and moved.target == B and moved.cause == "quota" and moved.delay == 0.0
+
+
+def test_a_drop_with_a_handle_is_tried_again_here_and_a_refused_handle_is_reseeded_here():
+    s = pooled()
+    again = step(s, outcome=DOWN, has_handle=True)
+    assert isinstance(again, Resume) and not again.fresh
+    stale = ConfigurationError("BidiGenerateContent session not found", close_code=1008)
+    reseed = s.reconnect_failed(1.0, stale, has_handle=True)
+    assert isinstance(reseed, Resume) and reseed.fresh and s.failover.current == A
+
+
+def test_repeated_1011_on_resume_moves_after_the_retries_here():
+    s = pooled()
+    assert isinstance(step(s, outcome=DOWN), Resume)
+    assert isinstance(s.reconnect_failed(1.0, DOWN, has_handle=True), Resume)  # once: try again here
+    moved = s.reconnect_failed(2.0, DOWN, has_handle=True)  # twice: move
+    assert isinstance(moved, Move) and moved.target == B and moved.cause == "unavailable"
+
+
+def test_a_refused_connect_a_missing_model_and_a_429_move_at_once():
+    for error, cause in (
+        (UnreachableError("could not reach the Live endpoint: ConnectionRefusedError"), "unreachable"),
+        (ModelUnavailableError("models/x is not found for API version v1beta", close_code=1008), "model_missing"),
+        (QuotaExhaustedError("HTTP 429 during the handshake", close_code=429), "quota"),
+        (ConfigurationError("the API key was rejected", close_code=1008), "refused"),
+    ):
+        moved = pooled().reconnect_failed(0.0, error, has_handle=False)
+        assert isinstance(moved, Move) and moved.cause == cause and moved.target == B, error
+
+
+def test_a_backend_whose_breaker_is_open_is_not_retried_nor_chosen():
+    s = pooled()
+    now = 100.0
+    s.failover.update_health({backend_key(A): Breaker(3, open_until=now + 30)}, now)
+    moved = step(s, outcome=DOWN, has_handle=True)  # a good handle, but the fleet knows A is down
+    assert isinstance(moved, Move) and moved.cause == "breaker_open" and moved.target == B
+    fresh = Failover((A, B, C))
+    fresh.update_health({backend_key(A): Breaker(3, open_until=now + 30), model_key(B): Breaker(1, open_until=now + 600)}, now)
+    assert fresh.first() == C  # A is down, B does not serve the model: new sessions start on C
+    fresh.update_health({}, now + 31)  # A's cooldown is over: half-open, one probe
+    assert fresh.first() == C  # still a closed one first
+
+
+def test_every_backend_tried_without_an_answer_gives_up_and_an_answer_forgets_the_tries():
+    s = pooled()
+    assert step(s, outcome=QUOTA).target == B
+    assert s.reconnect_failed(0.1, QUOTA, has_handle=False).target == C
+    assert s.reconnect_failed(0.2, QUOTA, has_handle=False) == GiveUp(QUOTA)
+    s = pooled()
+    assert step(s, outcome=QUOTA).target == B
+    s.useful()  # B answered
+    back = s.reconnect_failed(5.0, QUOTA, has_handle=False)  # B's quota goes too: A may have recovered
+    assert isinstance(back, Move) and back.target in (A, C)
+
+
+def test_the_first_connection_moves_down_the_pool_and_a_refused_context_does_not():
+    s = pooled()
+    moved = s.start_failed(0.0, QUOTA)
+    assert isinstance(moved, Move) and moved.target == B
+    bad = InvalidArgumentError("Request contains an invalid argument.", close_code=1007)
+    assert pooled().start_failed(0.0, bad) == GiveUp(bad)
+    assert pooled(A).start_failed(0.0, QUOTA) == GiveUp(QUOTA)
+
+
+def test_a_move_starts_the_budget_of_reconnects_again():
+    s = pooled(max_failures=1)
+    assert isinstance(step(s, 0.0, outcome=DOWN), Resume)
+    moved = step(s, 1.0, outcome=DOWN)  # the budget here is spent: elsewhere
+    assert isinstance(moved, Move) and moved.cause == "unavailable"
+    assert isinstance(step(s, 2.0, outcome=DOWN), Resume)  # on B: its own budget

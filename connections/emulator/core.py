@@ -42,6 +42,7 @@ from connections.emulator.profiles import (
     setup_error,
 )
 from connections.emulator.script import (
+    QUOTA_REASON,
     Fault,
     ReplyContext,
     Script,
@@ -57,6 +58,7 @@ from connections.emulator.wire import (
     SessionRecord,
     Settings,
     Shared,
+    api_key_of,
     credential_error,
     text_of,
     token_count,
@@ -379,6 +381,13 @@ class EmulatorSession(Listening, FunctionCalls):
         if version not in self.settings.api_versions or not self.settings.live_model(model):
             self._close(1008, not_found(model, version))
             return
+        outage = self.shared.outage
+        if outage.down is not None:  # "refuse" is the sockets' (no listener); here, a setup that got in
+            self._close(1011, UNAVAILABLE)
+            return
+        if not outage.serves(model):  # not in this region
+            self._close(1008, not_found(model, version))
+            return
         self.model = model
         self.profile = dataclasses.replace(
             profile_for(model, self.script.profile), **self.script.profile_overrides
@@ -669,6 +678,9 @@ class EmulatorSession(Listening, FunctionCalls):
         prelude: Callable[[], None] | None = None,
     ) -> None:
         """Speak the scripted reply (or `filler`); `prelude` runs just before its first chunk."""
+        if self.shared.outage.quota_gone(api_key_of(self.handshake)):
+            self._close(1011, QUOTA_REASON)  # the key's quota ran out: nothing more is generated
+            return
         if filler is None:
             ctx = ReplyContext(
                 turn=self._turn,

@@ -6,14 +6,19 @@
 the same faults. A rate of 0 draws nothing, so a script without rates never
 touches the generator. The scripted, deterministic `Fault`s of
 `connections.emulator.script` work beside these.
+
+`Outage` is a backend's bad day switched on and off while the emulator runs
+(`Emulator.outage`, `Emulator.go_down`): a key whose quota is gone, the whole
+backend down, a model this region does not serve.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Literal
 
-__all__ = ["EarlyDrop", "FaultDice", "FaultRates"]
+__all__ = ["EarlyDrop", "FaultDice", "FaultRates", "Outage"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,3 +115,33 @@ class FaultDice:
 
     def stale_handle(self) -> bool:
         return self._hit(self.rates.stale_handle_on_resume)
+
+
+@dataclasses.dataclass(slots=True)
+class Outage:
+    """What this backend cannot do now, as the service says it; switched on and
+    off by a test while the emulator runs (every emulator is one backend: a key,
+    a region).
+
+    - `exhausted_keys`: keys whose quota is gone (`"*"`: every key). A connect
+      with one is refused at the handshake with HTTP 429 RESOURCE_EXHAUSTED; a
+      session already open with one closes with 1011 RESOURCE_EXHAUSTED when
+      the model would next generate.
+    - `down`: the backend is down. `"refuse"`: connections are refused (the
+      port stops listening; open ones drop, 1006). `"unavailable"`: every
+      setup, fresh or resuming, closes with 1011 "The service is currently
+      unavailable." (open ones too).
+    - `missing_models`: models (`models/NAME`) this region does not serve: a
+      setup for one closes with 1008 "models/NAME is not found for API
+      version ...", as for a name that never existed.
+    """
+
+    exhausted_keys: set[str] = dataclasses.field(default_factory=set)
+    down: Literal["refuse", "unavailable"] | None = None
+    missing_models: set[str] = dataclasses.field(default_factory=set)
+
+    def quota_gone(self, key: str | None) -> bool:
+        return bool(self.exhausted_keys) and ("*" in self.exhausted_keys or key in self.exhausted_keys)
+
+    def serves(self, model: str) -> bool:
+        return model not in self.missing_models

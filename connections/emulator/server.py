@@ -41,7 +41,10 @@ from connections.emulator.core import (
     Shared,
     route,
 )
+from connections.emulator.faults import Outage
 from connections.emulator.script import Script
+from connections.emulator.wire import QUOTA_HTTP_BODY, api_key_of
+from live.liveapi import UNAVAILABLE
 
 __all__ = ["DEV_API_KEY", "Emulator", "running_emulator"]
 
@@ -83,11 +86,43 @@ class Emulator:
         self._shared = Shared()
         self._ca = trustme.CA()
         self._server: Server | None = None
+        self._open: set[ServerConnection] = set()
 
     def forget_handles(self) -> None:
         """Refuse every resumption handle issued so far, as the service does
         once a session's state is gone (expired, or lost on its side)."""
         self._shared.store.forget_all()
+
+    # -- a backend's bad day -----------------------------------------------------
+
+    @property
+    def outage(self) -> Outage:
+        """What this backend cannot do now (`Outage`): change it at any time,
+        e.g. `emulator.outage.exhausted_keys.add(key)`."""
+        return self._shared.outage
+
+    async def go_down(self, how: str = "refuse") -> None:
+        """The backend goes down until `come_back()`: `"refuse"` stops listening
+        (connects are refused) and drops every open connection; `"unavailable"`
+        closes them with 1011 and answers every setup so."""
+        if how not in ("refuse", "unavailable"):
+            raise ValueError(f"how is 'refuse' or 'unavailable', not {how!r}")
+        self.outage.down = how  # type: ignore[assignment]
+        for ws in list(self._open):
+            if how == "refuse":
+                ws.transport.abort()
+            else:
+                await ws.close(1011, UNAVAILABLE)
+        if how == "refuse" and self._server is not None:
+            server, self._server = self._server, None
+            server.close(close_connections=False)
+            await server.wait_closed()
+
+    async def come_back(self) -> None:
+        """Serve again, on the same port, after `go_down()`."""
+        self.outage.down = None
+        if self._server is None and self.port:
+            self._server = await self._listen(self.port)
 
     # -- addresses and trust --------------------------------------------------
 
@@ -158,33 +193,36 @@ class Emulator:
         with tempfile.TemporaryDirectory(prefix="live-emulator-") as tmp:
             self.ca_file = os.path.join(tmp, "ca.pem")
             self._ca.cert_pem.write_to_path(self.ca_file)
-            async with serve(
-                self._handle,
-                self.host,
-                port,
-                ssl=self._server_ssl(),
-                max_size=MAX_FRAME_BYTES,
-                max_queue=_QUEUE,
-                process_request=self._check_path,
-                ping_interval=None,
-            ) as server:
-                self._server = server
-                self.port = next(iter(server.sockets)).getsockname()[1]
-                try:
-                    yield self
-                finally:
-                    self._server = None
+            self._server = server = await self._listen(port)
+            self.port = next(iter(server.sockets)).getsockname()[1]
+            try:
+                yield self
+            finally:
+                # Whichever listener serves now (a backend that came back has a new one).
+                server, self._server = self._server, None  # type: ignore[assignment]
+                if server is not None:
                     server.close()
                     await server.wait_closed()
 
+    async def _listen(self, port: int) -> Server:
+        return await serve(
+            self._handle,
+            self.host,
+            port,
+            ssl=self._server_ssl(),
+            max_size=MAX_FRAME_BYTES,
+            max_queue=_QUEUE,
+            process_request=self._check_path,
+            ping_interval=None,
+        )
+
     def _check_path(self, connection: ServerConnection, request: Request) -> Response | None:
-        if route(request.path) is not None:
-            return None
-        body = json.dumps(
-            {"error": {"code": 404, "message": "Not found.", "status": "NOT_FOUND"}}
-        ).encode()
-        headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
-        return Response(http.HTTPStatus.NOT_FOUND, "Not Found", headers, body)
+        if route(request.path) is None:
+            return _json_response(http.HTTPStatus.NOT_FOUND, {"error": {"code": 404, "message": "Not found.", "status": "NOT_FOUND"}})
+        handshake = Handshake(request.path, dict(request.headers.raw_items()))
+        if self.outage.quota_gone(api_key_of(handshake)):
+            return _json_response(http.HTTPStatus.TOO_MANY_REQUESTS, QUOTA_HTTP_BODY)
+        return None
 
     async def _handle(self, ws: ServerConnection) -> None:
         request = ws.request
@@ -199,9 +237,11 @@ class Emulator:
             now=anyio.current_time(),
         )
         self.sessions.append(session.record)
+        self._open.add(ws)
         try:
             await _Connection(ws, session).run()
         finally:
+            self._open.discard(ws)
             session.connection_lost(None)
 
 
@@ -260,6 +300,12 @@ class _Connection:
             timeout = None if deadline is None else max(0.0, deadline - self._now())
             with anyio.move_on_after(timeout):
                 await self._rescheduled.wait()
+
+
+def _json_response(status: http.HTTPStatus, payload: dict[str, Any]) -> Response:
+    body = json.dumps(payload).encode()
+    headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return Response(status, status.phrase, headers, body)
 
 
 async def _act(ws: ServerConnection, actions: list[Any]) -> bool:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from connections.emulator.faults import Outage
 from live.liveapi import (
     BAD_KEY,
     BAD_TOKEN,
@@ -163,7 +164,7 @@ class HandleStore:
 @dataclasses.dataclass(slots=True)
 class Shared:
     """State every session of one emulator shares: handles, fault counters and
-    draws, load, and which connections are open."""
+    draws, load, which connections are open, and its outage."""
 
     store: HandleStore = dataclasses.field(default_factory=HandleStore)
     fault_fired: collections.Counter[int] = dataclasses.field(default_factory=collections.Counter)
@@ -171,6 +172,7 @@ class Shared:
     open_connections: set[int] = dataclasses.field(default_factory=set)
     connection_ids: Iterator[int] = dataclasses.field(default_factory=itertools.count)
     _generators: dict[int, random.Random] = dataclasses.field(default_factory=dict)
+    outage: Outage = dataclasses.field(default_factory=Outage)
 
     def random(self, seed: int) -> random.Random:
         """The generator every connection draws random faults from, one per seed."""
@@ -270,6 +272,17 @@ def token_count(text: str) -> int:
 
 
 AUDIO_TOKENS_PER_S = 25
+
+def api_key_of(handshake: Handshake) -> str | None:
+    """The API key a caller presented (header, or `key=` in the query)."""
+    return handshake.header("x-goog-api-key") or handshake.query("key")
+
+
+QUOTA_HTTP_BODY = {
+    "error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED"}
+}
+"""What the service answers a connect on a key whose quota is gone (HTTP 429)."""
+
 
 def credential_error(handshake: Handshake, route: Route | None, settings: Settings) -> str | None:
     """Why the service refuses this caller (a 1008 reason), or None."""

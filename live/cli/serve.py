@@ -28,6 +28,7 @@ from live.cli import capacity
 from live.observe import logs
 from live.agent import Agent, agent_at
 from live.access.addresses import address_key
+from live.backends import BackendPool, PoolError
 from live.access.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.extras import MissingExtra, require
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     who = parser.add_argument_group("what to serve")
     who.add_argument("--model", help=f"model name, e.g. gemini-2.5-flash-native-audio-preview-09-2025 or {DEFAULT_MODEL} (the default)")
     who.add_argument("--agent", metavar="MODULE:ATTR", help="an agent, e.g. samples.weather:agent (--model then overrides its model)")
+    who.add_argument("--backends", metavar="FILE", help="a TOML file of where sessions may run, in order: AI Studio keys (named by environment variable), Vertex AI projects and regions, each with the models it serves there; a session moves down the list when its backend fails in a way resumption cannot fix (quota, a region down, a model not served there) (see docs/resilience.md; default: the agent's backends, else the one --model names)")
     limits = parser.add_argument_group("limits and checks")
     limits.add_argument("--max-sessions", type=_sessions, default="auto", help="concurrent sessions in this process (default auto: what one process holds in real time on this machine's core, with headroom, from a timing of about 0.02 s at start; a few for local/voice, which recognises speech in the process; see docs/performance.md#capacity)")
     limits.add_argument("--near-capacity", type=_fraction, default=0.9, metavar="SHARE", help="share of --max-sessions from which /healthz answers 503 near_capacity, so a load balancer sends new sessions elsewhere (default 0.9; /livez stays 200)")
@@ -259,10 +261,32 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             AddressSet.parse([value])
         except ValueError as exc:
             raise UsageError(f"{flag}: {exc}") from None
-    try:
-        llm = registry.resolve(agent.model)
-    except (UnknownModelError, AmbiguousModelError, LiveError, MissingExtra) as exc:
-        raise UsageError(str(exc)) from None
+    pool = agent.backends
+    if args.backends:
+        try:
+            pool = BackendPool.load(args.backends)
+        except PoolError as exc:
+            raise UsageError(f"--backends {exc}") from None
+    llm_at = None
+    if pool is not None:
+        # Every backend's model now: a key missing from the environment fails here.
+        try:
+            targets = pool.targets(agent.model)
+        except PoolError as exc:
+            raise UsageError(f"backends: {exc}") from None
+        placed = {}
+        for target in targets:
+            try:
+                placed[target] = registry.resolve_at(target.model, target.backend)
+            except (UnknownModelError, AmbiguousModelError, LiveError, MissingExtra) as exc:
+                raise UsageError(f"backend {target.name!r}: {exc}") from None
+        llm_at = placed.__getitem__
+        llm = placed[targets[0]]
+    else:
+        try:
+            llm = registry.resolve(agent.model)
+        except (UnknownModelError, AmbiguousModelError, LiveError, MissingExtra) as exc:
+            raise UsageError(str(exc)) from None
     if args.max_image_bytes is not None and args.max_image_bytes > image_bytes_fitting(args.max_frame_bytes):
         raise UsageError(
             f"--max-image-bytes {args.max_image_bytes}: an image that size, as base64 in its "
@@ -344,7 +368,9 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
     if posts and args.post_port is None:
         args.post_port = args.port + 1 if args.port else 0
     args.post_routes = posts
-    return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors)
+    return LiveServer(
+        agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors, pool=pool, llm_at=llm_at
+    )
 
 
 # A secret that signs the tokens of calls, shared by the worker processes (a
@@ -468,6 +494,10 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
                 else "by a name given with --allow-host NAME (the Host check refuses others)"
             )
             print(f"live: listening on every interface ({host or '0.0.0.0'}): other machines reach it {elsewhere}", flush=True)
+        if not server.backends.single_target:
+            shared = " (breakers shared on --redis)" if server.fleet is not None else ""
+            where = ", ".join(str(t) for t in server.backends.targets)
+            print(f"live: backends, in order: {where}{shared}", flush=True)
         if server.metrics_port is not None:
             metrics_host = server.config.metrics_host
             metrics_shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host

@@ -34,6 +34,24 @@ The rules, each with its reason:
   comes first.
 - A model that owes a reply (to a user turn or a tool result) for `stall_timeout`
   seconds is reported, and the session resumes on a new connection.
+
+With a pool of backends (`live.backends`, `Failover`), three answers to a
+failure: try again here (a drop, with the newest handle), re-seed here (the
+handle refused), or move (`Move`: a fresh connection on another backend,
+seeded with the transcript; a handle is bound to the backend that issued it):
+
+- at once for what no retry here fixes: quota (429 at connect, 1011
+  RESOURCE_EXHAUSTED), a model not served here, a backend that refuses or does
+  not answer connects, a fresh connect refused (a bad key);
+- after `retries_here` failed reconnects here (1011 on every resume), or
+  when the reconnect budget here runs out;
+- at once when the current backend's breaker is open (the fleet learned it is
+  down): retrying it is pointless;
+- to the healthiest backend not tried since the last useful connection; with
+  none left, the session gives up with the last error.
+
+A pool of one never moves: the rules above are the rules without a pool, a
+quota or a missing model ending the session as before.
 """
 
 from __future__ import annotations
@@ -42,12 +60,21 @@ import dataclasses
 import math
 from typing import TypeAlias
 
-from live.errors import ConfigurationError, InvalidArgumentError, LiveError, RecoverableConnectionError
+from live.backends import Target
+from live.engine.failover import Failover, failure_cause
+from live.errors import (
+    ConfigurationError,
+    InvalidArgumentError,
+    LiveError,
+    ModelUnavailableError,
+    RecoverableConnectionError,
+)
 
 __all__ = [
     "CLOSED",
     "GiveUp",
     "HandOver",
+    "Move",
     "Outcome",
     "ReconnectPolicy",
     "Resume",
@@ -94,13 +121,25 @@ class Resume:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Move:
+    """Carry the conversation to `target`, another backend (or model) of the
+    pool, after `delay` seconds: a fresh connection there, seeded with the
+    session's transcript. `cause` is one of `live.engine.failover.CAUSES`."""
+
+    reason: str
+    cause: str
+    target: Target
+    delay: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GiveUp:
     """The session cannot go on: end it with `error`."""
 
     error: LiveError
 
 
-Step: TypeAlias = Wait | HandOver | Stall | Resume | GiveUp
+Step: TypeAlias = Wait | HandOver | Stall | Resume | Move | GiveUp
 
 
 @dataclasses.dataclass
@@ -147,10 +186,15 @@ class Supervisor:
         handover_margin: float = 1.0,
         stall_timeout: float = 20.0,
         policy: ReconnectPolicy | None = None,
+        failover: Failover | None = None,
+        retries_here: int = 2,
     ) -> None:
         self.handover_margin = handover_margin
         self.stall_timeout = stall_timeout
         self.policy = policy or ReconnectPolicy()
+        self.failover = failover
+        self.retries_here = retries_here
+        self._failed_here = 0  # reconnects that failed on the current target, in a row
 
     def connected(self, now: float) -> None:
         """A connection is up (the first, or a resumed one)."""
@@ -189,35 +233,89 @@ class Supervisor:
             deadlines.append(awaiting_reply_since + self.stall_timeout + 0.01)
         return Wait(min(deadlines) if deadlines else None)
 
+    def start_failed(self, now: float, error: LiveError) -> Move | GiveUp:
+        """The session's first connection failed (the client was told nothing
+        yet): move to the next target, or give up as without a pool. A context
+        refused (1007) is the agent's, and no backend takes it."""
+        if isinstance(error, InvalidArgumentError):
+            return GiveUp(error)
+        cause = failure_cause(error, fresh=True) or ("unavailable" if error.recoverable else None)
+        if cause is None:
+            return GiveUp(error)
+        return self._move(now, str(error), cause) or GiveUp(error)
+
     def reconnect_failed(self, now: float, error: LiveError, *, has_handle: bool) -> Step:
-        """Opening a new connection failed: try again later, fresh, or give up.
+        """Opening a new connection failed: try again later, fresh, move, or give up.
 
         A resume refused with 1008 or 1007 means the service no longer knows
         the handle ("BidiGenerateContent session not found", forum #186392; 1007
         after 3.8's hour): the next attempt starts fresh from the transcript.
         """
-        if has_handle and isinstance(error, (ConfigurationError, InvalidArgumentError)):
+        cause = failure_cause(error, fresh=not has_handle)
+        if cause is not None:
+            move = self._move(now, str(error), cause)
+            if move is not None:
+                return move
+        if (
+            has_handle
+            and isinstance(error, (ConfigurationError, InvalidArgumentError))
+            and not isinstance(error, ModelUnavailableError)
+        ):
             why = f"the model no longer knows this session ({error.message})"
             delay = self.policy.failed(now)
             if delay is None:
                 return self._gave_up(why)
             return Resume(why, delay, fresh=True)
+        if error.recoverable and self.failover is not None:
+            self._failed_here += 1
+            if self._failed_here >= self.retries_here:
+                move = self._move(now, f"{error}; failed {self._failed_here} times here", "unavailable")
+                if move is not None:
+                    return move
         return self._after_end(now, error, announced=False, has_handle=has_handle)
 
     def useful(self) -> None:
         """The connection in use answered a turn or gave a resumable handle."""
         self.policy.useful()
+        self._failed_here = 0
+        if self.failover is not None:
+            self.failover.useful()
+
+    def _move(self, now: float, why: str, cause: str) -> Move | None:
+        """A move to the healthiest target not tried since the last useful
+        connection, or None (no pool, or nowhere left). The budget of
+        reconnects starts again there."""
+        failover = self.failover
+        if failover is None or failover.single:
+            return None
+        target = failover.next_target()
+        if target is None:
+            return None
+        failover.moved(target)
+        self.policy.failures = 0
+        self._failed_here = 0
+        return Move(f"{why}; moving to {target}", cause, target)
 
     def _after_end(
         self, now: float, outcome: Outcome, *, announced: bool, has_handle: bool
     ) -> Step:
         if isinstance(outcome, LiveError) and not outcome.recoverable:
-            return GiveUp(outcome)
+            cause = failure_cause(outcome, fresh=False)
+            move = self._move(now, str(outcome), cause) if cause is not None else None
+            return move or GiveUp(outcome)
         why = str(outcome) if isinstance(outcome, LiveError) else "the model closed the connection"
         if announced:
             return Resume(why, 0.0, fresh=not has_handle)
+        if self.failover is not None and self.failover.open_here():
+            # The fleet learned this backend is down: retrying it is pointless.
+            move = self._move(now, f"{why}; {self.failover.current.name} is down (its breaker is open)", "breaker_open")
+            if move is not None:
+                return move
         delay = self.policy.failed(now)
         if delay is None:
+            move = self._move(now, f"{why}; {self.policy.max_failures} reconnects failed here", "unavailable")
+            if move is not None:
+                return move
             return self._gave_up(why)
         # Without a handle (a drop before the first one) the conversation goes
         # on from its transcript, on a fresh connection.

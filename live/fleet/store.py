@@ -73,6 +73,15 @@ Live API ephemeral token's `uses`), counted once across the fleet and its restar
         False once they are spent. The count lives until the token expires.
     token_uses(token_id) -> int
         The uses counted so far (0 for a token never used, or expired).
+Backends' health, shared so that a second server does not learn an outage again
+(`live.fleet.health` keeps circuit breakers in it, their rules in
+`live.engine.breaker`):
+    load_breakers(keys) -> (dict[key, str | None], now)
+        Each key's stored text (None: none), and the store's clock in seconds
+        (Redis's own `TIME`), in one round trip.
+    swap_breaker(key, old, new, ttl_seconds) -> bool
+        Writes `new` only if the key still holds `old` (None: nothing); False
+        when another server changed it first (read again, decide again).
 
 Failures: `StoreUnavailable` (a `StoreError`) when Redis cannot be reached. At
 start `RedisStore.connect` raises it with a one-line message naming the URL (its
@@ -267,6 +276,12 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def token_uses(self, token_id: str) -> int: ...
 
+    @abc.abstractmethod
+    async def load_breakers(self, keys: Iterable[str]) -> tuple[dict[str, str | None], float]: ...
+
+    @abc.abstractmethod
+    async def swap_breaker(self, key: str, old: str | None, new: str, ttl_seconds: float) -> bool: ...
+
     async def aclose(self) -> None:
         """Lets go of connections; the shared data stays."""
 
@@ -334,12 +349,14 @@ class MemoryStore(SessionStore):
     Every method runs without awaiting anything, so each is atomic on the event loop.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time) -> None:
         self._leases = _Expiring(clock)
         self._states = _Expiring(clock)
         self._servers = _Expiring(clock)
         self._slots = _Expiring(clock)
         self._uses = _Expiring(clock)
+        self._breakers = _Expiring(clock)
+        self._wall_clock = wall_clock
 
     def _take(self, session_id: str, server_id: str, lease_seconds: float) -> bool:
         _ms(lease_seconds)
@@ -435,6 +452,15 @@ class MemoryStore(SessionStore):
             self._uses.set(token_id, 1, ttl_seconds)
         return True
 
+    async def load_breakers(self, keys: Iterable[str]) -> tuple[dict[str, str | None], float]:
+        return {key: self._breakers.get(key) for key in keys}, self._wall_clock()
+
+    async def swap_breaker(self, key: str, old: str | None, new: str, ttl_seconds: float) -> bool:
+        if self._breakers.get(key) != old:
+            return False
+        self._breakers.set(key, new, ttl_seconds)
+        return True
+
 
 # --- Redis ---------------------------------------------------------------------
 
@@ -524,6 +550,22 @@ end
 return 1
 """
 
+# Breakers' texts (KEYS) and Redis's clock in seconds, in one round trip.
+_LOAD_BREAKERS = """
+local t = redis.call('TIME')
+local values = {}
+for i = 1, #KEYS do values[i] = redis.call('GET', KEYS[i]) or '' end
+return {tostring(tonumber(t[1]) + tonumber(t[2]) / 1000000), values}
+"""
+
+# Write ARGV[2] (PX ARGV[3]) only if KEYS[1] still holds ARGV[1] ('' for nothing).
+_SWAP_BREAKER = """
+local held = redis.call('GET', KEYS[1]) or ''
+if held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
 
 def redact_url(url: str) -> str:
     """The URL with its password masked, fit for logs and error messages."""
@@ -573,6 +615,8 @@ class RedisStore(SessionStore):
         self._hold_slots = client.register_script(_HOLD_SLOTS)
         self._count_slots = client.register_script(_COUNT_SLOTS)
         self._spend_use = client.register_script(_SPEND_USE)
+        self._load_breakers = client.register_script(_LOAD_BREAKERS)
+        self._swap_breaker = client.register_script(_SWAP_BREAKER)
 
     @property
     def url(self) -> str:
@@ -749,6 +793,20 @@ class RedisStore(SessionStore):
     def _uses_key(self, token_id: str) -> str:
         # A digest: a token's id is the issuer's text, of any length.
         return f"{self._prefix}uses:{hashlib.sha256(token_id.encode()).hexdigest()[:32]}"
+
+    def _breaker(self, key: str) -> str:
+        return f"{self._prefix}breaker:{key}"
+
+    async def load_breakers(self, keys: Iterable[str]) -> tuple[dict[str, str | None], float]:
+        names = list(keys)
+        if not names:
+            return {}, time.time()
+        now, values = await self._call(self._load_breakers, keys=[self._breaker(k) for k in names])
+        return {k: (v or None) for k, v in zip(names, values, strict=True)}, float(now)
+
+    async def swap_breaker(self, key: str, old: str | None, new: str, ttl_seconds: float) -> bool:
+        args = [old or "", new, _ms(ttl_seconds)]
+        return bool(await self._call(self._swap_breaker, keys=[self._breaker(key)], args=args))
 
     async def token_uses(self, token_id: str) -> int:
         return int(await self._call(self._client.get, self._uses_key(token_id)) or 0)

@@ -228,6 +228,36 @@ class Metrics:
             ["model", "direction"],
             registry=r,
         )
+        # Backends of a pool (`live.backends`; without one, the one backend
+        # "default"): labels are the pool's backend names and closed sets of causes.
+        self.backend_sessions = Gauge(
+            "live_backend_sessions_active",
+            "Sessions whose model connection is on a backend now.",
+            ["backend"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.backend_failures = Counter(
+            "live_backend_failures",
+            "Model connections that failed on a backend, by cause (quota, model_missing, "
+            "unreachable, refused, unavailable, dropped).",
+            ["backend", "cause"],
+            registry=r,
+        )
+        self.backend_moves = Counter(
+            "live_backend_moves",
+            "Sessions carried away from a backend to another of the pool, by cause (quota, "
+            "model_missing, unreachable, refused, unavailable, breaker_open).",
+            ["backend", "cause"],
+            registry=r,
+        )
+        self.backend_breaker = Gauge(
+            "live_backend_breaker_state",
+            "A backend's circuit breaker as this server last saw it: 0 closed, 1 half-open, 2 open.",
+            ["backend"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         # Pre-bound children for the per-frame paths: a label lookup costs more
         # than the increment.
         self.frames_in = self.client_frames.labels("in")

@@ -5,7 +5,9 @@ about ten minutes (with a go-away first), drops some, and a model can stall.
 `ModelLink` opens the first connection, then performs what `live.engine.supervisor`
 decides about the one in use: wait, hand over to a new connection at a safe
 point before a go-away's deadline, resume on a new one after a drop or a stall
-(retrying with backoff), or give up. Each connection has two pumps, one sending
+(retrying with backoff), move to another backend of the pool (a fresh
+connection there, seeded with the transcript: `live.engine.failover`), or give
+up. Each connection has two pumps, one sending
 the session's queued client input, one feeding the model's responses to the
 session core. Input the client sends meanwhile waits in the session's upstream
 queue and goes out on the new connection; history is never sent again.
@@ -22,8 +24,17 @@ from anyio.abc import TaskStatus
 from google.genai import types
 
 from live.agent import Agent
+from live.backends import Target
+from live.engine.failover import failure_label
 from live.engine.session import SessionCore
-from live.errors import ConfigurationError, ConnectionClosedError, LiveError, RecoverableConnectionError
+from live.errors import (
+    ConfigurationError,
+    ConnectionClosedError,
+    LiveError,
+    QuotaExhaustedError,
+    RecoverableConnectionError,
+)
+from live.families import family_of
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
 from live.protocol import ErrorEvent, SessionReconnecting, SessionResumed
 from live.engine.supervisor import ReconnectPolicy
@@ -31,6 +42,7 @@ from live.engine.supervisor import (
     CLOSED,
     GiveUp,
     HandOver,
+    Move,
     Outcome,
     Resume,
     Stall,
@@ -44,6 +56,7 @@ if TYPE_CHECKING:
 
     from live.observe.watch import SessionObserver
     from live.protocol import ServerEvent
+    from live.server.backends import Backends
     from live.server.config import ServerConfig
     from live.server.queues import UpstreamQueue
 
@@ -56,6 +69,7 @@ class LinkHost(Protocol):
     id: str
     agent: Agent
     llm: BaseLlm  # the model, as the server measures it
+    backends: Backends  # where its model connections may go
     config: ServerConfig
     core: SessionCore
     tg: TaskGroup
@@ -136,33 +150,75 @@ class ModelLink:
         self.reconnects = 0
         self.fresh_starts = 0  # new connections seeded from the transcript (no usable handle)
         self._news = anyio.Event()
-        self._supervisor: Supervisor | None = None
+        self.backends = runner.backends
+        self.failover = runner.backends.failover()
+        self.target: Target | None = None  # where the connection in use is
+        config = runner.config
+        self._supervisor = Supervisor(
+            handover_margin=config.handover_margin,
+            stall_timeout=config.stall_timeout,
+            policy=ReconnectPolicy(max_failures=config.reconnect_attempts, stable_after=config.stable_after),
+            failover=self.failover,
+            retries_here=self.backends.policy.retries_here,
+        )
 
     # ------------------------------------------------------------------ opening
 
     async def open_first(self, history: Sequence[types.Content]) -> Connection:
-        """The session's first connection, seeded with the client's history."""
-        return await self._runner.tg.start(self._connection, self._request(history), list(history))
+        """The session's first connection, seeded with the client's history, on
+        the healthiest target of the pool; down the pool if it fails (the
+        client was told nothing yet)."""
+        await self.backends.refresh(self.failover)
+        target = self.failover.first()
+        while True:
+            try:
+                return await self._open_on(target, self._request(history, target=target), list(history))
+            except LiveError as exc:
+                target = await self._start_failed(target, exc)
+
+    async def _start_failed(self, target: Target, exc: LiveError) -> Target:
+        """A session's first connection failed on `target`: where to try next,
+        or the error that ends the session."""
+        await self._failed(target, exc, fresh=True)
+        await self.backends.refresh(self.failover)
+        step = self._supervisor.start_failed(self._runner.clock(), exc)
+        if isinstance(step, GiveUp):
+            raise step.error from exc
+        self._moving(target, step)
+        return step.target
 
     async def take_over(self) -> Connection:
         """A session taken over from a server that is gone: resume its model
-        session from the stored handle (or start fresh from the stored
-        transcript), and tell the new connection what the old one owed."""
+        session from the stored handle on the backend that issued it (or start
+        fresh from the stored transcript), and tell the new connection what
+        the old one owed."""
         runner = self._runner
         await runner.apply(runner.core.connection_lost())
         runner.sync_hold()  # the new connection owes no call: nothing waits on it
-        if runner.core.resumption_handle is None:
-            return await self._open_next(fresh=True, announce=False)
-        try:
-            return await self._open_next(fresh=False, announce=False)
-        except LiveError as exc:
-            # The stored handle resumes nothing (expired, or the service lost the
-            # session): the stored transcript still carries the conversation.
-            log.info("session %s: its stored handle was refused (%s); starting fresh", runner.id, exc)
-            return await self._open_next(fresh=True, announce=False)
+        await self.backends.refresh(self.failover)
+        target = self._stored_target() or self.failover.first()
+        self.failover.current = target
+        if runner.core.resumption_handle is not None:
+            try:
+                return await self._open_next(fresh=False, announce=False, target=target)
+            except LiveError as exc:
+                # The stored handle resumes nothing (expired, or the service lost the
+                # session): the stored transcript still carries the conversation.
+                log.info("session %s: its stored handle was refused (%s); starting fresh", runner.id, exc)
+        while True:
+            try:
+                return await self._open_next(fresh=True, announce=False, target=target)
+            except LiveError as exc:
+                target = await self._start_failed(target, exc)
+
+    def _stored_target(self) -> Target | None:
+        """The target a fleet's stored facts name (a handle is bound to it)."""
+        adopted = getattr(self._runner, "adopted", None) or {}
+        name, model = adopted.get("backend"), adopted.get("backend_model")
+        return next((t for t in self.backends.targets if t.name == name and t.model == model), None)
 
     def _request(
-        self, history: Sequence[types.Content] = (), resume_handle: str | None = None
+        self, history: Sequence[types.Content] = (), resume_handle: str | None = None, *, target: Target
     ) -> LlmRequest:
         runner = self._runner
         request = runner.agent.request(
@@ -170,7 +226,29 @@ class ModelLink:
         )
         if runner.client_config is not None:
             request.live_connect_config = with_client_config(request.live_connect_config, runner.client_config)
-        return request
+        return self.backends.fit(request, target)
+
+    async def _open_on(
+        self, target: Target, request: LlmRequest, history: Sequence[types.Content] = ()
+    ) -> Connection:
+        """A connection on `target` (the model rules of its family apply from now)."""
+        self._runner.core.family = family_of(target.model)
+        await self.backends.claim(target)
+        link = await self._runner.tg.start(self._connection, request, history, target)
+        self.target = self.failover.current = target
+        await self.backends.connected(target)
+        return link
+
+    async def _failed(self, target: Target, exc: LiveError, *, fresh: bool) -> None:
+        """A connect on `target` failed: what it says of the backend, counted."""
+        label = failure_label(exc, fresh=fresh)
+        if label is not None:
+            await self.backends.failed(target, label, exc)
+
+    def _moving(self, source: Target, step: Move | Resume) -> None:
+        if isinstance(step, Move):
+            self.backends.moved(source, step.cause)
+            log.warning("session %s moves from %s to %s (%s)", self._runner.id, source, step.target, step.cause)
 
     # ------------------------------------------------------------------ supervising
 
@@ -179,17 +257,11 @@ class ModelLink:
         as the session lasts; raises the error that ends it."""
         runner = self._runner
         core = runner.core
-        config = runner.config
-        supervisor = Supervisor(
-            handover_margin=config.handover_margin,
-            stall_timeout=config.stall_timeout,
-            policy=ReconnectPolicy(
-                max_failures=config.reconnect_attempts, stable_after=config.stable_after
-            ),
-        )
-        self._supervisor = supervisor
+        supervisor = self._supervisor
         supervisor.connected(runner.clock())
         while True:
+            if link.outcome is not None:
+                await self._ended(link)
             now = runner.clock()
             step = supervisor.next_step(
                 now,
@@ -207,7 +279,9 @@ class ModelLink:
                 runner.event(ErrorEvent("model_stalled", step.message))
                 runner.obs.reconnecting("stalled")
                 link.end(RecoverableConnectionError("the model stalled"))
-            elif isinstance(step, Resume):
+            elif isinstance(step, (Resume, Move)):
+                if self.target is not None:
+                    self._moving(self.target, step)
                 link = await self._resume(link, step, supervisor)
             else:
                 raise step.error
@@ -240,7 +314,24 @@ class ModelLink:
         with anyio.move_on_after(self._runner.config.shutdown_grace):
             await link.closed.wait()
 
-    async def _resume(self, link: Connection, step: Resume, supervisor: Supervisor) -> Connection:
+    async def _ended(self, link: Connection) -> None:
+        """How the connection in use ended, counted against its backend: a drop
+        (not the close a go-away announced), or quota gone (its breaker opens)."""
+        outcome = link.outcome
+        target = self.target
+        if target is None or not isinstance(outcome, LiveError):
+            return
+        if link.go_away_at is not None and outcome.recoverable:
+            return  # the close a go-away announced
+        if isinstance(outcome, QuotaExhaustedError):
+            await self.backends.failed(target, "quota", outcome)
+        elif outcome.recoverable:
+            self.backends.metrics.backend_failures.labels(target.name, "dropped").inc()
+        if self.backends.single_target:
+            return
+        await self.backends.refresh(self.failover)
+
+    async def _resume(self, link: Connection, step: Resume | Move, supervisor: Supervisor) -> Connection:
         """The connection ended: open a new one, retrying as the supervisor says."""
         runner = self._runner
         core = runner.core
@@ -251,23 +342,29 @@ class ModelLink:
         runner.sync_hold()  # the new connection owes no call: nothing waits on it
         return await self._reconnect(step, supervisor)
 
-    async def _reconnect(self, step: Resume, supervisor: Supervisor) -> Connection:
-        """Open a new connection as `step` says, retrying as the supervisor says."""
+    async def _reconnect(self, step: Resume | Move, supervisor: Supervisor, *, told: bool = False) -> Connection:
+        """Open a new connection as `step` says, retrying (or moving) as the
+        supervisor says. The client hears of it once, however many tries it takes."""
         runner = self._runner
         core = runner.core
         while True:
-            runner.event(SessionReconnecting(step.reason))
+            if not told:
+                runner.event(SessionReconnecting(step.reason))
+                told = True
             log.info("session %s reconnecting: %s", runner.id, step.reason)
             await anyio.sleep(step.delay)
+            target = step.target if isinstance(step, Move) else self.failover.current
             try:
-                new = await self._open_next(fresh=step.fresh)
+                new = await self._open_next(fresh=isinstance(step, Move) or step.fresh, target=target)
             except LiveError as exc:
-                next_step = supervisor.reconnect_failed(
-                    runner.clock(), exc, has_handle=core.resumption_handle is not None
-                )
+                has_handle = core.resumption_handle is not None
+                await self._failed(target, exc, fresh=not has_handle)
+                await self.backends.refresh(self.failover)
+                next_step = supervisor.reconnect_failed(runner.clock(), exc, has_handle=has_handle)
                 if isinstance(next_step, GiveUp):
                     raise next_step.error from exc
-                assert isinstance(next_step, Resume)
+                assert isinstance(next_step, (Resume, Move))
+                self._moving(target, next_step)
                 step = next_step
                 continue
             supervisor.connected(runner.clock())
@@ -292,31 +389,42 @@ class ModelLink:
         core = runner.core
         await runner.apply(core.connection_lost())
         runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        target = self.failover.current
         try:
-            new = await self._open_next(fresh=False)
+            new = await self._open_next(fresh=False, target=target)
         except LiveError as exc:
-            # Refused: retry as the supervisor says (fresh, when the handle is unknown).
-            step = supervisor.reconnect_failed(runner.clock(), exc, has_handle=core.resumption_handle is not None)
+            # Refused: retry as the supervisor says (fresh, when the handle is
+            # unknown; elsewhere, when this backend cannot serve).
+            has_handle = core.resumption_handle is not None
+            await self._failed(target, exc, fresh=not has_handle)
+            await self.backends.refresh(self.failover)
+            step = supervisor.reconnect_failed(runner.clock(), exc, has_handle=has_handle)
             if isinstance(step, GiveUp):
                 raise step.error from exc
-            assert isinstance(step, Resume)
-            return await self._reconnect(step, supervisor)
+            assert isinstance(step, (Resume, Move))
+            self._moving(target, step)
+            return await self._reconnect(step, supervisor, told=True)
         supervisor.connected(runner.clock())
         return new
 
-    async def _open_next(self, *, fresh: bool, announce: bool = True) -> Connection:
+    async def _open_next(self, *, fresh: bool, announce: bool = True, target: Target | None = None) -> Connection:
         """A new connection for the conversation: resumed from the newest handle,
-        or, `fresh` or without one, seeded with the session's transcript."""
+        or, `fresh` or without one, seeded with the session's transcript; on
+        `target` (another than the last: a move, always fresh, since a handle
+        is bound to the backend and model that issued it)."""
         runner = self._runner
         core = runner.core
+        target = target or self.failover.current
+        if self.target is not None and target != self.target:
+            fresh = True
         if fresh or core.resumption_handle is None:
             core.resumption_handle = None
             history = core.fresh_start(runner.clock())
-            link = await runner.tg.start(self._connection, self._request(history), history)
+            link = await self._open_on(target, self._request(history, target=target), history)
             self.fresh_starts += 1
             how = "fresh, seeded with the conversation so far"
         else:
-            link = await runner.tg.start(self._connection, self._request(resume_handle=core.resumption_handle))
+            link = await self._open_on(target, self._request(resume_handle=core.resumption_handle, target=target))
             how = "resumed"
         self.reconnects += 1
         runner.obs.resumed()
@@ -324,7 +432,7 @@ class ModelLink:
             runner.event(SessionResumed())
         link.ready.set()
         await runner.apply(core.connection_resumed(runner.clock()))
-        log.info("session %s on a new model connection (%d), %s", runner.id, self.reconnects + 1, how)
+        log.info("session %s on a new model connection (%d) on %s, %s", runner.id, self.reconnects + 1, target, how)
         return link
 
     # ------------------------------------------------------------------ one connection
@@ -332,15 +440,17 @@ class ModelLink:
     async def _connection(
         self,
         request: LlmRequest,
-        history: Sequence[types.Content] = (),
+        history: Sequence[types.Content],
+        target: Target,
         *,
         task_status: TaskStatus[Connection] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """One model connection and its two pumps, for as long as it lasts; a
-        history goes first, before anything the pumps send."""
+        """One model connection on `target` and its two pumps, for as long as it
+        lasts; a history goes first, before anything the pumps send."""
         link: Connection | None = None
+        backends = self.backends
         try:
-            async with self._runner.llm.connect(request) as conn:
+            async with backends.llm(target).connect(request) as conn:
                 if history:
                     try:
                         await conn.send_history(list(history))
@@ -349,6 +459,7 @@ class ModelLink:
                         raise exc.cause or RecoverableConnectionError(
                             "the model closed the connection before it took the history"
                         ) from exc
+                backends.on(target)
                 try:
                     async with anyio.create_task_group() as tg:
                         link = Connection(conn, tg.cancel_scope, self.poke)
@@ -356,6 +467,7 @@ class ModelLink:
                         tg.start_soon(self._receive_upstream, link)
                         task_status.started(link)
                 finally:
+                    backends.off(target)
                     if link is not None:
                         link.sender_done.set()
         finally:
@@ -442,9 +554,7 @@ class ModelLink:
                     runner.facts_changed()  # what a takeover resumes from
                 if core.holds_realtime is not runner.upstream.holding:
                     runner.sync_hold()
-                if self._supervisor is not None and (
-                    response.turn_complete or (link.worked and core.resumption_handle is not handle)
-                ):
+                if response.turn_complete or (link.worked and core.resumption_handle is not handle):
                     # It answered (or, having answered, can be resumed): the attempts paid off.
                     self._supervisor.useful()
                 # Wake the supervisor only for what it acts on: a go-away, or the

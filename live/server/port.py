@@ -38,6 +38,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.http11 import Request, Response
 
 from live.agent import Agent
+from live.backends import BackendPool, Target
 from live.access.addresses import AddressSet, address_key, forwarded_client, parse_ip
 from live.server.attachment import bearer_token, peer_address
 from live.access.auth import HostPolicy, host_name
@@ -57,6 +58,7 @@ from live.observe.watch import Measured, Recorded
 from live.protocol import ErrorEvent, SessionResume, SessionStart, encode
 from live.access.reattach import token_matches
 from live.observe.record import Recorder
+from live.server.backends import Backends
 from live.server.runner import SessionRunner
 from live.fleet.store import StoreError
 from live.net.sockets import serve_with
@@ -103,6 +105,8 @@ class LiveServer:
         *,
         clock: Callable[[], float] = time.monotonic,
         doors: Mapping[str, DoorFactory] | None = None,
+        pool: BackendPool | None = None,
+        llm_at: Callable[[Target], BaseLlm] | None = None,
     ) -> None:
         self.agent = agent
         # The WebSocket paths clients reach a session on, each with its front door.
@@ -122,7 +126,22 @@ class LiveServer:
         self.recorder = recorder
         self.agent_spec = agent_spec  # MODULE:ATTR, when known: a replay loads the agent from it
         # What the sessions use: the model, recorded when asked, and counted.
-        self.measured_llm: BaseLlm = Measured(Recorded(llm) if recorder else llm, self.metrics)
+        def measured(inner: BaseLlm) -> BaseLlm:
+            return Measured(Recorded(inner) if recorder else inner, self.metrics)
+
+        self.measured_llm: BaseLlm = measured(llm)
+        # Where sessions run: the agent's (or `pool`'s) backends, each target's
+        # model from `llm_at`; without a pool, `llm` is the pool of one.
+        pool = pool if pool is not None else agent.backends
+        if pool is None:
+            self.backends = Backends.single(agent.model, self.measured_llm, metrics=self.metrics)
+        else:
+            if llm_at is None:
+                raise ValueError("a pool of backends needs llm_at: the model instance serving each target")
+            self.backends = Backends.of_pool(
+                pool, lambda target: measured(llm_at(target)), metrics=self.metrics, agent_model=agent.model
+            )
+        self._fleet: Fleet | None = None
         self.fleet = fleet
         self._draining = False
         self.sessions: set[SessionRunner] = set()
@@ -144,6 +163,18 @@ class LiveServer:
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
         self.metrics_port: int | None = None
         self._stop = anyio.Event()
+
+    @property
+    def fleet(self) -> Fleet | None:
+        """The fleet this server is part of (`--redis`), whose store also keeps
+        the backends' breakers."""
+        return self._fleet
+
+    @fleet.setter
+    def fleet(self, fleet: Fleet | None) -> None:
+        self._fleet = fleet
+        if fleet is not None:
+            self.backends.share(fleet.store)
 
     # ------------------------------------------------------------------ HTTP
 

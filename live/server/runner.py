@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     from live.net.websocket import WebSocket
     from live.observe.metrics import Metrics
     from live.observe.record import Recorder
+    from live.server.backends import Backends
     from live.server.config import ServerConfig
 
 __all__ = ["SessionRunner", "SessionServer"]
@@ -107,6 +108,7 @@ class SessionServer(Protocol):
     clock: Callable[[], float]
     metrics: Metrics
     measured_llm: BaseLlm
+    backends: Backends
     fleet: Fleet | None
     recorder: Recorder | None
     spent_tokens: TokenUses
@@ -139,6 +141,7 @@ class SessionRunner:
         self.id = uuid.uuid4().hex[:12]
         self.agent = server.agent
         self.llm = server.measured_llm
+        self.backends = server.backends
         self.spent_tokens = server.spent_tokens
         self.peer_of = server.client_address
         self.model = server.agent.model
@@ -484,6 +487,9 @@ class SessionRunner:
                 self.client_config.model_dump(mode="json", exclude_none=True) if self.client_config is not None else None
             ),
             "core": core.snapshot() if core is not None else {},
+            # Where its model connection is: its handle resumes only there.
+            "backend": self.link.target.name if self.link.target is not None else None,
+            "backend_model": self.link.target.model if self.link.target is not None else None,
         }
 
     def facts_changed(self) -> None:
