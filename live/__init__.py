@@ -5,7 +5,7 @@ model registry, the errors a caller can act on, and `Agent`. The server is
 `live.server.port.LiveServer`; the command line is `live`.
 """
 
-from live.agent import Agent, tool
+from live.agent import Agent, Clip, HoldSound, MuteUser, Say, Silence, TimeLimit, end_session, play_must_hear, tool
 from live.errors import (
     AmbiguousModelError,
     ConfigurationError,
@@ -30,6 +30,14 @@ from live.registry import LlmFactory, LlmRegistry, default_registry
 __all__ = [
     "AUDIO_STREAM_END",
     "Agent",
+    "Clip",
+    "HoldSound",
+    "MuteUser",
+    "Say",
+    "Silence",
+    "TimeLimit",
+    "end_session",
+    "play_must_hear",
     "tool",
     "AmbiguousModelError",
     "AudioStreamEnd",
