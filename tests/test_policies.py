@@ -66,8 +66,6 @@ def test_must_hear_segments_play_whole_with_the_user_held_then_the_opening():
     run = Run(plan)
     first = run(run.policies.start(0.0))
     assert first[:3] == [PlayClip(clip), WatchPlayback(1), UserInput("held", "must_hear")]
-    # The user talks over it: the segment goes on (nothing new happens).
-    assert run(run.policies.user_started(0.3)) == [] and run(run.policies.user_stopped(0.6)) == []
     then = run(run.policies.played_out(1.0, 1))
     assert prompts(then) == ['[Not said by the user: Before anything else, the user must hear this in full. '
                              'Say exactly these words, and nothing else: "Calls are kept for 30 days."]']
@@ -77,6 +75,21 @@ def test_must_hear_segments_play_whole_with_the_user_held_then_the_opening():
     opening = run(run.policies.played_out(3.0, 2))
     assert UserInput("open") in opening and prompts(opening) == ["[Not said by the user: The conversation begins now; "
                                                                  "the user has not spoken yet. Greet them.]"]
+
+
+def test_a_user_who_speaks_over_a_segment_is_answered_in_place_of_the_opening():
+    clip = Clip(b"\x01\x00" * 24_000)
+    run = Run(PolicyPlan(must_hear=(Say(clip=clip),), speak_first=Say("Hello.")))
+    p = run.policies
+    run(p.start(0.0))
+    # The user talks over it: the segment goes on (nothing new happens)...
+    assert run(p.user_started(0.3)) == [] and run(p.user_stopped(0.6)) == []
+    # ...and once it has played, their words go to the model: its reply comes before anything else.
+    assert run(p.played_out(1.0, 1)) == [UserInput("open")]
+    run.now = 1.0
+    assert run.wait(2.9) == []
+    assert run.reply(1.0) == []
+    assert not prompts(run.wait(60))  # the opening was not said: the user opened
 
 
 def test_nothing_is_said_over_the_agent_or_a_reply_it_owes():

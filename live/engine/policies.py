@@ -18,7 +18,10 @@ which `live.server.policies` carries out. What it decides:
   it (`WatchPlayback`, then `played_out`).
 - **Speak first, must-hear.** At the start of a conversation (not one that
   goes on: a reattach, a takeover, a client's history), the must-hear
-  segments, then the opening.
+  segments, then the opening. A user who speaks before the opening began
+  (over a must-hear segment, say) is answered instead: the opening is
+  dropped, and what they said while held reaches the model, whose reply is
+  waited for before anything else is said.
 - **Listening windows.** `UserInput("muted")` while a tool runs or a must-hear
   segment plays, when the agent asks (`MuteUser`).
 - **Silence.** Counted from the later of the user's last speech and the agent
@@ -129,6 +132,8 @@ class ConversationPolicies:
         # The user
         self._user_speaking = False
         self._heard_at = now  # when the user last started or stopped speaking
+        self._spoke_held = False  # the user spoke while held: their words reach the model after
+        self._user_turn_since: float | None = None  # ...from then: the model owes them a reply
         # Silence: 0 nothing said yet, 1 prompted
         self._silence_stage = 0
         # Time limit
@@ -180,6 +185,7 @@ class ConversationPolicies:
             self._owed_since = None
         current = self._current
         if speaking and not was:
+            self._user_turn_since = None
             if self._hold_on:
                 self._hold_on = False
                 actions.append(ThinkingSound(False))
@@ -203,6 +209,8 @@ class ConversationPolicies:
     def user_started(self, now: float) -> list[PolicyAction]:
         self._user_speaking = True
         self._heard_at = now
+        if self._input[0] == "held":
+            self._spoke_held = True
         self._user_spoke(now)
         return self._step(now)
 
@@ -254,7 +262,7 @@ class ConversationPolicies:
     def _user_spoke(self, now: float) -> None:
         """Speech starts the silence over: a prompt or goodbye not yet begun is dropped."""
         self._silence_stage = 0
-        kept = [u for u in self._queue if u.kind not in ("silence_prompt", "silence_goodbye")]
+        kept = [u for u in self._queue if u.kind not in ("silence_prompt", "silence_goodbye", "speak_first")]
         if len(kept) != len(self._queue):
             self._queue = collections.deque(kept)
             if self.ending is not None and self.ending.startswith("the user said nothing"):
@@ -264,10 +272,9 @@ class ConversationPolicies:
         """The agent says nothing and owes nothing, and what it said has played."""
         if self._speaking or (self._tools_since is not None and not tools_ok):
             return False
-        if self._owed_since is not None:
-            patience = self._owed_since + OWED_PATIENCE
-            if now < patience:
-                deadlines.append(patience)
+        for since in (self._owed_since, self._user_turn_since):
+            if since is not None and now < since + OWED_PATIENCE:
+                deadlines.append(since + OWED_PATIENCE)
                 return False
         if now < self._plays_until:
             deadlines.append(self._plays_until)
@@ -312,7 +319,7 @@ class ConversationPolicies:
             if self._idle(now, deadlines):
                 actions.append(self._watch())
         actions.extend(self._hold_sound(now, deadlines))
-        actions.extend(self._user_input())
+        actions.extend(self._user_input(now))
         self.next_deadline = min(deadlines) if deadlines else None
         return actions
 
@@ -416,7 +423,7 @@ class ConversationPolicies:
         self._hold_on = want
         return [ThinkingSound(want)]
 
-    def _user_input(self) -> list[PolicyAction]:
+    def _user_input(self, now: float) -> list[PolicyAction]:
         mute = self.plan.mute
         current = self._current
         segment = current is not None and current.must_hear and current.step != "waiting"
@@ -431,5 +438,8 @@ class ConversationPolicies:
             state = ("held", "must_hear")
         if state == self._input:
             return []
+        if self._input[0] == "held" and self._spoke_held:
+            self._spoke_held = False
+            self._user_turn_since = now  # their held words go to the model now
         self._input = state
         return [UserInput(*state)]

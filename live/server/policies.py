@@ -195,14 +195,20 @@ class SessionPolicies:
         if not self.tracking:
             self.tracking = True
             plan = self.engine.plan
-            if plan.silence is not None:
-                self._detector = EnergyDetector(self._input_rate)
-            if self._detector is not None or plan.mute is not None:
+            if plan.silence is not None or plan.must_hear:
+                self._listen()
+            if plan.mute is not None:
                 runner.hears = self.user_audio
             self._sample(runner.clock(), runner.core, tools=True)
         if not self._running:
             self._running = True
             runner.tg.start_soon(self._run)
+
+    def _listen(self) -> None:
+        """Hear the user's voice from now on (silence, or speech over a must-hear segment)."""
+        if self._detector is None:
+            self._detector = EnergyDetector(self._input_rate)
+            self._runner.hears = self.user_audio
 
     async def _run(self) -> None:
         async with anyio.create_task_group() as tg:
@@ -291,6 +297,7 @@ class SessionPolicies:
 
     def must_hear(self, say: Say) -> None:
         self._activate()
+        self._listen()
         self._act(self.engine.must_hear(self._runner.clock(), say))
 
     # ------------------------------------------------------------------ carrying out
