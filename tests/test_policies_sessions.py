@@ -351,3 +351,25 @@ async def test_a_thinking_sound_fills_a_slow_tool_and_gives_way_to_the_models_fi
         offset += len(data)
     print(f"hold sound began {frames[0][0] - call_at:.3f} s after the call; the model's first audio played {model_plays_at - model_arrived:.3f} s after it arrived")
     assert model_plays_at - model_arrived <= 0.1  # the hold sound gave way within 100 ms
+
+
+# ------------------------------------------------------------------ local/voice
+
+
+async def test_local_voice_greets_prompts_a_silent_user_and_lets_them_go():
+    pytest.importorskip("pocketsphinx")
+    from connections.local_voice import LocalVoice
+
+    agent = Agent(name="desk", model="local/voice", speak_first="Hello, how can I help you today?",
+                  silence=Silence(prompt_after=1.5, prompt=Say("Are you still there?"), end_after=1.5,
+                                  goodbye=Say("Goodbye for now.")))
+    async with running(agent, LocalVoice(), audio_lead=0.5) as (_, url):
+        async with LiveClient.connect(url) as client:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(silence_until_closed, client)
+                seen = await timeline(client, timeout=60)
+    events = [e for _, e in seen]
+    # Spoken by eSpeak NG, each line whole: the model said what it was told, word for word.
+    assert said(events) == ["Hello, how can I help you today?", "Are you still there?", "Goodbye for now."]
+    assert sum(len(e.data) for e in events if isinstance(e, AudioFrame)) > 3 * OUT_RATE
+    assert "said nothing" in events[-1].reason
