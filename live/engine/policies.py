@@ -159,7 +159,9 @@ class ConversationPolicies:
     # ------------------------------------------------------------------ inputs
 
     def start(self, now: float) -> list[PolicyAction]:
-        """The session is open: the opening, unless the conversation goes on."""
+        """The session is open (its model connection too): the opening, unless the
+        conversation goes on. Silence counts from now."""
+        self.started_at = self._heard_at = self._quiet_since = now
         plan = self.plan
         if not plan.opened:
             for say in plan.must_hear:
