@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from live.agent import Agent, tool
+from live.agent import Agent, Clip, HoldSound, MuteUser, Say, Silence, TimeLimit, end_session, play_must_hear, tool
 from live.backends import Backend, BackendPool, FailoverPolicy
 from live.errors import (
     AmbiguousModelError,
@@ -64,6 +64,14 @@ def __dir__() -> list[str]:
 __all__ = [
     "AUDIO_STREAM_END",
     "Agent",
+    "Clip",
+    "HoldSound",
+    "MuteUser",
+    "Say",
+    "Silence",
+    "TimeLimit",
+    "end_session",
+    "play_must_hear",
     "tool",
     "AmbiguousModelError",
     "AudioStreamEnd",

@@ -8,6 +8,7 @@ declared to the model from their signature and docstring.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import importlib
@@ -17,7 +18,8 @@ import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -26,7 +28,22 @@ from google.genai import types
 from live.backends import BackendPool
 from live.llm import LlmRequest
 
-__all__ = ["Agent", "agent_at", "run_tool", "tool"]
+__all__ = [
+    "Agent",
+    "Clip",
+    "HoldSound",
+    "MuteUser",
+    "Say",
+    "SessionControl",
+    "Silence",
+    "TimeLimit",
+    "agent_at",
+    "end_session",
+    "play_must_hear",
+    "run_tool",
+    "session_control",
+    "tool",
+]
 
 ToolFunction = Callable[..., Any]
 
@@ -78,6 +95,212 @@ def _options(function: ToolFunction) -> ToolOptions:
     return getattr(function, "__live_tool__", None) or ToolOptions()
 
 
+# ---------------------------------------------------------------------------
+# Conversation policies: what the agent does that the Live API leaves to the
+# application. Data only; `live.engine.policies` decides when, and the session
+# runner carries it out.
+# ---------------------------------------------------------------------------
+
+CLIP_RATE = 24_000  # a clip plays as reply audio: PCM16 mono at 24 kHz
+
+
+@dataclasses.dataclass(frozen=True)
+class Clip:
+    """A recording the server plays itself, as the agent's voice: PCM16 mono at
+    24 kHz (`pcm`). `text` is what it says: the transcript a client shows and
+    the session's record keeps. Build one from a file with `Clip.from_wav`, or
+    from PCM at another rate with `Clip.from_pcm`."""
+
+    pcm: bytes
+    text: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.pcm or len(self.pcm) % 2:
+            raise ValueError("a clip is PCM16: a non-empty, even number of bytes")
+
+    @property
+    def seconds(self) -> float:
+        return len(self.pcm) / (2 * CLIP_RATE)
+
+    @classmethod
+    def from_pcm(cls, pcm: bytes, rate: int = CLIP_RATE, *, channels: int = 1, text: str | None = None) -> Clip:
+        """PCM16 little-endian at `rate`, mixed to mono and resampled to 24 kHz."""
+        import numpy as np
+
+        samples = np.frombuffer(pcm[: len(pcm) // (2 * channels) * 2 * channels], "<i2")
+        if channels > 1:
+            samples = samples.reshape(-1, channels).mean(axis=1).astype("<i2")
+        if rate != CLIP_RATE:
+            import soxr
+
+            samples = soxr.resample(samples, rate, CLIP_RATE, quality="HQ")
+        return cls(np.ascontiguousarray(samples, "<i2").tobytes(), text)
+
+    @classmethod
+    def from_wav(cls, path: str | Path, *, text: str | None = None) -> Clip:
+        """A WAV file of 16-bit PCM (any rate, mono or stereo); `ValueError` names what else it is."""
+        import wave
+
+        try:
+            with wave.open(str(path), "rb") as wav:
+                if wav.getsampwidth() != 2:
+                    raise ValueError(f"{path}: {8 * wav.getsampwidth()}-bit samples; a clip takes 16-bit PCM")
+                rate, channels = wav.getframerate(), wav.getnchannels()
+                pcm = wav.readframes(wav.getnframes())
+        except (wave.Error, EOFError) as exc:
+            raise ValueError(f"{path}: not a PCM WAV file ({exc})") from None
+        return cls.from_pcm(pcm, rate, channels=channels, text=text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Say:
+    """What the agent says when a policy speaks, one of:
+
+    - `text`: these words, word for word (the model is asked to say exactly them);
+    - `instruction`: what to say, in the model's own words (its voice, its language);
+    - `clip`: a recording the server plays itself (the model is not asked).
+
+    Where a `Say` is expected, a plain string means `Say(text=...)`.
+    """
+
+    text: str | None = None
+    instruction: str | None = None
+    clip: Clip | None = None
+
+    def __post_init__(self) -> None:
+        given = [name for name in ("text", "instruction", "clip") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"Say takes one of text, instruction or clip, not {given or 'none'}")
+        for name in ("text", "instruction"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"Say({name}=...) takes a non-empty string")
+
+
+def as_say(value: Say | str) -> Say:
+    """`value` as a `Say` (a string is the words to say)."""
+    if isinstance(value, Say):
+        return value
+    if isinstance(value, str):
+        return Say(text=value)
+    raise TypeError(f"expected a live.Say or a string, not {type(value).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MuteUser:
+    """Listening windows: the user's audio does not reach the model (it is
+    dropped, and a client whose door shows a mute is told: `user.muted`)
+    while a tool call is running (`during_tools`) and while a must-hear
+    segment plays (`during_must_hear`)."""
+
+    during_tools: bool = True
+    during_must_hear: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Silence:
+    """When the user says nothing: after `prompt_after` seconds without speech
+    (the server's voice detection on their audio, not frames), the agent says
+    `prompt`; after `end_after` seconds more, `goodbye`, and the session ends
+    once that was heard (a phone call is hung up). Silence counts from the end
+    of the user's speech or of the agent's reply, whichever was later, and
+    never while a tool runs. Off for clients that take turns themselves
+    (`turn_taking: "manual"`: push-to-talk)."""
+
+    prompt_after: float = 15.0
+    prompt: Say | str = Say(text="Are you still there?")
+    end_after: float = 15.0
+    goodbye: Say | str = Say(text="I haven't heard from you, so I'll say goodbye for now. Goodbye!")
+
+    def __post_init__(self) -> None:
+        if not (self.prompt_after > 0 and self.end_after > 0):
+            raise ValueError("Silence: prompt_after and end_after are positive seconds")
+        object.__setattr__(self, "prompt", as_say(self.prompt))
+        object.__setattr__(self, "goodbye", as_say(self.goodbye))
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeLimit:
+    """A session's time limit, ended with grace: `wrap_up_before` seconds before
+    the end the agent is told `wrap_up` (start wrapping up), `goodbye_before`
+    seconds before it says `goodbye`, and the session ends once that was heard,
+    or at the end at the latest.
+
+    The end is `max_duration` seconds after the session started (None: no
+    limit of the agent's own) or the end its token sets (`max_duration`,
+    `ends_at`), whichever comes first. A limit shorter than `wrap_up_before`
+    gets no wrap-up, one shorter than `goodbye_before` no goodbye.
+    """
+
+    max_duration: float | None = None
+    wrap_up_before: float = 60.0
+    wrap_up: Say | str = Say(
+        instruction="Less than a minute of this conversation remains: start wrapping up, and do not begin anything new."
+    )
+    goodbye_before: float = 15.0
+    goodbye: Say | str = Say(text="We're out of time for today. Thank you, and goodbye!")
+
+    def __post_init__(self) -> None:
+        if self.max_duration is not None and not self.max_duration > 0:
+            raise ValueError("TimeLimit: max_duration is positive seconds (or None)")
+        if not (self.wrap_up_before >= 0 and self.goodbye_before >= 0):
+            raise ValueError("TimeLimit: wrap_up_before and goodbye_before are seconds, 0 or more")
+        object.__setattr__(self, "wrap_up", as_say(self.wrap_up))
+        object.__setattr__(self, "goodbye", as_say(self.goodbye))
+
+
+@dataclasses.dataclass(frozen=True)
+class HoldSound:
+    """A sound the server plays while a tool runs longer than `after` seconds
+    and the agent is silent, so the line does not seem dead; it stops the
+    moment the agent speaks. `clip`: the sound (looped); None: a soft built-in one."""
+
+    after: float = 1.0
+    clip: Clip | None = None
+
+    def __post_init__(self) -> None:
+        if not self.after >= 0:
+            raise ValueError("HoldSound: after is seconds, 0 or more")
+
+
+class SessionControl(Protocol):
+    """What a tool may ask of the conversation it runs in (see `end_session`)."""
+
+    def end(self, reason: str) -> None:
+        """End the session once what the agent said has been heard."""
+
+    def must_hear(self, say: Say) -> None:
+        """Play a must-hear segment at the next moment the agent is silent."""
+
+
+session_control: contextvars.ContextVar[SessionControl | None] = contextvars.ContextVar(
+    "live_session_control", default=None
+)
+"""The conversation the current task belongs to: set by the server for each
+session, so its tools (and their tasks) see it."""
+
+
+def _control() -> SessionControl:
+    control = session_control.get()
+    if control is None:
+        raise RuntimeError("not in a conversation: end_session and play_must_hear work in a session's tools")
+    return control
+
+
+async def end_session() -> dict:
+    """End the conversation. Say goodbye first: the session ends once everything you said has been heard."""
+    _control().end("the agent ended the conversation")
+    return {"result": "the conversation ends once your last words have been heard"}
+# A phone's `end_call` (live.phone.control) is this same tool under another name.
+
+
+async def play_must_hear(segment: Say | str) -> None:
+    """From a tool: play `segment` in full at the next moment the agent is
+    silent, the user's speech not interrupting it. A clip plays even while
+    the tool still runs; words the model says wait until no call is open."""
+    _control().must_hear(as_say(segment))
+
+
 @dataclasses.dataclass(frozen=True)
 class Agent:
     """A conversational agent served by `live serve --agent module:attr`.
@@ -97,6 +320,20 @@ class Agent:
       Studio keys, Vertex projects and regions, with the models each serves;
       a session moves down the pool when its backend fails. None: the one
       backend `model` names (`live serve --backends FILE` overrides it).
+
+    Conversation policies (docs/agents.md), carried out by the server for every
+    front door with a listener (not the Live API's own endpoint, whose apps run
+    their own conversation):
+
+    - `speak_first`: the agent opens the conversation (`Say`: words or an
+      instruction), once, when a session starts without history.
+    - `must_hear`: segments played in full before the conversation, the
+      user's speech not interrupting them (a disclosure: "this call is recorded").
+    - `mute_user`: listening windows (`MuteUser`).
+    - `silence`: what happens when the user says nothing (`Silence`).
+    - `time_limit`: a maximum duration ended with a wrap-up and a goodbye
+      (`TimeLimit`); a token's `max_duration` gets the same grace.
+    - `hold_sound`: a sound while a slow tool runs (`HoldSound`).
 
     Session resumption is always requested: it is what lets a conversation
     survive the model closing its connection.
@@ -119,8 +356,19 @@ class Agent:
     # must not block (record the key; a tool can read it).
     on_key_press: Callable[[str, str], object] | None = None
     backends: BackendPool | None = None
+    speak_first: Say | str | None = None
+    must_hear: Sequence[Say | str] = ()
+    mute_user: MuteUser | None = None
+    silence: Silence | None = None
+    time_limit: TimeLimit | None = None
+    hold_sound: HoldSound | None = None
 
     def __post_init__(self) -> None:
+        if self.speak_first is not None:
+            object.__setattr__(self, "speak_first", as_say(self.speak_first))
+        if isinstance(self.must_hear, (str, Say)):
+            raise TypeError(f"agent {self.name!r}: must_hear takes a sequence of segments, e.g. [Say(...)]")
+        object.__setattr__(self, "must_hear", tuple(as_say(s) for s in self.must_hear))
         names = [t.__name__ for t in self.tools] + [d.name or "" for d in self.client_tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:

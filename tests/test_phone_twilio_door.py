@@ -175,12 +175,13 @@ def test_barge_in_clears_and_reports_what_the_caller_heard(tokens):
 async def test_call_control_tools_say_what_is_wrong_outside_a_call_or_with_a_bad_number():
     from live.phone.control import PhoneCall, current_call, end_call, transfer_call
 
-    with pytest.raises(RuntimeError, match="not a phone call"):
+    # end_call is end_session under a phone's name: it needs a conversation, not call control.
+    with pytest.raises(RuntimeError, match="not in a conversation"):
         await end_call()
     token = current_call.set(PhoneCall("twilio", CALL, None))
     try:
         with pytest.raises(RuntimeError, match="no call control"):
-            await end_call()
+            await transfer_call("+15551234567")
         assert "international form" in (await transfer_call("555-1234"))["error"]
     finally:
         current_call.reset(token)

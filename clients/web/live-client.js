@@ -45,7 +45,7 @@ const SERVER_EVENTS = [
   "session.started", "transcript.input", "transcript.output", "text", "tool.call",
   "tool.result", "tool.cancelled", "turn.interrupted", "generation.complete",
   "turn.complete", "usage", "session.go_away", "session.reconnecting",
-  "session.resumed", "session.reattached", "error", "session.closed",
+  "session.resumed", "session.reattached", "user.muted", "error", "session.closed",
 ];
 
 // Backoff between attempts to reattach after the socket dropped (ms); the last

@@ -136,6 +136,8 @@ class ReplyContext:
 
 
 _ASKS_TO_SEE = re.compile(r"\b(see|seeing|look|looking|screen|camera)\b", re.IGNORECASE)
+# "Say exactly ...: "<words>"": a model told what to say says it.
+_SAY_EXACTLY = re.compile(r'\bsay exactly\b[^"]*"(.+)"', re.IGNORECASE | re.DOTALL)
 
 
 def default_reply(ctx: ReplyContext) -> str:
@@ -143,7 +145,8 @@ def default_reply(ctx: ReplyContext) -> str:
 
     Asked what it sees (a turn with "see", "look", "screen" or "camera") after
     image frames arrived, it describes the newest: `I see a 768x432 JPEG image
-    of 35120 bytes, frame 12.`
+    of 35120 bytes, frame 12.` Told to say exactly some words (`... say exactly
+    these words: "Hello."`), it says them, as a model does.
     """
     if ctx.tool_results:
         parts = []
@@ -152,6 +155,9 @@ def default_reply(ctx: ReplyContext) -> str:
             payload = json.dumps(result.get("response"), sort_keys=True, separators=(",", ":"))
             parts.append(f"{name} returned {payload}.")
         return " ".join(parts)
+    exact = _SAY_EXACTLY.search(ctx.user_text)
+    if exact is not None:
+        return exact.group(1)
     if ctx.video and _ASKS_TO_SEE.search(ctx.user_text):
         return f"I see {ctx.video[-1].describe()}, frame {len(ctx.video)}."
     text = ctx.user_text.strip().rstrip(".!?")

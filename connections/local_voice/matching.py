@@ -20,7 +20,9 @@ No language model: a few rules a user can predict.
   A tool whose required parameters are not all found is not called: the reply
   then says what it heard and which argument it missed.
 - **The reply** is "You said: <sentence>." without a tool, and the tool's
-  result read back after one (`describe_result`).
+  result read back after one (`describe_result`). A typed turn that asks it
+  to say exactly some quoted words (`... say exactly these words: "Hello."`,
+  as the server's conversation policies do) is answered with those words.
 
 Everything here is pure functions over strings and declarations.
 """
@@ -45,6 +47,7 @@ __all__ = [
     "number_words",
     "reply_to",
     "words",
+    "words_to_say",
 ]
 
 GENERIC_NAME_WORDS = frozenset(
@@ -240,6 +243,15 @@ def describe_result(name: str, result: Mapping[str, Any]) -> str:
         else:
             fields.append(f"{spoken} {_spoken_value(value)}")
     return f"{spoken_name}: {', '.join(fields)}."
+
+
+_SAY_EXACTLY = re.compile(r'\bsay exactly\b[^"]*"(.+)"', re.IGNORECASE | re.DOTALL)
+
+
+def words_to_say(text: str) -> str | None:
+    """The quoted words a turn asks to be said exactly, if it asks that."""
+    found = _SAY_EXACTLY.search(text)
+    return found.group(1).strip() or None if found else None
 
 
 def reply_to(text: str) -> str:

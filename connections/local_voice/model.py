@@ -388,6 +388,10 @@ class LocalVoiceConnection(BaseLlmConnection):
             await self._emit(interrupted=True)
 
     async def _reply(self, text: str) -> None:
+        exact = matching.words_to_say(text)
+        if exact is not None:
+            await self._say(exact)
+            return
         match = self._match(text)
         if match is None:
             answer = matching.reply_to(text)

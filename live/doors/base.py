@@ -23,11 +23,20 @@ nothing more:
 - `going_away(time_left)`: how the client is told its server is stopping;
 - `admitted(start, grant)`: the start as the client's token lets it be;
 - `closing(code, reason, error)`: the close code and reason this client is
-  told its session ended with (by default the server's own).
+  told its session ended with (by default the server's own);
+- `end(reason)`: the session ended on the server's side; end what the client
+  is on (a phone call: hang up through the carrier). The one thing a door may
+  do with I/O, awaited (within a bound) before its socket is closed.
 
 A door holds per-connection state (a carrier's stream id, a resampler), so the
-server makes one per socket, from the door's route. It does no I/O: a test
-drives it with frames and reads what it returns.
+server makes one per socket, from the door's route. It does no I/O but `end`:
+a test drives it with frames and reads what it returns.
+
+Besides the client's own messages, a door may give the session a signal among
+its inputs: `PlayedOut`, everything the session sent before it has been played
+at the client's end (a carrier echoes a mark sent after a turn's last frame
+once that frame has played; `Capabilities.reports_played_out`). A policy that
+ends a conversation after its goodbye waits for it.
 """
 
 from __future__ import annotations
@@ -51,12 +60,20 @@ from live.protocol import (
     SessionStart,
 )
 
-__all__ = ["Capabilities", "FrontDoor", "Input", "Opening"]
+__all__ = ["Capabilities", "FrontDoor", "Input", "Opening", "PlayedOut"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlayedOut:
+    """The client played everything the session sent before this signal
+    (see the module's docstring)."""
+
 
 # What opens a session (or ends the socket before one).
 Opening: TypeAlias = SessionStart | SessionResume | SessionClose
-# One session input: client audio (PCM16 at the session's input rate) or a message.
-Input: TypeAlias = bytes | ClientMessage
+# One session input: client audio (PCM16 at the session's input rate), a
+# message, or a door's signal to the session.
+Input: TypeAlias = bytes | ClientMessage | PlayedOut
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +89,16 @@ class Capabilities:
     - `raw_audio`: binary frames in are PCM16 at the session's rate as they are,
       and reply audio goes out as binary PCM16 frames as it is: the session then
       takes the fast lane (no call into the door per audio frame).
+    - `policies`: the agent's conversation policies apply (speak first, must-hear
+      segments, silence, time limits, the hold sound: `live.engine.policies`).
+      False for a client whose app runs its own conversation (the Live API's
+      endpoint keeps what the app asked); a tool's own `end_session` or
+      `play_must_hear` is still carried out.
+    - `shows_mute`: the client can show the user that they are not heard
+      (`user.muted`, during the agent's listening windows).
+    - `reports_played_out`: the door gives the session `PlayedOut` once the
+      audio queued before a turn's end has been played at the client's end;
+      without it the session estimates playback from its own pacing.
     """
 
     reattach: bool = False
@@ -79,6 +106,9 @@ class Capabilities:
     images: bool = False
     raw_audio: bool = False
     usage_with_turn_end: bool = False
+    policies: bool = True
+    shows_mute: bool = False
+    reports_played_out: bool = False
 
 
 class FrontDoor(abc.ABC):
@@ -169,6 +199,12 @@ class FrontDoor(abc.ABC):
         """The client's token as its handshake carries it, if the door reads one
         there (None: in its opening, or `Authorization: Bearer`)."""
         return None
+
+    async def end(self, reason: str) -> None:
+        """The session ended on the server's side (`reason`): end what the
+        client is on, e.g. hang up its phone call. By default nothing: closing
+        the socket says it. Awaited before the socket closes, within the
+        server's shutdown grace; it must not raise."""
 
     def closing(self, code: int, reason: str, error: ErrorEvent | None) -> tuple[int, str]:
         """The close code and reason that tell this client how its session

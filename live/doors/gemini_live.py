@@ -120,8 +120,9 @@ class GeminiLiveDoor(FrontDoor):
 
     name = "gemini"
     # The Live API's client runs the tools it is called for; it cannot come
-    # back to a session after a drop (the SDKs open a new one).
-    capabilities = Capabilities(client_tools=True, images=True, usage_with_turn_end=True)
+    # back to a session after a drop (the SDKs open a new one). Its app runs
+    # its own conversation: the agent's conversation policies do not apply.
+    capabilities = Capabilities(client_tools=True, images=True, usage_with_turn_end=True, policies=False)
     # What the operator lets an app ask (its `models`: fnmatch patterns of the
     # model names a client may give in `setup`, without "models/"); set per
     # server by `gemini_doors`.

@@ -26,7 +26,7 @@ __all__ = ["NativeDoor"]
 
 class NativeDoor(FrontDoor):
     name = "live"
-    capabilities = Capabilities(reattach=True, client_tools=True, images=True, raw_audio=True)
+    capabilities = Capabilities(reattach=True, client_tools=True, images=True, raw_audio=True, shows_mute=True)
 
     def opening(self, frame: str | bytes) -> Opening | ErrorEvent:
         if isinstance(frame, bytes):

@@ -2,6 +2,9 @@
 
 `live.engine.session.SessionCore` answers each thing that happens with a list of these;
 `live.server.runner.SessionRunner` performs them in order. Plain values, no behaviour.
+
+The conversation policies (`live.engine.policies`) answer with actions of their
+own (`PolicyAction`), carried out by `live.server.policies`.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import TypeAlias
 
 from google.genai import types
 
+from live.agent import Clip
 from live.llm import RealtimeInput
 from live.protocol import ServerEvent
 
@@ -19,13 +23,20 @@ __all__ = [
     "AwaitClientTool",
     "CancelTool",
     "CloseSession",
+    "EndSession",
     "FlushAudio",
     "ImageUpstream",
+    "PlayClip",
     "PlaybackReported",
+    "PolicyAction",
+    "Prompt",
     "RunTool",
     "SendAudio",
     "SendEvent",
+    "ThinkingSound",
     "ToUpstream",
+    "UserInput",
+    "WatchPlayback",
 ]
 
 
@@ -114,3 +125,62 @@ Action: TypeAlias = (
     | CloseSession
     | PlaybackReported
 )
+
+
+# ---------------------------------------------------------------------------
+# The conversation policies' actions (live.engine.policies)
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Prompt:
+    """Ask the model to speak: `text` goes to it as a typed turn (each model
+    family takes it its own way), marked as not said by the user."""
+
+    text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlayClip:
+    """Play a recording as the agent's voice, then end it as a turn (so a
+    client, and a carrier's marks, know it is over)."""
+
+    clip: Clip
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WatchPlayback:
+    """Report (`played_out(number)`) once everything queued for the client so
+    far has been played at its end: the carrier's mark after the last frame
+    where the door reports it, else the server's estimate from its pacing."""
+
+    number: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserInput:
+    """What becomes of the user's audio: `open` (to the model), `held` (kept
+    from the model, and sent on when the hold ends: it interrupts nothing),
+    `muted` (dropped; the client is told, if its door shows a mute).
+    `reason` says why it is not open: `tool`, `must_hear`, `ending`."""
+
+    mode: str
+    reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ThinkingSound:
+    """Start (`on`) or stop the agent's hold sound."""
+
+    on: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndSession:
+    """End the session now (its goodbye was heard): `reason` goes into
+    `session.closed` and the log; a phone call is hung up."""
+
+    reason: str
+
+
+PolicyAction: TypeAlias = Prompt | PlayClip | WatchPlayback | UserInput | ThinkingSound | EndSession

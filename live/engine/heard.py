@@ -64,6 +64,12 @@ class HeardTracker:
     def audio_queued(self, nbytes: int) -> None:
         self.queued += nbytes
 
+    def filler_queued(self, nbytes: int) -> None:
+        """Audio of no reply (the hold sound) queued: the next reply starts after it."""
+        self.queued += nbytes
+        if not self.fragments:
+            self.reply_start = self.queued
+
     def audio_sent(self, nbytes: int) -> None:
         self.sent += nbytes
 

@@ -6,8 +6,10 @@ Carriers' media streams are alike: JSON text frames; `connected`, `start`
 before it has played), `stop`; and back, `media`, `mark`, `clear`.
 `CarrierDoor` does all of that once: the caller's audio to the session as
 16 kHz PCM, the reply (24 kHz) out in the carrier's codec in 20 ms frames
-with a mark every 100 ms, `clear` on barge-in, keys as text, bad frames as
-`ProtocolError`s, the call's own token checked. A carrier's door says how its
+with a mark every 100 ms and one after each turn's last frame (its echo says
+the turn has played: `PlayedOut`), `clear` on barge-in, keys as text, bad
+frames as `ProtocolError`s, the call's own token checked, and the call hung
+up through the carrier when the session ends on the server's side (`end`). A carrier's door says how its
 `start` reads (`_read_start`) and how its outgoing messages are wrapped
 (`_envelope`).
 """
@@ -23,7 +25,7 @@ from collections.abc import Callable, Sequence
 import orjson
 import pybase64
 
-from live.doors.base import Capabilities, FrontDoor, Input, Opening
+from live.doors.base import Capabilities, FrontDoor, Input, Opening, PlayedOut
 from live.phone.audio import FrameCutter, Resampler, alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 from live.phone.calls import CallTokens
 from live.phone.control import CallControl, PhoneCall, current_call
@@ -119,7 +121,7 @@ class StreamStart:
 class CarrierDoor(FrontDoor):
     """One carrier media stream: one phone call (see the module's docstring)."""
 
-    capabilities = Capabilities()
+    capabilities = Capabilities(reports_played_out=True)
     checks_own_credentials = True
     carrier: str  # the carrier's name, for messages and the log
 
@@ -144,6 +146,13 @@ class CarrierDoor(FrontDoor):
         self._reply_heard = 0
         self._unmarked = 0
         self._playback_owed: float | None = None
+        # Turn marks: after each turn's last frame one mark (numbered); its echo,
+        # with no audio sent after it, says everything sent has played.
+        self._marks_sent = 0
+        self._marks_cleared = 0  # marks up to this number came back with a clear, not by playing
+        self._sent_since_mark = False
+        self.stopped = False  # the carrier said `stop`: the call left the stream
+        self._ended = False
         self._errors: dict[str, int] = {}  # errors told, by code: the log says the first few
 
     # ------------------------------------------------------------------ reading
@@ -165,6 +174,7 @@ class CarrierDoor(FrontDoor):
         if event == "connected":
             return None
         if event == "stop":
+            self.stopped = True
             return SessionClose()
         if event != "start":
             raise ProtocolError("not_started", f"'{event}' before 'start' was ignored")
@@ -220,7 +230,7 @@ class CarrierDoor(FrontDoor):
                 owed.append(pcm)
             return owed
         if event == "mark":
-            self._marked(object_field(message, "mark").get("name"))
+            owed.extend(self._marked(object_field(message, "mark").get("name")))
             return owed
         if event == "dtmf":
             digit = str(object_field(message, "dtmf").get("digit", ""))
@@ -231,19 +241,27 @@ class CarrierDoor(FrontDoor):
             owed.append(Text(dtmf_text(digit)))
             return owed
         if event == "stop":
+            self.stopped = True
             owed.append(SessionClose())
             return owed
         if event in ("connected", "start"):
             raise ProtocolError("bad_frame", f"a second '{event}' on a started stream was ignored")
         raise ProtocolError("unknown_event", f"unknown event {event[:40]!r} was ignored")
 
-    def _marked(self, name: object) -> None:
-        """The caller's side played our audio up to a mark: `reply:bytes`."""
+    def _marked(self, name: object) -> list[Input]:
+        """The caller's side played our audio up to a mark: `reply:bytes`, or
+        `end:n` after a turn's last frame (or a clear sent it back)."""
         if not isinstance(name, str):
-            return
+            return []
         reply, _, position = name.partition(":")
+        if reply == "end" and position.isdigit():
+            number = int(position)
+            if number <= self._marks_cleared or number != self._marks_sent or self._sent_since_mark:
+                return []  # sent back by a clear, or more audio went out after it
+            return [PlayedOut()]
         if reply == str(self._reply) and position.isdigit():
             self._reply_heard = max(self._reply_heard, int(position))
+        return []
 
     # ------------------------------------------------------------------ writing
 
@@ -252,6 +270,8 @@ class CarrierDoor(FrontDoor):
             # Twilio drops what it buffered; the session is told how much of
             # the reply had played by the marks echoed so far (on the next frame).
             self._playback_owed = self._reply_heard / (self.codec.rate * self.codec.sample_bytes)
+            self._marks_cleared = self._marks_sent  # the carrier sends them back with the clear
+            self._sent_since_mark = False
             self._next_reply()
             self._outbound.reset()
             self._frames.clear()
@@ -261,10 +281,13 @@ class CarrierDoor(FrontDoor):
             if last is None:
                 return None
             self._reply_sent += len(last)
+            self._sent_since_mark = True
             return self._media(last)
         if isinstance(event, TurnComplete):
             self._next_reply()
-            return None
+            self._marks_sent += 1
+            self._sent_since_mark = False
+            return self._encode(self._envelope({"event": "mark", "mark": {"name": f"end:{self._marks_sent}"}}))
         if isinstance(event, ErrorEvent):
             self._log_error(event)
         return None  # transcripts, tool calls: a phone has no screen
@@ -285,6 +308,8 @@ class CarrierDoor(FrontDoor):
     def audio(self, pcm: bytes) -> Sequence[str]:
         frames = self._frames(self.codec.encode(self._outbound(pcm)))
         out = [self._media(frame) for frame in frames]
+        if frames:
+            self._sent_since_mark = True
         self._reply_sent += self.codec.frame_bytes * len(frames)
         self._unmarked += len(frames)
         if self._unmarked >= FRAMES_PER_MARK:
@@ -298,3 +323,20 @@ class CarrierDoor(FrontDoor):
     @staticmethod
     def _encode(message: dict) -> str:
         return orjson.dumps(message).decode()
+
+    # ------------------------------------------------------------------ ending
+
+    async def end(self, reason: str) -> None:
+        """The session ended here: hang up (once), unless the caller already did.
+        Without call control (`--twilio` with no account sid), the stream's
+        close ends a Twilio call that has no TwiML after `<Connect>`."""
+        if self._ended or self.stopped or self.call_id is None or self.control is None:
+            return
+        self._ended = True
+        try:
+            await self.control.hang_up(self.call_id)
+        except Exception as exc:  # the carrier's refusal or the network: logged, the session is over anyway
+            log.warning("%s call %s: hanging up failed: %s", self.carrier, self.call_id[:40],
+                        str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+        else:
+            log.info("%s call %s hung up (%s)", self.carrier, self.call_id[:40], reason[:100])

@@ -7,6 +7,10 @@ The tools act on that call through the carrier's REST API:
     from live.phone.control import end_call, transfer_call
     agent = Agent(name="desk", model=..., tools=[end_call, transfer_call])
 
+`end_call` is `live.end_session` under a phone's name: the session ends once
+the caller has heard the goodbye (the carrier's mark after its last frame),
+and ending it hangs the call up (`CarrierDoor.end`).
+
 Twilio: `calls(sid).update(twiml=...)` with `<Hangup/>` or `<Dial>`; the
 stream ends when the call leaves it. The twilio library's REST client is
 blocking (requests), so each call runs in a worker thread.
@@ -20,6 +24,8 @@ import re
 from typing import Any, Protocol
 
 import anyio
+
+from live.agent import end_session
 
 __all__ = ["CallControl", "PhoneCall", "TwilioCallControl", "current_call", "end_call", "transfer_call"]
 
@@ -94,11 +100,8 @@ def _call() -> PhoneCall:
 
 
 async def end_call() -> dict:
-    """Hang up the phone call. Say goodbye before calling this: the line drops at once."""
-    call = _call()
-    assert call.control is not None
-    await call.control.hang_up(call.call_id)
-    return {"ended": True}
+    """Hang up the phone call. Say goodbye first: the call ends once the caller has heard everything you said."""
+    return await end_session()
 
 
 async def transfer_call(number: str) -> dict:

@@ -55,6 +55,7 @@ from live.protocol.events import (
     TurnInterrupted,
     UnknownEvent,
     Usage,
+    UserMuted,
 )
 
 __all__ = [
@@ -105,4 +106,5 @@ __all__ = [
     "TurnInterrupted",
     "UnknownEvent",
     "Usage",
+    "UserMuted",
 ]

@@ -43,6 +43,7 @@ __all__ = [
     "TurnInterrupted",
     "UnknownEvent",
     "Usage",
+    "UserMuted",
 ]
 
 
@@ -292,6 +293,20 @@ class SessionResumed:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class UserMuted:
+    """The agent stopped listening to the user (`muted`), or listens again.
+
+    A listening window the agent asked for: `reason` is `tool` (a tool call
+    runs) or `must_hear` (a segment the user must hear in full plays). What
+    the user says meanwhile is dropped: a client may show a muted microphone.
+    """
+
+    type: ClassVar[str] = "user.muted"
+    muted: bool
+    reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ErrorEvent:
     """Something went wrong; `fatal` says whether the session ends because of it."""
 
@@ -329,6 +344,7 @@ ServerEvent: TypeAlias = (
     | SessionReconnecting
     | SessionResumed
     | SessionReattached
+    | UserMuted
     | ErrorEvent
     | SessionClosed
     | UnknownEvent
@@ -356,6 +372,7 @@ _SERVER_EVENTS: dict[str, type[Any]] = {
         SessionReconnecting,
         SessionResumed,
         SessionReattached,
+        UserMuted,
         ErrorEvent,
         SessionClosed,
     )

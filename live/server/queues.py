@@ -385,6 +385,15 @@ class ClientOutbox:
         self._audio_bytes += len(data)
         self._wake.set()
 
+    def audio_waiting_seconds(self) -> float:
+        """Reply audio queued here and not yet sent, in seconds."""
+        return self._audio_bytes / BYTES_PER_SECOND_OUT
+
+    @property
+    def empty(self) -> bool:
+        """Nothing waits to be sent: every frame queued so far has left."""
+        return not self._frames
+
     def unplayed_seconds(self) -> float:
         """Audio sent to the client and not yet played, as far as the pacing knows."""
         return self._pacer.ahead(self._clock())

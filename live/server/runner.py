@@ -38,6 +38,7 @@ from live.engine.actions import (
     SendEvent,
     ToUpstream,
 )
+from live.agent import session_control
 from live.server.attachment import ClientAttachment
 from live.protocol.closes import (
     CLOSE_GOING_AWAY,
@@ -48,7 +49,7 @@ from live.protocol.closes import (
     CLOSE_TOO_BIG,
     CLOSE_TRY_LATER,
 )
-from live.doors.base import FrontDoor
+from live.doors.base import FrontDoor, PlayedOut
 from live.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -79,6 +80,7 @@ from live.protocol import (
     TurnInterrupted,
     encode,
 )
+from live.server.policies import SessionPolicies, plan_for, session_ends_at
 from live.server.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
 from live.observe.record import SessionRecord, current_record
 from live.engine.session import SessionCore
@@ -179,6 +181,12 @@ class SessionRunner:
         self.reports_playback = False  # set from session.start
         self._awaiting_playback = anyio.CancelScope()
         self._awaited_reply: InterruptedReply | None = None
+        # Conversation policies (live.server.policies), once the session starts:
+        # what they hold of the user's input, and their hook on each audio frame.
+        self.policies: SessionPolicies = cast(SessionPolicies, None)
+        self.input_held = False
+        self._held_for_calls = False
+        self.hears: Callable[[bytes], bool] | None = None
         agent = server.agent
         self.obs = SessionObserver(
             server.metrics,
@@ -307,6 +315,9 @@ class SessionRunner:
                         self.ends_at = grant.ends_at
                         if grant.max_duration is not None:
                             self.ends_at = min(self.ends_at or math.inf, time.time() + grant.max_duration)
+                    if self.adopted is None:  # and the agent's own limit (stored: it holds on takeover)
+                        self.ends_at = session_ends_at(agent, self.door, self.ends_at)
+                    self._start_policies(start)
                     if self.ends_at is not None:
                         tg.start_soon(self._limit_duration, self.ends_at)
                     await self._converse(start)
@@ -333,6 +344,9 @@ class SessionRunner:
                 if ws is not None:
                     await ws.close(CLOSE_SERVICE_RESTART, "server restarting: reattach")
             else:
+                if self.core is not None:
+                    # Ended here, not by the client: end what it is on (a call is hung up).
+                    await self.door.end(reason)
                 if self._final_error is not None:
                     await client.send_now(self._final_error)
                 await client.send_now(SessionClosed(reason))
@@ -373,6 +387,16 @@ class SessionRunner:
                 *summary.values(),
                 extra={"fields": {"event": "session.ended", **summary}},
             )
+
+    def _start_policies(self, start: SessionStart) -> None:
+        """The conversation policies this session runs (live.server.policies), and
+        where its tools reach them (`end_session`, `play_must_hear`)."""
+        push_to_talk = start.turn_taking == "manual" or self.server.agent_manual_activity
+        ends_at = None if self.ends_at is None else self.clock() + (self.ends_at - time.time())
+        plan = plan_for(self.agent, self.door, start, ends_at=ends_at, opened=self.adopted is not None,
+                        push_to_talk=push_to_talk)
+        self.policies = SessionPolicies(self, plan, input_rate=start.input_rate)
+        session_control.set(self.policies)
 
     async def _converse(self, start: SessionStart) -> None:
         """Open the first model connection, start the client's pumps, then
@@ -441,6 +465,7 @@ class SessionRunner:
         tg.start_soon(client.read_client, client.ws)
         tg.start_soon(client.write_client)
         tg.start_soon(self._watch_idle)
+        self.policies.start()
         await self.link.supervise(link)
 
     def poke(self) -> None:
@@ -452,15 +477,16 @@ class SessionRunner:
         model that closes the connection on input then), and let it go after;
         say what a long hold dropped."""
         upstream = self.upstream
-        hold = self.core.holds_realtime
+        hold = self.core.holds_realtime or self.input_held  # or a must-hear segment plays
         if hold == upstream.holding:
             return
         upstream.hold(hold)
         if hold:
             self._held_from = upstream.dropped_while_held
+            self._held_for_calls = self.core.holds_realtime
             return
         dropped = upstream.dropped_while_held - self._held_from
-        if dropped:
+        if dropped and self._held_for_calls:
             self.event(
                 ErrorEvent(
                     "input_held",
@@ -558,10 +584,11 @@ class SessionRunner:
             self.record.client_event(start.to_json())
 
     async def _limit_duration(self, ends_at: float) -> None:
-        """End the session when its token's time runs out (`ends_at`: max_duration or its end,
-        wall-clock: it holds on whichever server of a fleet carries it)."""
+        """End the session when its time runs out (`ends_at`: the agent's max_duration, or its
+        token's max_duration or end, wall-clock: it holds on whichever server of a fleet
+        carries it). The agent's goodbye (live.engine.policies) comes before, where it applies."""
         await anyio.sleep(max(0.0, ends_at - time.time()))
-        message = "the session reached the time its token allows (max_duration, or the end it names)"
+        message = "the session reached its time limit (its token's or its agent's max_duration, or the end its token names)"
         self.finish(message, CLOSE_NORMAL, ErrorEvent("session_expired", message, True))
 
     async def _watch_idle(self) -> None:
@@ -603,6 +630,9 @@ class SessionRunner:
             self.event(ErrorEvent(exc.code, exc.message))
             return
         self.audio_frames_in += 1
+        hears = self.hears
+        if hears is not None and not hears(frame):
+            return  # the agent is not listening now (a listening window)
         upstream = self.upstream
         link = cast("Connection | None", upstream.waiting_consumer)
         if link is not None and not behind and not link.muted and link.conn.send_realtime_nowait(blob):
@@ -639,8 +669,13 @@ class SessionRunner:
             if type(item) is bytes:
                 self.client_audio(item, behind=behind)
                 continue
+            if type(item) is PlayedOut:
+                self.policies.played_out()
+                continue
             if not native and self.record is not None:
                 self.record.client_text(encode(item))
+            if self.policies.defers(item):
+                continue  # typed while a must-hear segment plays: it waits (or, muted, is dropped)
             await self.apply(self.core.client_message(item, self.clock()))
         self.poke()
 
@@ -694,6 +729,8 @@ class SessionRunner:
         """Carry out what the session core decided."""
         if actions:
             self.obs.actions(actions, self.clock())
+            if self.policies.tracking:
+                self.policies.seen(actions)
         for action in actions:
             if isinstance(action, SendAudio):
                 self.heard.audio_queued(len(action.data))
