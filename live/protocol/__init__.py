@@ -55,6 +55,8 @@ from live.protocol.events import (
     TurnInterrupted,
     UnknownEvent,
     Usage,
+    UserSpeaking,
+    UserStopped,
 )
 
 __all__ = [
@@ -105,4 +107,6 @@ __all__ = [
     "TurnInterrupted",
     "UnknownEvent",
     "Usage",
+    "UserSpeaking",
+    "UserStopped",
 ]

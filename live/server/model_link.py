@@ -73,6 +73,8 @@ class LinkHost(Protocol):
 
     def sync_hold(self) -> None: ...
 
+    def reopen_turn(self) -> None: ...
+
 log = logging.getLogger("live.server")
 
 CONTROL_SEND_TIMEOUT = 10.0  # seconds a typed turn or tool result may take to reach the model
@@ -149,8 +151,7 @@ class ModelLink:
         session from the stored handle (or start fresh from the stored
         transcript), and tell the new connection what the old one owed."""
         runner = self._runner
-        await runner.apply(runner.core.connection_lost())
-        runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        await self._connection_lost()
         if runner.core.resumption_handle is None:
             return await self._open_next(fresh=True, announce=False)
         try:
@@ -160,6 +161,14 @@ class ModelLink:
             # session): the stored transcript still carries the conversation.
             log.info("session %s: its stored handle was refused (%s); starting fresh", runner.id, exc)
             return await self._open_next(fresh=True, announce=False)
+
+    async def _connection_lost(self) -> None:
+        """The connection in use is gone: the session core hears it, and what
+        waits goes to the next connection as that one must take it."""
+        runner = self._runner
+        await runner.apply(runner.core.connection_lost())
+        runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        runner.reopen_turn()  # a user's turn the server holds open starts again there
 
     def _request(
         self, history: Sequence[types.Content] = (), resume_handle: str | None = None
@@ -247,8 +256,7 @@ class ModelLink:
         if link.outcome == CLOSED:
             runner.obs.reconnecting("go_away" if link.go_away_at is not None else "closed")
         await self._retire(link)
-        await runner.apply(core.connection_lost())
-        runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        await self._connection_lost()
         return await self._reconnect(step, supervisor)
 
     async def _reconnect(self, step: Resume, supervisor: Supervisor) -> Connection:
@@ -290,8 +298,7 @@ class ModelLink:
         await link.stop_sending()
         await self._retire(link)
         core = runner.core
-        await runner.apply(core.connection_lost())
-        runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        await self._connection_lost()
         try:
             new = await self._open_next(fresh=False)
         except LiveError as exc:
