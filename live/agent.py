@@ -25,7 +25,7 @@ from google.genai import types
 
 from live.llm import LlmRequest
 
-__all__ = ["TURN_MODES", "Agent", "TurnSettings", "agent_at", "run_tool", "tool"]
+__all__ = ["END_OF_TURN", "TURN_MODES", "Agent", "TurnSettings", "agent_at", "run_tool", "tool"]
 
 ToolFunction = Callable[..., Any]
 
@@ -77,7 +77,7 @@ class TurnSettings:
     max_pause: float = 2.5
     max_turn: float = 60.0
     min_speech: float = 0.1
-    barge_in: float = 0.6
+    barge_in: float = 0.8
     onset_gap: float = 0.25
     preroll: float = 0.3
     threshold: float = 0.5

@@ -724,7 +724,10 @@ class SessionRunner:
                     if upstream.put_audio(blob, len(action.preroll)):
                         self.obs.audio_overflow()
             elif isinstance(action, EndActivity):
-                upstream.put_signal(core.turn_ended(self.clock()))
+                now = self.clock()
+                end = core.turn_ended(now)
+                self.obs.actions([ToUpstream(end)], now)  # the reply's latency is timed from here
+                upstream.put_signal(end)
                 self.event(UserStopped(action.reason))
                 self.poke()
             elif isinstance(action, SpeechHeard):

@@ -7,10 +7,14 @@ next window of every stream at one rate into one input, so one model run
 (`Silero.run`) scores every session (the output is the same as one run per
 session, to the bit), and `Batch.done` gives each stream its state back.
 
-A window quieter than the stream's energy floor is scored 0 without the model
-(it costs nothing), and a stream that was quiet for a while starts again from
-a fresh state: Silero's state drifts over long non-speech and then
-under-reports the speech that follows.
+A window that is plainly not speech is scored 0 without the model (it costs
+nothing): quieter than the stream's energy floor (a quiet room), or no louder
+than the background it sits in (steady noise: the background's level is
+tracked as the quietest recent windows, rising at most `FLOOR_RISE_DB` a
+second, and speech stands `ABOVE_BACKGROUND_DB` above it even at 5 dB SNR). A
+stream that was quiet for a while starts again from a fresh state: Silero's
+state drifts over long non-speech and then under-reports the speech that
+follows.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ RATES = {16_000: (512, 64), 8_000: (256, 32)}
 STATE_SHAPE = (2, 128)
 # Quiet windows after which a stream's state starts afresh (about 0.5 s).
 RESET_AFTER_QUIET = 16
+FLOOR_RISE_DB = 3.0  # per second: the background level follows louder noise this slowly
+ABOVE_BACKGROUND_DB = 4.0  # a window this close to the background is the background
 
 
 class VoiceStream:
@@ -63,60 +69,58 @@ class VoiceStream:
         if input_rate != rate:
             import soxr
 
-            self._resampler = soxr.ResampleStream(input_rate, rate, 1, dtype="float32", quality="LQ")
+            self._resampler = soxr.ResampleStream(input_rate, rate, 1, dtype="int16", quality="LQ")
         self._noise_filter = noise_filter
-        self._pending: list[np.ndarray] = []
-        self._pending_samples = 0
-        self._max_backlog = max(self.window, int(max_backlog * rate))
+        # The audio waiting for the detector, PCM16 at `rate`: appending bytes
+        # costs less than converting each frame; a window is converted once.
+        self._pending = bytearray()
+        self._window_bytes = 2 * self.window
+        self._max_backlog = max(self.window, int(max_backlog * rate)) * 2
         self.state = np.zeros(STATE_SHAPE, np.float32)
         self.context = np.zeros(self.context_size, np.float32)
+        self.background_db = math.nan  # the background's level, from the quietest recent windows
+        self._rise_db = FLOOR_RISE_DB * self.window_seconds
         self.quiet = 0  # quiet windows in a row
         self.dropped = 0  # windows dropped because the detector was behind
         self.scored = 0  # windows scored, by the model or the floor
 
     def feed(self, pcm: bytes) -> None:
         """Audio of the session (PCM16 at its input rate), for the detector."""
-        samples = np.frombuffer(pcm, "<i2").astype(np.float32)
-        samples *= 1 / 32768
         if self._resampler is not None:
-            samples = self._resampler.resample_chunk(samples)
-            if not samples.size:
-                return
+            pcm = self._resampler.resample_chunk(np.frombuffer(pcm, "<i2")).tobytes()
         if self._noise_filter is not None:
-            samples = self._noise_filter(samples)
-        self._pending.append(samples)
-        self._pending_samples += samples.size
-        if self._pending_samples > self._max_backlog:
+            pcm = self._noise_filter(pcm)
+        pending = self._pending
+        pending += pcm
+        if len(pending) > self._max_backlog:
             self._drop_backlog()
 
     @property
     def ready(self) -> int:
         """Whole windows waiting for the detector."""
-        return self._pending_samples // self.window
+        return len(self._pending) // self._window_bytes
 
     def take(self) -> np.ndarray:
-        """The next window (call only when `ready`)."""
-        need = self.window
-        pending = self._pending
-        if pending[0].size >= need:
-            head = pending[0]
-            window, rest = head[:need], head[need:]
-            if rest.size:
-                pending[0] = rest
-            else:
-                pending.pop(0)
-        else:
-            joined = np.concatenate(pending)
-            window, rest = joined[:need], joined[need:]
-            pending.clear()
-            if rest.size:
-                pending.append(rest)
-        self._pending_samples -= need
-        return window
+        """The next window, as float samples (call only when `ready`)."""
+        size = self._window_bytes
+        samples = np.frombuffer(self._pending, "<i2", count=self.window).astype(np.float32)
+        del self._pending[:size]
+        samples *= 1 / 32768
+        return samples
 
     def is_quiet(self, window: np.ndarray) -> bool:
-        """Below the energy floor: silence, whatever the model would say."""
-        return float(np.dot(window, window)) < self._floor_power * window.size
+        """Below the energy floor, or no louder than the background: not speech,
+        whatever the model would say. Tracks the background as it goes."""
+        power = float(np.dot(window, window)) / window.size
+        if power < self._floor_power:
+            return True
+        level = 10 * math.log10(power)
+        background = self.background_db
+        if not level >= background + self._rise_db:  # quieter, or the first window (nan)
+            self.background_db = level
+        else:
+            self.background_db = background + self._rise_db
+        return level < background + ABOVE_BACKGROUND_DB
 
     def restart(self) -> None:
         """Forget the detector's state (after a long quiet, or a gap in the audio)."""
@@ -124,14 +128,12 @@ class VoiceStream:
         self.context = np.zeros(self.context_size, np.float32)
 
     def _drop_backlog(self) -> None:
-        keep = self._max_backlog // self.window * self.window
-        joined = np.concatenate(self._pending)
-        drop = (joined.size - keep) // self.window * self.window
+        keep = self._max_backlog // self._window_bytes * self._window_bytes
+        drop = (len(self._pending) - keep) // self._window_bytes * self._window_bytes
         if drop <= 0:
             return
-        self.dropped += drop // self.window
-        self._pending = [joined[drop:]]
-        self._pending_samples = joined.size - drop
+        self.dropped += drop // self._window_bytes
+        del self._pending[:drop]
         self.restart()
 
 
