@@ -217,6 +217,7 @@ class SessionRun:
     voice: str
     condition: str
     url: str = ""
+    turn_taking: str = "auto"
     said: list[Said] = dataclasses.field(default_factory=list)
     interrupted: list[float] = dataclasses.field(default_factory=list)
     reply_starts: list[float] = dataclasses.field(default_factory=list)
@@ -316,9 +317,8 @@ class User:
 
 async def _session(run: SessionRun, spoken: SpokenSet, seed: int, steps: int, ready: anyio.Event,
                    stop: anyio.Event | None = None) -> None:
-    turn_taking = "auto" if run.mode == "auto" else "server"
     try:
-        async with LiveClient.connect(run.url, turn_taking=turn_taking, reattach_for=0) as client:
+        async with LiveClient.connect(run.url, turn_taking=run.turn_taking, reattach_for=0) as client:
             run.model = TurnsSession.opened[-1] if TurnsSession.opened else None  # an emulator in this process
             ready.set()
             user = User(run, spoken, seed)
@@ -372,33 +372,49 @@ def _server(emulator: Any, args: list[str]) -> _Relay:
     return relay
 
 
-async def quality(spoken: SpokenSet, per_mode: int, wave: int, steps: int, smart: bool) -> dict[str, list[SessionRun]]:
-    """The test set through both modes (and the server with Smart Turn), in waves."""
+# The columns: a name, the session's turn_taking, and the `live serve` flags
+# of its server (sessions of columns with the same flags share one server).
+AUTO = ("auto", "auto", ())
+SERVER = ("server", "server", ())
+
+
+def variant(spec: str) -> tuple[str, str, tuple[str, ...]]:
+    """`NAME=FLAGS`, e.g. `server 1.6 s=--end-silence 1.6`: the server's turns with those flags."""
+    name, _, flags = spec.partition("=")
+    return name.strip(), "server", tuple(flags.split())
+
+
+async def quality(
+    spoken: SpokenSet, per_mode: int, wave: int, steps: int, columns: list[tuple[str, str, tuple[str, ...]]]
+) -> dict[str, list[SessionRun]]:
+    """The test set through every column, sessions of all of them at once, in waves."""
     voices = spoken.voices
     plans: dict[str, list[SessionRun]] = {}
-    modes = ["auto", "server"] + (["smart"] if smart else [])
-    for mode in modes:
-        plans[mode] = [
-            SessionRun(mode, voices[i % len(voices)], CONDITIONS[(i // len(voices)) % len(CONDITIONS)])
+    for name, _, _ in columns:
+        # Every background in turn, and a voice that shifts by one each round:
+        # any seven sessions in a row hold every voice and every background.
+        plans[name] = [
+            SessionRun(name, voices[(i + i // len(CONDITIONS)) % len(voices)], CONDITIONS[i % len(CONDITIONS)])
             for i in range(per_mode)
         ]
+    turn_taking = {name: mode for name, mode, _ in columns}
     async with _emulator() as emulator:
-        server = _server(emulator, [])
-        smart_server = _server(emulator, ["--end-of-turn", "smart"]) if smart else None
+        servers: dict[tuple[str, ...], _Relay] = {}
         try:
-            for mode, runs in plans.items():
-                port = (smart_server if mode == "smart" else server).port  # type: ignore[union-attr]
-                for run in runs:
-                    run.url = f"ws://127.0.0.1:{port}/live"
-            pairs = [r for pair in zip(*(plans[m] for m in modes)) for r in pair]
+            for name, _, flags in columns:
+                if flags not in servers:
+                    servers[flags] = _server(emulator, list(flags))
+                for run in plans[name]:
+                    run.url = f"ws://127.0.0.1:{servers[flags].port}/live"
+                    run.turn_taking = turn_taking[name]
+            pairs = [r for group in zip(*plans.values()) for r in group]
             for start in range(0, len(pairs), wave):
                 batch = pairs[start : start + wave]
                 print(f"  wave {start // wave + 1} of {math.ceil(len(pairs) / wave)}: {len(batch)} sessions", file=sys.stderr)
                 await _sessions(batch, spoken, start * 7919, steps)
         finally:
-            server.stop()
-            if smart_server is not None:
-                smart_server.stop()
+            for server in servers.values():
+                server.stop()
     return plans
 
 
@@ -435,7 +451,8 @@ async def cpu(spoken: SpokenSet, mode: str, sessions: int, duration: float, cond
     talking all along; `condition`: every user in that background (default:
     the test set's mix)."""
     voices = spoken.voices
-    runs = [SessionRun(mode, voices[i % len(voices)], condition or CONDITIONS[(i // len(voices)) % len(CONDITIONS)])
+    runs = [SessionRun(mode, voices[i % len(voices)], condition or CONDITIONS[(i // len(voices)) % len(CONDITIONS)],
+                       turn_taking="auto" if mode == "auto" else "server")
             for i in range(sessions)]
     measured: dict[str, float] = {}
     emulator = _EmulatorProcess()
@@ -531,7 +548,7 @@ def figures(runs: list[SessionRun]) -> dict[str, Any]:
                     audio = next((t for t in run.reply_starts if said.end < t <= said.end + 8.0), None)
                     if audio is not None:
                         to_audio.append(audio - said.end)
-                if run.mode != "auto" and model.activities:
+                if run.turn_taking != "auto" and model.activities:
                     frame = run.mic.frames.get(said.onset_frame) if run.mic else None
                     if frame is not None and not any(frame in bytes(audio) for _, audio in model.activities):
                         clipped += 1
@@ -563,7 +580,7 @@ def figures(runs: list[SessionRun]) -> dict[str, Any]:
         "end_of_speech_to_turn_end_ms": _percentiles(to_end),
         "end_of_speech_to_reply_audio_ms": _percentiles(to_audio),
         "sentences": sentences,
-        "onsets_clipped": clipped if any(r.mode != "auto" for r in runs) else None,
+        "onsets_clipped": clipped if any(r.turn_taking != "auto" for r in runs) else None,
         "turns_with_no_one_speaking": phantom,
         "by_kind": {k: {"over_reply": v[0], "cut_the_reply": v[1]} for k, v in by_kind.items()},
         "by_pause": {str(k): {"paused": v[0], "cut": v[1]} for k, v in sorted(by_pause.items())},
@@ -618,10 +635,13 @@ def _pp(p: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench.turns", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="7 sessions per mode, CPU at 10 sessions only")
-    parser.add_argument("--sessions-per-mode", type=int, default=None, help="sessions of the test set per mode (default 49: every voice in every background)")
+    parser.add_argument("--sessions-per-mode", type=int, default=None, help="sessions of the test set per column (default 49: every voice in every background)")
     parser.add_argument("--steps", type=int, default=6, help="exchanges per session (default 6)")
     parser.add_argument("--wave", type=int, default=14, help="sessions at once in the quality run (default 14)")
-    parser.add_argument("--smart", action="store_true", help="a third column: the server with Smart Turn (--end-of-turn smart)")
+    parser.add_argument("--smart", action="store_true", help="a column for the server with Smart Turn (--end-of-turn smart)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
+                        help="a column for the server's turns with these `live serve` flags, e.g. "
+                             "'server, 1.6 s=--end-silence 1.6' (repeatable)")
     parser.add_argument("--cpu-sessions", default=None, help="comma-separated N for the CPU runs (default 10,50; 0 skips)")
     parser.add_argument("--cpu-duration", type=float, default=60.0, help="measured seconds per CPU run (default 60)")
     parser.add_argument("--json", default=None, help="where to write the run (default bench/results/)")
@@ -635,7 +655,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     spoken = load()
     probe = capacity.probe_us()
     print(f"quality: {per_mode} sessions per mode, {args.steps} exchanges each", file=sys.stderr)
-    plans = anyio.run(quality, spoken, per_mode, args.wave, args.steps, args.smart) if per_mode else {}
+    columns = [AUTO, SERVER, *(variant(v) for v in args.variant)]
+    if args.smart:
+        columns.append(("server + Smart Turn", "server", ("--end-of-turn", "smart")))
+    plans = anyio.run(quality, spoken, per_mode, args.wave, args.steps, columns) if per_mode else {}
     results = {mode: figures(runs) for mode, runs in plans.items()}
     cpu_rows = []
     for n in cpu_sizes:

@@ -640,15 +640,19 @@ class SessionRunner:
             self.record.client_audio(frame)
         if not frame:
             return
-        try:
-            blob = self.core.client_audio(frame)
-        except ProtocolError as exc:
-            self.event(ErrorEvent(exc.code, exc.message))
-            return
-        self.audio_frames_in += 1
         turns = self.turns
-        if turns is not None and not turns.audio(frame):
-            return  # outside the user's turn: the detector hears it, the model does not
+        if turns is not None and not len(frame) & 1:
+            self.audio_frames_in += 1
+            if not turns.audio(frame):
+                return  # outside the user's turn: the detector hears it, the model does not
+            blob = self.core.client_audio(frame)
+        else:
+            try:
+                blob = self.core.client_audio(frame)
+            except ProtocolError as exc:
+                self.event(ErrorEvent(exc.code, exc.message))
+                return
+            self.audio_frames_in += 1
         upstream = self.upstream
         link = cast("Connection | None", upstream.waiting_consumer)
         if link is not None and not behind and not link.muted and link.conn.send_realtime_nowait(blob):

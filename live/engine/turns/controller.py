@@ -163,7 +163,7 @@ class TurnController:
         self.stream.feed(pcm)
         ring = self._ring
         ring += pcm
-        if len(ring) > self._ring_cap:
+        if len(ring) > 2 * self._ring_cap:  # trimmed now and then, not at every frame
             del ring[: len(ring) - self._ring_cap]
         self._received += len(pcm)
         turn = self._turn_audio
