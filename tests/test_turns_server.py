@@ -185,3 +185,40 @@ async def test_a_record_replays_to_the_same_turns(tmp_path):
             replayed += turns.scored(float(probabilities[0]), agent_speaking=False)
     assert [a.reason for a in replayed if isinstance(a, EndActivity)] == live_reasons
     assert sum(isinstance(a, StartActivity) for a in replayed) == 2
+
+
+async def test_a_real_interruption_stops_the_reply_and_the_heard_transcript_says_how_far_it_played():
+    """Sustained speech over the reply interrupts it within the bound (0.8 s of
+    speech); the reply played on until then, and `heard` says so."""
+    agent = Agent("booking", MODEL, turn_taking="server", turns=PATIENT)
+    events: list = []
+    async with running_emulator(Script(replies=[LONG_REPLY, "Tuesday it is."], speed=1)) as emu:
+        async with running(agent, gemini_for(emu)) as (server, url):
+            async with LiveClient.connect(url) as client:
+                replying = anyio.Event()
+
+                async def read() -> None:
+                    async for event in client.events():
+                        events.append((anyio.current_time(), event))
+                        if isinstance(event, AudioFrame):
+                            replying.set()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(read)
+                    await talk(client, silence(0.4) + speak("Book the Monday flight please."))
+                    async with anyio.create_task_group() as quiet:
+                        quiet.start_soon(talk, client, silence(30))
+                        with anyio.fail_after(10):
+                            await replying.wait()
+                        await anyio.sleep(1.5)
+                        quiet.cancel_scope.cancel()
+                    started = anyio.current_time()
+                    await talk(client, speak("Wait, stop, I meant Tuesday, not Monday.") + silence(4.0))
+                    tg.cancel_scope.cancel()
+    interrupted = [t for t, e in events if isinstance(e, p.TurnInterrupted)]
+    assert len(interrupted) == 1 and interrupted[0] - started < 0.8 + 1.0  # the bound, and the way back on a busy machine
+    [heard] = [e for _, e in events if isinstance(e, p.TranscriptOutput) and e.heard]
+    assert heard.text and LONG_REPLY.startswith(heard.text.strip()) and len(heard.text) < len(LONG_REPLY)
+    assert heard.played > 1.5 + 0.5  # it played on while the server made sure it was an interruption
+    speaking = [e for _, e in events if isinstance(e, p.UserSpeaking)]
+    assert speaking[-1].over_reply
