@@ -160,7 +160,7 @@ class LiveClient:
         token: TokenSource = None,
         history: Sequence[types.Content] = (),
         input_rate: int = DEFAULT_INPUT_RATE,
-        turn_taking: str = "auto",
+        turn_taking: str | None = None,
         origin: str | None = None,
         open_timeout: float = 10.0,
         reattach_for: float = 30.0,
@@ -170,9 +170,10 @@ class LiveClient:
     ) -> AsyncIterator[LiveClient]:
         """Open the socket, start the session, and close both when done.
 
-        `turn_taking="manual"` means this client marks the user's turns itself
-        with `activity_start()` / `activity_end()`; with "auto" the model's voice
-        detection decides. `reattach_for=0` turns reattaching off. `open_timeout`
+        `turn_taking` is who ends the user's turns: "auto" (the model's voice
+        detection), "manual" (this client, with `activity_start()` /
+        `activity_end()`), "server" (the server's voice detection; `user.speaking`
+        and `user.stopped` events say what it heard), or None: as the agent says. `reattach_for=0` turns reattaching off. `open_timeout`
         bounds the WebSocket handshake, `start_timeout` the wait for
         `session.started` after it (a stuck server raises `SessionRefused` with
         the code "timeout"). `token` is a string or a function returning a

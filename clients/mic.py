@@ -186,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-device", metavar="DEVICE", help="speaker: index or name (default: the system's)")
     parser.add_argument("--headphones", action="store_true",
                         help="full duplex: keep the microphone open while the agent speaks (barge-in by voice)")
+    parser.add_argument("--turn-taking", choices=("auto", "server"),
+                        help="who ends your turns: the model's voice detection (auto) or the server's "
+                             "(server: pauses and backchannels do not cut you or the agent off) "
+                             "(default: the agent's)")
     parser.add_argument("--list-devices", action="store_true", help="list audio devices and exit")
     return parser
 
@@ -194,7 +198,9 @@ async def _session(args: argparse.Namespace, view: ConversationView) -> int:
     handle_signals = threading.current_thread() is threading.main_thread()
     # The devices first: a missing microphone must not cost a model session.
     with AudioIO(args.input_device, args.output_device) as audio:
-        async with LiveClient.connect(args.url, token=args.token or None, reports_playback=True) as client:
+        async with LiveClient.connect(
+            args.url, token=args.token or None, reports_playback=True, turn_taking=getattr(args, "turn_taking", None)
+        ) as client:
             started: SessionStarted = client.session
             while audio.frames.get_nowait() is not None:
                 pass  # what was said before the session began is not sent late

@@ -31,12 +31,15 @@ from live.llm import LlmRequest
 __all__ = [
     "Agent",
     "Clip",
+    "END_OF_TURN",
     "HoldSound",
     "MuteUser",
     "Say",
     "SessionControl",
     "Silence",
+    "TURN_MODES",
     "TimeLimit",
+    "TurnSettings",
     "agent_at",
     "end_session",
     "play_must_hear",
@@ -46,6 +49,80 @@ __all__ = [
 ]
 
 ToolFunction = Callable[..., Any]
+
+TURN_MODES = ("auto", "manual", "server")
+"""Who ends the user's turns: the model's own voice detection (`auto`), the
+client with activity signals (`manual`), or the server (`server`)."""
+
+END_OF_TURN = ("silence", "smart")
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnSettings:
+    """How the server takes the user's turns with `turn_taking="server"`.
+
+    Times are seconds of the user's audio (docs/turn-taking.md says when to
+    change which):
+
+    - `end_silence`: the silence that ends a turn. With `end_of_turn="smart"`,
+      the wait when the end-of-turn model gave no answer in time.
+    - `end_of_turn`: `"silence"` (silence timing alone) or `"smart"` (Smart
+      Turn v3.2 listens to how the sentence ends at each pause; the
+      `smart-turn` extra).
+    - `smart_check_after`, `smart_min_speech`, `smart_threshold`: the model is
+      asked once per pause, after this much silence, in a turn with at least
+      this much speech; a probability at or above the threshold ends the turn
+      at once, below it the turn waits up to `max_pause`.
+    - `max_pause`: the longest pause a turn survives, whatever the model says.
+    - `max_turn`: the longest turn; it then ends even while the user speaks.
+    - `min_speech`: speech that opens a turn while the agent is silent.
+    - `barge_in`: speech, sustained (gaps shorter than `onset_gap` allowed),
+      that interrupts the agent while it speaks; shorter speech over a reply
+      (a backchannel, a cough) leaves it alone.
+    - `onset_gap`: a gap that abandons speech not yet taken as a turn.
+    - `preroll`: audio before the detected onset the model gets with the turn.
+    - `threshold`: the voice detector's speech probability for speech; it
+      stays speech down to `threshold - 0.15`.
+    - `energy_floor_dbfs`: quieter audio is silence without running the
+      detector (it costs nothing).
+    - `noise_filter`: a noise suppressor in front of the detector (the
+      detector's copy only; the model hears the line as it is). For noisy
+      phone lines; the `noise` extra.
+    """
+
+    end_silence: float = 1.0
+    end_of_turn: str = "silence"
+    smart_check_after: float = 0.3
+    smart_min_speech: float = 1.0
+    smart_threshold: float = 0.5
+    max_pause: float = 2.5
+    max_turn: float = 60.0
+    min_speech: float = 0.1
+    barge_in: float = 0.8
+    onset_gap: float = 0.25
+    preroll: float = 0.3
+    threshold: float = 0.5
+    energy_floor_dbfs: float = -55.0
+    noise_filter: bool = False
+
+    def __post_init__(self) -> None:
+        if self.end_of_turn not in END_OF_TURN:
+            raise ValueError(f"end_of_turn must be one of {', '.join(END_OF_TURN)}, not {self.end_of_turn!r}")
+        seconds = {
+            "end_silence": self.end_silence, "smart_check_after": self.smart_check_after,
+            "smart_min_speech": self.smart_min_speech, "max_pause": self.max_pause, "max_turn": self.max_turn,
+            "min_speech": self.min_speech, "barge_in": self.barge_in, "onset_gap": self.onset_gap,
+            "preroll": self.preroll,
+        }
+        for name, value in seconds.items():
+            if not (isinstance(value, (int, float)) and 0 <= value <= 600):
+                raise ValueError(f"{name} must be seconds between 0 and 600, not {value!r}")
+        if self.max_pause < self.end_silence:
+            raise ValueError("max_pause must be at least end_silence")
+        if not 0.2 <= self.threshold <= 0.95 or not 0 < self.smart_threshold < 1:
+            raise ValueError("threshold must be within 0.2-0.95 and smart_threshold within 0-1")
+        if self.preroll > 1.0:
+            raise ValueError("preroll is at most 1 s")
 
 _SCHEDULING = {
     "silent": types.FunctionResponseScheduling.SILENT,
@@ -321,6 +398,11 @@ class Agent:
       a session moves down the pool when its backend fails. None: the one
       backend `model` names (`live serve --backends FILE` overrides it).
 
+    - `turn_taking`: who ends the user's turns when a session does not say:
+      `"auto"` (the model's voice detection), `"manual"` (the client's
+      activity signals) or `"server"` (the server's own voice detection,
+      with `turns`). docs/turn-taking.md says when to pick which.
+
     Conversation policies (docs/agents.md), carried out by the server for every
     front door with a listener (not the Live API's own endpoint, whose apps run
     their own conversation):
@@ -362,6 +444,8 @@ class Agent:
     silence: Silence | None = None
     time_limit: TimeLimit | None = None
     hold_sound: HoldSound | None = None
+    turn_taking: str = "auto"
+    turns: TurnSettings = TurnSettings()
 
     def __post_init__(self) -> None:
         if self.speak_first is not None:
@@ -369,6 +453,8 @@ class Agent:
         if isinstance(self.must_hear, (str, Say)):
             raise TypeError(f"agent {self.name!r}: must_hear takes a sequence of segments, e.g. [Say(...)]")
         object.__setattr__(self, "must_hear", tuple(as_say(s) for s in self.must_hear))
+        if self.turn_taking not in TURN_MODES:
+            raise ValueError(f"agent {self.name!r}: turn_taking must be one of {', '.join(TURN_MODES)}, not {self.turn_taking!r}")
         names = [t.__name__ for t in self.tools] + [d.name or "" for d in self.client_tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:

@@ -275,7 +275,7 @@ def test_the_go_away_deadline_closes_1011_on_every_family(model):
 @pytest.mark.parametrize("model", [FLASH, NATIVE, G31, G38])
 def test_the_last_transcript_fragments_arrive_after_turn_complete(model):
     d = started(model, fast(user_says=["hello there"]), inputAudioTranscription={}, outputAudioTranscription={})
-    d.audio(tone(0.4) + silence(0.6))
+    d.audio(tone(0.4) + silence(1.1))
     d.run()
     messages = d.messages("serverContent")
     done = next(i for i, m in enumerate(messages) if m["serverContent"].get("turnComplete"))
@@ -290,7 +290,7 @@ def test_the_last_transcript_fragments_arrive_after_turn_complete(model):
     # Switched off: every fragment before its turn's end.
     d = started(model, fast(user_says=["hello there"], profile_overrides={"late_transcripts": False}),
                 inputAudioTranscription={}, outputAudioTranscription={})
-    d.audio(tone(0.4) + silence(0.6))
+    d.audio(tone(0.4) + silence(1.1))
     d.run()
     assert "turnComplete" in d.messages("serverContent")[-1]["serverContent"]
 
@@ -300,7 +300,7 @@ def test_the_last_transcript_fragments_arrive_after_turn_complete(model):
 
 def test_gemini_3_1_marks_the_first_input_transcription_finished():
     d = started(G31, fast(user_says=["one two three"]), inputAudioTranscription={})
-    d.audio(tone(0.4) + silence(0.6))
+    d.audio(tone(0.4) + silence(1.1))
     d.run()
     pieces = d.content("inputTranscription")
     assert pieces[0] == {"text": "one", "finished": True}  # and more follows it
@@ -617,3 +617,43 @@ async def test_sdk_no_handle_after_setup_and_a_stale_one_is_not_found(live_emula
         async with live_emulator_client.aio.live.connect(model="gemini-3.1-flash-live-preview", config=resumed):
             pass
     assert info.value.code == 1008 and "session not found" in str(info.value)
+
+
+# --- h. the model's own turn detection, as users report it -----------------------------------------
+
+
+def test_gemini_3_closes_a_turn_at_a_one_second_pause_whatever_silence_duration_says():
+    """cookbook#1328 / gemini-live-api-examples#37: on 3.1 a 1.0 s mid-sentence
+    pause closes the turn; python-genai#2580: silenceDurationMs is ignored."""
+    for model in (G31, G38):
+        d = started(model, fast(), realtimeInputConfig={"automaticActivityDetection": {"silenceDurationMs": 3000}})
+        d.audio(tone(0.6) + silence(0.9))
+        assert d.session.record.user_turns == []  # a pause under a second: still the user's turn
+        d.audio(tone(0.6) + silence(1.0))
+        assert len(d.session.record.user_turns) == 1  # one turn, both halves; closed at 1 s whatever was asked
+    # 2.5 honours silenceDurationMs.
+    d = started(FLASH, fast(), realtimeInputConfig={"automaticActivityDetection": {"silenceDurationMs": 3000}})
+    d.audio(tone(0.6) + silence(1.5))
+    assert d.session.record.user_turns == []
+
+
+def test_any_loud_sound_cuts_the_reply_but_a_steady_hum_does_not():
+    """A 60 ms click over the model's reply interrupts it (any sound above the
+    floor barges in: pipecat#4633); steady noise raises the floor instead."""
+    long = "a long answer with many words in it, long enough to interrupt"
+    d = started(FLASH, Script(speed=1.0, replies=[long]))
+    d.send({"realtimeInput": {"text": "hi"}})
+    d.run(0.5)
+    d.audio(tone(0.06) + silence(0.2))
+    assert any(m["serverContent"].get("interrupted") for m in d.messages("serverContent"))
+    kind = started(FLASH, Script(speed=1.0, replies=[long], profile_overrides={"barge_in_on_any_sound": False}))
+    kind.send({"realtimeInput": {"text": "hi"}})
+    kind.run(0.5)
+    kind.audio(tone(0.06) + silence(0.2))
+    assert not any(m["serverContent"].get("interrupted") for m in kind.messages("serverContent"))
+    hum = started(FLASH, fast())
+    hum.audio(tone(10.0, amp=0.1))
+    # The hum opened a turn at first; as the floor rose to it, it stopped being
+    # speech, and the turn ended while the hum went on.
+    assert len(hum.session.record.user_turns) == 1
+

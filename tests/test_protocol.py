@@ -101,3 +101,17 @@ def test_turn_taking_is_declared_at_session_start():
     with pytest.raises(p.ProtocolError) as info:
         p.parse_client_message('{"type": "session.start", "turn_taking": "sometimes"}')
     assert info.value.code == "invalid_field"
+
+
+def test_the_server_may_take_the_turns_and_says_what_it_heard():
+    start = p.parse_client_message('{"type": "session.start", "turn_taking": "server"}')
+    assert start.turn_taking == "server"
+    # Unsaid, the agent decides: nothing is written for it.
+    unsaid = p.parse_client_message('{"type": "session.start"}')
+    assert unsaid.turn_taking is None and "turn_taking" not in json.loads(p.encode(unsaid))
+    for event, wire in (
+        (p.UserSpeaking(over_reply=True), {"type": "user.speaking", "over_reply": True}),
+        (p.UserStopped("backchannel"), {"type": "user.stopped", "reason": "backchannel"}),
+    ):
+        assert json.loads(p.encode(event)) == wire
+        assert p.parse_server_event(p.encode(event)) == event

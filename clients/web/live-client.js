@@ -46,6 +46,9 @@ const SERVER_EVENTS = [
   "tool.result", "tool.cancelled", "turn.interrupted", "generation.complete",
   "turn.complete", "usage", "session.go_away", "session.reconnecting",
   "session.resumed", "session.reattached", "user.muted", "error", "session.closed",
+  // With "turn_taking": "server": the server heard the user start speaking, and
+  // ended their turn (or left speech over the reply alone), saying why.
+  "user.speaking", "user.stopped",
 ];
 
 // Backoff between attempts to reattach after the socket dropped (ms); the last

@@ -26,8 +26,18 @@ _SNAKE_TO_CAMEL = {
 }
 
 
+# The detector's noise floor follows steady noise upward with this time
+# constant (and quieter audio at once); audio counts as speech when it is this
+# much louder than the floor, as well as above the start threshold.
+FLOOR_RISE_S = 5.0
+ABOVE_FLOOR = 1.4  # about 3 dB
+KIND_PREFIX_MS = 300.0  # speech needed to start a turn when not every sound barges in
+
+
 class Listening:
     """Realtime input for `EmulatorSession`."""
+
+    _floor_rms = 0.0  # the room's noise as the detector hears it
 
     def _on_realtime(self, body: Any) -> None:
         if not isinstance(body, Mapping):
@@ -124,13 +134,21 @@ class Listening:
             self._detect(data, rate)
 
     def _detect(self, pcm: bytes, rate: int) -> None:
-        """Energy-based activity detection, measured in audio time (deterministic)."""
+        """Energy-based activity detection, measured in audio time (deterministic):
+        loud audio above the noise floor is speech; the profile says how long
+        a silence ends the turn and how much sound starts one."""
+        profile = self.profile
+        end_ms = self._silence_ms_needed if profile.turn_end_silence is None else profile.turn_end_silence * 1000
+        prefix_ms = self._prefix_ms if profile.barge_in_on_any_sound else max(self._prefix_ms, KIND_PREFIX_MS)
+        floor = self._floor_rms
         for rms, ms in synth.frame_rms(pcm, rate):
-            loud = rms >= self._threshold
+            loud = rms >= self._threshold and rms >= ABOVE_FLOOR * floor
+            floor = rms if rms < floor else floor + (rms - floor) * min(1.0, ms / (FLOOR_RISE_S * 1000))
+            self._floor_rms = floor
             if not self._speaking:
                 if loud:
                     self._voiced_ms += ms
-                    if self._voiced_ms >= self._prefix_ms:
+                    if self._voiced_ms >= prefix_ms:
                         self._speaking = True
                         self._silence_ms = 0.0
                         self._turn_audio_ms = self._voiced_ms
@@ -140,7 +158,7 @@ class Listening:
                 continue
             self._turn_audio_ms += ms
             self._silence_ms = 0.0 if loud else self._silence_ms + ms
-            if self._silence_ms >= self._silence_ms_needed:
+            if self._silence_ms >= end_ms:
                 self._speaking = False
                 self._voiced_ms = 0.0
                 self._end_spoken_turn()

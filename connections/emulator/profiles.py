@@ -171,6 +171,25 @@ class Profile:
     """Service seconds between an extended-thinking filler turn's end and its
     answer's first chunk (the emulator's choice)."""
 
+    turn_end_silence: float | None = None
+    """Seconds of silence after which the model's own detector closes the
+    user's turn, whatever `silenceDurationMs` asks (None: it honours
+    `silenceDurationMs`, 500 ms when unset). On gemini-3.1 a 1.0 s pause in
+    mid-sentence closes the turn while the caller is still speaking, and
+    `silence_duration_ms` is ignored (google-gemini/cookbook#1328,
+    gemini-live-api-examples#37, googleapis/python-genai#2580); the 3.8
+    families are taken to share that detector (the strictest reading). The
+    audio time of a pause is what counts, so a test may send it faster."""
+
+    barge_in_on_any_sound: bool = True
+    """The model's detector takes any sound loud enough above the room's
+    noise floor for speech: 20 ms of it (`prefixPaddingMs`) starts the user's
+    turn and cuts the model's reply, a backchannel ("mm-hm"), a cough or a
+    door as well as a real interruption (pipecat-ai/pipecat#4633; FIELD-NOTES
+    §12). The floor follows steady noise within seconds (a hum or a line's
+    hiss is not speech), not bursts. Off: speech must last 300 ms before it
+    counts (a kinder service than the one users report)."""
+
 
 FAMILIES = (
     "gemini-2.5",
@@ -182,6 +201,7 @@ FAMILIES = (
 
 _GEMINI_38: dict[str, Any] = {
     "bundled_output": True,
+    "turn_end_silence": 1.0,
     "rejects_thinking_config": True,
     "rejects_proactive_audio_off": True,
     "rejects_affective_dialog": True,
@@ -198,6 +218,7 @@ PROFILES: Mapping[str, Profile] = {
         bundled_output=True,
         client_content_after_history_closes=True,
         input_transcription_finished_first=True,
+        turn_end_silence=1.0,
     ),
     "gemini-3.8": Profile("gemini-3.8", **_GEMINI_38),
     "gemini-3.8-extended-thinking": Profile(
@@ -233,7 +254,8 @@ def profile_for(model: str, name: str | None = None) -> Profile:
 
 
 _TUNABLE = {f.name: f for f in dataclasses.fields(Profile) if f.name != "family"}
-_SECONDS = ("handle_ttl", "thinking_delay")
+_SECONDS = ("handle_ttl", "thinking_delay", "turn_end_silence")
+_OPTIONAL = ("handle_ttl", "turn_end_silence")
 
 
 def check_overrides(overrides: Mapping[str, Any]) -> None:
@@ -243,7 +265,7 @@ def check_overrides(overrides: Mapping[str, Any]) -> None:
             raise ValueError(f"unknown behaviour {name!r}: one of {', '.join(sorted(_TUNABLE))}")
         if name in _SECONDS:
             seconds = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-            if not (seconds or (value is None and name == "handle_ttl")):
+            if not (seconds or (value is None and name in _OPTIONAL)):
                 raise ValueError(f"{name} must be a number of seconds (>= 0), not {value!r}")
         elif not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false, not {value!r}")

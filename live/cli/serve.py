@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
@@ -26,9 +27,9 @@ import anyio.abc
 from live.cli import capacity
 
 from live.observe import logs
-from live.agent import Agent, agent_at
 from live.access.addresses import address_key
 from live.backends import BackendPool, PoolError
+from live.agent import END_OF_TURN, TURN_MODES, Agent, agent_at
 from live.access.auth import check_secret
 from live.errors import AmbiguousModelError, LiveError, UnknownModelError
 from live.extras import MissingExtra, require
@@ -122,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--model", help=f"model name, e.g. gemini-2.5-flash-native-audio-preview-09-2025 or {DEFAULT_MODEL} (the default)")
     who.add_argument("--agent", metavar="MODULE:ATTR", help="an agent, e.g. samples.weather:agent (--model then overrides its model)")
     who.add_argument("--backends", metavar="FILE", help="a TOML file of where sessions may run, in order: AI Studio keys (named by environment variable), Vertex AI projects and regions, each with the models it serves there; a session moves down the list when its backend fails in a way resumption cannot fix (quota, a region down, a model not served there) (see docs/resilience.md; default: the agent's backends, else the one --model names)")
+    turns = parser.add_argument_group("turn-taking (see docs/turn-taking.md)")
+    turns.add_argument("--turn-taking", choices=TURN_MODES, help="who ends the user's turns when a session does not say: auto (the model's voice detection), manual (the client's activity signals), server (this server's voice detection; the 'turns' extra) (default: the agent's)")
+    turns.add_argument("--end-of-turn", choices=END_OF_TURN, help="with --turn-taking server: silence (silence timing) or smart (Smart Turn listens to how the sentence ends at each pause; the 'smart-turn' extra) (default: the agent's)")
+    turns.add_argument("--end-silence", type=_positive(float), metavar="SECONDS", help="with --turn-taking server: the silence that ends a user's turn (default: the agent's)")
     limits = parser.add_argument_group("limits and checks")
     limits.add_argument("--max-sessions", type=_sessions, default="auto", help="concurrent sessions in this process (default auto: what one process holds in real time on this machine's core, with headroom, from a timing of about 0.02 s at start; a few for local/voice, which recognises speech in the process; see docs/performance.md#capacity)")
     limits.add_argument("--near-capacity", type=_fraction, default=0.9, metavar="SHARE", help="share of --max-sessions from which /healthz answers 503 near_capacity, so a load balancer sends new sessions elsewhere (default 0.9; /livez stays 200)")
@@ -229,6 +234,36 @@ def _max_sessions(args: argparse.Namespace, model: str) -> int:
     return args.capacity_found.sessions
 
 
+def _with_turn_taking(agent: Agent, args: argparse.Namespace) -> Agent:
+    """The agent with the turn-taking the command line asks for; a server that
+    would take turns itself without its models installed fails here, at start."""
+    settings = agent.turns
+    changes = {}
+    if args.end_of_turn is not None:
+        changes["end_of_turn"] = args.end_of_turn
+    if args.end_silence is not None:
+        changes["end_silence"] = args.end_silence
+        changes["max_pause"] = max(settings.max_pause, args.end_silence)
+    try:
+        if changes:
+            settings = dataclasses.replace(settings, **changes)
+        agent = dataclasses.replace(agent, turn_taking=args.turn_taking or agent.turn_taking, turns=settings)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if agent.turn_taking == "server" or settings.end_of_turn == "smart":
+        from live.engine.turns.models import SILERO, SMART_TURN, packaged_file
+        from live.extras import MissingExtra, require
+
+        try:
+            require("turns", "--turn-taking server", "onnxruntime")
+            for model in (SILERO, SMART_TURN) if settings.end_of_turn == "smart" else (SILERO,):
+                packaged_file(*model)
+        except (MissingExtra, RuntimeError) as exc:
+            if agent.turn_taking == "server":
+                raise UsageError(str(exc)) from None
+    return agent
+
+
 def load_agent(spec: str) -> Agent:
     try:
         return agent_at(spec)
@@ -243,6 +278,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
             agent = agent.with_model(args.model)
     else:
         agent = Agent(name="assistant", model=args.model or DEFAULT_MODEL, instruction=DEFAULT_INSTRUCTION)
+    agent = _with_turn_taking(agent, args)
     if args.keyfile and not args.certfile:
         raise UsageError("--keyfile needs --certfile")
     if args.certfile:

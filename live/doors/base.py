@@ -195,6 +195,12 @@ class FrontDoor(abc.ABC):
     def audio(self, pcm: bytes) -> Sequence[str | bytes]:
         """The frames that carry reply audio (PCM16 mono, 24 kHz) to this client."""
 
+    def line_rate(self) -> int | None:
+        """The rate the client's audio really has, when lower than the
+        session's (a phone line's 8 kHz, resampled for the model): the
+        server's voice detection listens at it. None: the session's rate."""
+        return None
+
     def credential(self) -> str | None:
         """The client's token as its handshake carries it, if the door reads one
         there (None: in its opening, or `Authorization: Bearer`)."""

@@ -148,6 +148,8 @@ class SessionCore(Handover):
     `manual_activity` says the client marks the user's turns itself
     (`activity.start` / `activity.end`); otherwise those messages are refused
     with an error, since the model rejects them while its own detection is on.
+    `server_turns` says the server marks them (`turn_started`, `turn_ended`):
+    the client's are refused then too.
 
     Images: at most `max_image_bytes` each and `max_image_rate` a second (in any
     window of n / rate seconds, at most n = round(rate) frames); beyond either,
@@ -163,6 +165,7 @@ class SessionCore(Handover):
         server_tools: frozenset[str] = frozenset(),
         client_tool_timeout: float = 30.0,
         manual_activity: bool = False,
+        server_turns: bool = False,
         max_image_bytes: int = 512 * 1024,
         max_image_rate: float = 2.0,
         video_capped: bool = False,
@@ -176,7 +179,8 @@ class SessionCore(Handover):
         self._audio_fields = frozenset(self._audio_blob.model_fields_set | {"data"})
         self.server_tools = server_tools
         self.client_tool_timeout = client_tool_timeout
-        self.manual_activity = manual_activity
+        self.manual_activity = manual_activity and not server_turns
+        self.server_turns = server_turns
         self.turn = TurnState.LISTENING
         self.tools: dict[str, ToolCall] = {}
         self.resumption_handle: str | None = None
@@ -271,6 +275,17 @@ class SessionCore(Handover):
             return self.client_image(message, now)
         if isinstance(message, Playback):
             return [PlaybackReported(message.played)]
+        if isinstance(message, (ActivityStart, ActivityEnd)) and self.server_turns:
+            return [
+                SendEvent(
+                    ErrorEvent(
+                        "activity_not_enabled",
+                        f"{message.type} was ignored: in this session the server's voice detection "
+                        "decides when the user's turn ends (\"turn_taking\": \"server\"); to mark "
+                        "turns yourself, start the session with \"turn_taking\": \"manual\"",
+                    )
+                )
+            ]
         if isinstance(message, (ActivityStart, ActivityEnd)) and not self.manual_activity:
             return [
                 SendEvent(
@@ -297,6 +312,19 @@ class SessionCore(Handover):
             return [ToUpstream(content)]
         assert isinstance(message, ToolResult)
         return self._client_tool_result(message)
+
+    def turn_started(self) -> types.ActivityStart:
+        """The server heard the user's turn begin (`server_turns`): the signal for the model."""
+        self.user_speaking = True
+        return types.ActivityStart()
+
+    def turn_ended(self, now: float) -> types.ActivityEnd:
+        """The server decided the user's turn is over (`server_turns`): the
+        signal for the model, which owes a reply from now."""
+        self._end_interruption()
+        self.awaiting_reply_since = now
+        self.user_speaking = False
+        return types.ActivityEnd()
 
     def client_image(self, image: Image, now: float) -> list[Action]:
         """An image frame, checked against the size and rate limits.

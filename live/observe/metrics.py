@@ -184,6 +184,13 @@ class Metrics:
         self.interruptions = Counter(
             "live_interruptions", "Replies interrupted by the user (barge-in).", registry=r
         )
+        self.user_turns = Counter(
+            "live_user_turns",
+            "User turns the server ended (turn_taking server), by why: silence, complete, "
+            "max_wait, max_length, audio_end; backchannel: speech over a reply left alone.",
+            ["reason"],
+            registry=r,
+        )
         self.tool_calls = Counter(
             "live_tool_calls",
             "Tool calls answered, by tool, where they ran, and outcome "

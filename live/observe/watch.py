@@ -29,6 +29,7 @@ from live.protocol import (
     ToolCancelled,
     TurnComplete,
     TurnInterrupted,
+    UserStopped,
 )
 from live.observe.record import SessionRecord, current_record
 from live.engine.actions import SendAudio, SendEvent, ToUpstream
@@ -288,6 +289,8 @@ class SessionObserver:
         """An event is on its way to the client (every error is counted here)."""
         if type(event) is ErrorEvent:
             self._metrics.errors.labels(event.code).inc()
+        elif type(event) is UserStopped:
+            self._metrics.user_turns.labels(event.reason).inc()
 
     # -- the model and the session core ------------------------------------------
 

@@ -192,6 +192,9 @@ class CarrierDoor(FrontDoor):
     def authorize(self, token: str | None) -> str | None:
         return self.tokens.check(self._token, self.call_id)
 
+    def line_rate(self) -> int | None:
+        return self.codec.rate if self.codec.rate < SESSION_INPUT_RATE else None
+
     @abc.abstractmethod
     def _read_start(self, message: dict) -> StreamStart:
         """The carrier's `start` message, read; `ProtocolError` for one this door cannot take."""

@@ -56,6 +56,8 @@ from live.protocol.events import (
     UnknownEvent,
     Usage,
     UserMuted,
+    UserSpeaking,
+    UserStopped,
 )
 
 __all__ = [
@@ -107,4 +109,6 @@ __all__ = [
     "UnknownEvent",
     "Usage",
     "UserMuted",
+    "UserSpeaking",
+    "UserStopped",
 ]

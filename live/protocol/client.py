@@ -47,7 +47,7 @@ OUTPUT_RATE = 24_000
 MIN_INPUT_RATE = 8_000
 MAX_INPUT_RATE = 48_000
 MAX_TEXT_CHARS = 32_768
-TURN_TAKING = ("auto", "manual")
+TURN_TAKING = ("auto", "manual", "server")
 
 
 class ProtocolError(Exception):
@@ -72,16 +72,18 @@ class SessionStart:
     """Must come first. `history` seeds the conversation once.
 
     `turn_taking` is who decides when the user's turn ends: "auto" (the model's
-    own voice detection) or "manual" (the client sends `activity.start` and
-    `activity.end`; the model's detection is turned off for the session). The
-    model takes one or the other for a whole connection, never both.
+    own voice detection), "manual" (the client sends `activity.start` and
+    `activity.end`; the model's detection is turned off for the session) or
+    "server" (the server's own voice detection; the model's is off). The
+    model takes its own or signals for a whole connection, never both. None:
+    as the agent says (`Agent.turn_taking`).
     """
 
     type: ClassVar[str] = "session.start"
     token: str | None = None
     history: tuple[types.Content, ...] = ()
     input_rate: int = DEFAULT_INPUT_RATE
-    turn_taking: str = "auto"
+    turn_taking: str | None = None
     reports_playback: bool = False
     # What the client's own setup asks of the model connections (a door for
     # another service's clients reads it from that service's setup): set
@@ -98,7 +100,7 @@ class SessionStart:
                 c.model_dump(mode="json", exclude_none=True) for c in self.history
             ]
         out["input_audio"] = {"rate": self.input_rate}
-        if self.turn_taking != "auto":
+        if self.turn_taking is not None:
             out["turn_taking"] = self.turn_taking
         if self.reports_playback:
             out["reports_playback"] = True
@@ -115,14 +117,14 @@ class Text:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ActivityStart:
-    """The user started speaking (manual turn-taking)."""
+    """The user started speaking (`"turn_taking": "manual"`)."""
 
     type: ClassVar[str] = "activity.start"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ActivityEnd:
-    """The user stopped speaking (manual turn-taking)."""
+    """The user stopped speaking (`"turn_taking": "manual"`)."""
 
     type: ClassVar[str] = "activity.end"
 
@@ -302,8 +304,8 @@ def _parse_session_start(obj: Mapping[str, Any]) -> SessionStart:
         if obj.get("input_audio") is not None
         else DEFAULT_INPUT_RATE
     )
-    turn_taking = obj.get("turn_taking", "auto")
-    if turn_taking not in TURN_TAKING:
+    turn_taking = obj.get("turn_taking")
+    if turn_taking is not None and turn_taking not in TURN_TAKING:
         raise ProtocolError(
             "invalid_field",
             f"session.start: 'turn_taking' must be one of {', '.join(map(repr, TURN_TAKING))}",

@@ -44,6 +44,8 @@ __all__ = [
     "UnknownEvent",
     "Usage",
     "UserMuted",
+    "UserSpeaking",
+    "UserStopped",
 ]
 
 
@@ -183,6 +185,34 @@ class TurnInterrupted:
     """The user barged in: flush playback now; no more audio of that reply follows."""
 
     type: ClassVar[str] = "turn.interrupted"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserSpeaking:
+    """The server heard the user start speaking (`"turn_taking": "server"`).
+
+    `over_reply` true: while the agent was speaking; it interrupts the reply
+    only if it lasts (`turn.interrupted` follows), else `user.stopped` says
+    `backchannel` and the reply goes on.
+    """
+
+    type: ClassVar[str] = "user.speaking"
+    over_reply: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserStopped:
+    """The user's turn ended (`"turn_taking": "server"`), and why.
+
+    `reason`: `complete` (the end-of-turn model heard a finished sentence),
+    `silence` (the silence that ends a turn), `max_wait` (the longest pause a
+    turn survives), `max_length` (the longest turn), `audio_end` (the client's
+    `audio.end`); or `backchannel`: speech over the agent's reply that was
+    not taken as a turn (the model never heard it).
+    """
+
+    type: ClassVar[str] = "user.stopped"
+    reason: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -333,6 +363,8 @@ ServerEvent: TypeAlias = (
     | ToolResultEvent
     | ToolCancelled
     | TurnInterrupted
+    | UserSpeaking
+    | UserStopped
     | GenerationComplete
     | TurnComplete
     | Usage
@@ -361,6 +393,8 @@ _SERVER_EVENTS: dict[str, type[Any]] = {
         ToolResultEvent,
         ToolCancelled,
         TurnInterrupted,
+        UserSpeaking,
+        UserStopped,
         GenerationComplete,
         TurnComplete,
         Usage,

@@ -87,6 +87,8 @@ class LinkHost(Protocol):
 
     def sync_hold(self) -> None: ...
 
+    def reopen_turn(self) -> None: ...
+
 log = logging.getLogger("live.server")
 
 CONTROL_SEND_TIMEOUT = 10.0  # seconds a typed turn or tool result may take to reach the model
@@ -193,8 +195,7 @@ class ModelLink:
         fresh from the stored transcript), and tell the new connection what
         the old one owed."""
         runner = self._runner
-        await runner.apply(runner.core.connection_lost())
-        runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        await self._connection_lost()
         await self.backends.refresh(self.failover)
         target = self._stored_target() or self.failover.first()
         self.failover.current = target
@@ -216,6 +217,14 @@ class ModelLink:
         adopted = getattr(self._runner, "adopted", None) or {}
         name, model = adopted.get("backend"), adopted.get("backend_model")
         return next((t for t in self.backends.targets if t.name == name and t.model == model), None)
+
+    async def _connection_lost(self) -> None:
+        """The connection in use is gone: the session core hears it, and what
+        waits goes to the next connection as that one must take it."""
+        runner = self._runner
+        await runner.apply(runner.core.connection_lost())
+        runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        runner.reopen_turn()  # a user's turn the server holds open starts again there
 
     def _request(
         self, history: Sequence[types.Content] = (), resume_handle: str | None = None, *, target: Target
@@ -334,12 +343,10 @@ class ModelLink:
     async def _resume(self, link: Connection, step: Resume | Move, supervisor: Supervisor) -> Connection:
         """The connection ended: open a new one, retrying as the supervisor says."""
         runner = self._runner
-        core = runner.core
         if link.outcome == CLOSED:
             runner.obs.reconnecting("go_away" if link.go_away_at is not None else "closed")
         await self._retire(link)
-        await runner.apply(core.connection_lost())
-        runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        await self._connection_lost()
         return await self._reconnect(step, supervisor)
 
     async def _reconnect(self, step: Resume | Move, supervisor: Supervisor, *, told: bool = False) -> Connection:
@@ -387,8 +394,7 @@ class ModelLink:
         await link.stop_sending()
         await self._retire(link)
         core = runner.core
-        await runner.apply(core.connection_lost())
-        runner.sync_hold()  # the new connection owes no call: nothing waits on it
+        await self._connection_lost()
         target = self.failover.current
         try:
             new = await self._open_next(fresh=False, target=target)

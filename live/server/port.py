@@ -59,6 +59,7 @@ from live.protocol import ErrorEvent, SessionResume, SessionStart, encode
 from live.access.reattach import token_matches
 from live.observe.record import Recorder
 from live.server.backends import Backends
+from live.server.detection import EndOfTurnChecks, VoiceDetection
 from live.server.runner import SessionRunner
 from live.fleet.store import StoreError
 from live.net.sockets import serve_with
@@ -163,6 +164,27 @@ class LiveServer:
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
         self.metrics_port: int | None = None
         self._stop = anyio.Event()
+        # The turn models every session that takes its own turns shares
+        # (`turn_taking="server"`): run in the server's task group.
+        self.voice_detection = VoiceDetection()
+        self.end_of_turn = EndOfTurnChecks()
+        self._turn_models: dict[bool, str | None] = {}
+
+    def turn_models_missing(self, smart: bool) -> str | None:
+        """Why this server cannot take turns itself (`smart`: with Smart Turn),
+        or None when it can: their packages are installed, their files intact."""
+        if smart not in self._turn_models:
+            from live.engine.turns.models import SILERO, SMART_TURN, packaged_file
+            from live.extras import MissingExtra, require
+
+            try:
+                require("turns", "turn_taking 'server'", "onnxruntime")
+                for model in (SILERO, SMART_TURN) if smart else (SILERO,):
+                    packaged_file(*model)
+                self._turn_models[smart] = None
+            except (MissingExtra, RuntimeError) as exc:
+                self._turn_models[smart] = f"this server cannot take turns itself: {exc}"
+        return self._turn_models[smart]
 
     @property
     def fleet(self) -> Fleet | None:
@@ -747,6 +769,8 @@ class LiveServer:
             if self.fleet is not None and not self.fleet.address:
                 self.fleet.address = self.advertised_url()
             async with anyio.create_task_group() as tg:
+                tg.start_soon(self.voice_detection.run)
+                tg.start_soon(self.end_of_turn.run)
                 if self.fleet is not None:
                     tg.start_soon(
                         functools.partial(

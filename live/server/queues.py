@@ -201,6 +201,22 @@ class UpstreamQueue(Generic[T]):
         self._waiting_as = None
         self._ready.set()
 
+    def put_signal(self, item: T, *, first: bool = False) -> None:
+        """Queue a realtime signal of the server's own (an activity start or
+        end) without waiting: a turn makes two at most, so they need no bound
+        of their own and never make the audio path wait. `first`: ahead of
+        everything waiting (but an item being sent), for the activity that
+        the audio waiting for a new connection belongs to."""
+        entry = (_SIGNAL, item, 0)
+        if first:
+            self._items.insert(self._in_flight, entry)
+        else:
+            self._items.append(entry)
+        self._control += 1
+        self._signals += 1
+        self._waiting_as = None
+        self._ready.set()
+
     async def peek_run(self, max_audio: int, *, waiting_as: object = None) -> tuple[bool, list[T]]:
         """The head, or the run of up to `max_audio` audio items starting there.
 

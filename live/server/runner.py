@@ -60,12 +60,24 @@ from live.errors import (
 from live.families import family_of
 from live.fleet.member import Admission
 from live.engine.heard import HeardTracker, InterruptedReply
+from live.engine.session_state import TurnState
+from live.engine.turns.controller import (
+    CheckEndOfTurn,
+    EndActivity,
+    Ignored,
+    Phase,
+    StartActivity,
+    TurnAction,
+    TurnController,
+    UserSpeaking as SpeechHeard,
+)
 from live.llm import RealtimeInput
 from live.observe.logs import current_session
 from live.server.model_link import Connection, ModelLink
 from live.observe.watch import SessionObserver
 from live.protocol import (
     DEFAULT_INPUT_RATE,
+    AudioEnd,
     ErrorEvent,
     ProtocolError,
     ServerEvent,
@@ -78,6 +90,8 @@ from live.protocol import (
     TranscriptOutput,
     TurnComplete,
     TurnInterrupted,
+    UserSpeaking,
+    UserStopped,
     encode,
 )
 from live.server.policies import SessionPolicies, plan_for, session_ends_at
@@ -97,6 +111,7 @@ if TYPE_CHECKING:
     from live.observe.record import Recorder
     from live.server.backends import Backends
     from live.server.config import ServerConfig
+    from live.server.detection import EndOfTurnChecks, VoiceDetection
 
 __all__ = ["SessionRunner", "SessionServer"]
 
@@ -117,6 +132,10 @@ class SessionServer(Protocol):
     live_sessions: dict[str, SessionRunner]
 
     def not_pending(self, session: SessionRunner) -> None: ...
+    voice_detection: VoiceDetection
+    end_of_turn: EndOfTurnChecks
+
+    def turn_models_missing(self, smart: bool) -> str | None: ...
 
     @property
     def stopping(self) -> bool: ...
@@ -160,7 +179,12 @@ class SessionRunner:
             max_control_bytes=config.control_queue_bytes,
         )
         self.core: SessionCore = cast(SessionCore, None)  # set once the session starts
+        # Who ends the user's turns: "auto" (the model), "manual" (the client),
+        # "server" (`turns`, this server's voice detection). The model's own
+        # detection is off (`manual_activity`) for the last two.
+        self.turn_taking = "auto"
         self.manual_activity = False
+        self.turns: TurnController | None = None
         self.client_config: types.LiveConnectConfig | None = None  # from the client's setup, if its door reads one
         self.handed_off = False  # this socket's handler gave it to another session
         self.adopted: dict[str, Any] | None = None  # facts of a session taken over from the fleet
@@ -278,7 +302,8 @@ class SessionRunner:
                 if adopted is None:
                     return
                 start = self._adopt(start, adopted)
-            self.manual_activity = start.turn_taking == "manual" or self.server.agent_manual_activity
+            if not self._choose_turn_taking(start):
+                return
             self.client_config = start.config
             self._start_record(start)
             self.reports_playback = start.reports_playback
@@ -288,6 +313,7 @@ class SessionRunner:
                 server_tools=frozenset(agent.tools_by_name),
                 client_tool_timeout=agent.client_tool_timeout,
                 manual_activity=self.manual_activity,
+                server_turns=self.turn_taking == "server",
                 max_image_bytes=self.config.image_limit,
                 max_image_rate=self.config.max_image_rate,
                 video_capped=not agent.context_compression,
@@ -299,6 +325,8 @@ class SessionRunner:
                 self.core.restore(self.adopted.get("core") or {})
             else:
                 self.core.transcript.seed(start.history)
+            if self.turn_taking == "server":
+                self._take_turns(start)
             with anyio.CancelScope() as scope:
                 # Cancelling this scope ends every task of the session; each model
                 # connection's own exit (shielded by the implementation) still
@@ -327,6 +355,8 @@ class SessionRunner:
             log.exception("session %s failed", self.id)
             self.internal_error()
         finally:
+            if self.turns is not None:
+                self.server.voice_detection.remove(self.turns.stream)
             if self.handed_off:
                 self.obs.abandon()
                 return  # this socket served another session, which closes it
@@ -391,12 +421,41 @@ class SessionRunner:
     def _start_policies(self, start: SessionStart) -> None:
         """The conversation policies this session runs (live.server.policies), and
         where its tools reach them (`end_session`, `play_must_hear`)."""
-        push_to_talk = start.turn_taking == "manual" or self.server.agent_manual_activity
+        push_to_talk = self.turn_taking == "manual"
         ends_at = None if self.ends_at is None else self.clock() + (self.ends_at - time.time())
         plan = plan_for(self.agent, self.door, start, ends_at=ends_at, opened=self.adopted is not None,
                         push_to_talk=push_to_talk)
         self.policies = SessionPolicies(self, plan, input_rate=start.input_rate)
         session_control.set(self.policies)
+
+    def _choose_turn_taking(self, start: SessionStart) -> bool:
+        """Who ends the user's turns: the session's choice, else the agent's.
+        False (the session ends) when this server cannot take them itself."""
+        agent = self.server.agent
+        mode = start.turn_taking or agent.turn_taking
+        if mode == "auto" and self.server.agent_manual_activity:
+            mode = "manual"  # the agent's own config turned the model's detection off
+        if mode == "server":
+            missing = self.server.turn_models_missing(agent.turns.end_of_turn == "smart")
+            if missing is not None:
+                self.finish(missing, CLOSE_POLICY, ErrorEvent("turn_taking_unavailable", missing, True))
+                return False
+        self.turn_taking = mode
+        self.manual_activity = mode != "auto"
+        return True
+
+    def _take_turns(self, start: SessionStart) -> None:
+        """This server decides the user's turns: a controller, scored by the server's voice detection."""
+        settings = self.server.agent.turns
+        line_rate = self.door.line_rate()
+        rate = 8_000 if min(start.input_rate, line_rate or start.input_rate) <= 8_000 else 16_000
+        noise_filter = None
+        if settings.noise_filter:
+            from live.engine.turns.noise import NoiseFilter
+
+            noise_filter = NoiseFilter(rate)
+        self.turns = TurnController(settings, input_rate=start.input_rate, detector_rate=rate, noise_filter=noise_filter)
+        self.server.voice_detection.add(self.turns.stream, self._voice_scored)
 
     async def _converse(self, start: SessionStart) -> None:
         """Open the first model connection, start the client's pumps, then
@@ -504,7 +563,7 @@ class SessionRunner:
             "agent": self.server.agent.name,
             "model": self.model,
             "input_rate": int(core.input_mime.rsplit("=", 1)[1]) if core else 16000,
-            "turn_taking": "manual" if self.manual_activity else "auto",
+            "turn_taking": self.turn_taking,
             "resume_digest": self.client.resume_digest,
             "principal": self.client.principal,
             "last_seq": self.client.replay.last_seq,
@@ -624,15 +683,23 @@ class SessionRunner:
             self.record.client_audio(frame)
         if not frame:
             return
-        try:
+        turns = self.turns
+        if turns is not None and not len(frame) & 1:
+            self.audio_frames_in += 1
+            if not self.hears_now(frame):
+                return
+            if not turns.audio(frame):
+                return  # outside the user's turn: the detector hears it, the model does not
             blob = self.core.client_audio(frame)
-        except ProtocolError as exc:
-            self.event(ErrorEvent(exc.code, exc.message))
-            return
-        self.audio_frames_in += 1
-        hears = self.hears
-        if hears is not None and not hears(frame):
-            return  # the agent is not listening now (a listening window)
+        else:
+            try:
+                blob = self.core.client_audio(frame)
+            except ProtocolError as exc:
+                self.event(ErrorEvent(exc.code, exc.message))
+                return
+            self.audio_frames_in += 1
+            if not self.hears_now(frame):
+                return
         upstream = self.upstream
         link = cast("Connection | None", upstream.waiting_consumer)
         if link is not None and not behind and not link.muted and link.conn.send_realtime_nowait(blob):
@@ -643,6 +710,11 @@ class SessionRunner:
             else:
                 self.obs.audio_overflow()
                 self._report_drops()
+
+    def hears_now(self, frame: bytes) -> bool:
+        """The agent listens now (False in a listening window's muted part)."""
+        hears = self.hears
+        return hears is None or hears(frame)
 
     async def client_frame(self, frame: str | bytes, *, behind: bool) -> None:
         """A frame the door reads (every text frame; binary ones too for a door
@@ -676,8 +748,84 @@ class SessionRunner:
                 self.record.client_text(encode(item))
             if self.policies.defers(item):
                 continue  # typed while a must-hear segment plays: it waits (or, muted, is dropped)
+            if self.turns is not None and isinstance(item, AudioEnd):
+                self._carry_turns(self.turns.audio_ended())
             await self.apply(self.core.client_message(item, self.clock()))
         self.poke()
+
+    # ------------------------------------------------------------------ the server's turns
+
+    @property
+    def agent_speaking(self) -> bool:
+        """The agent is talking, about to, or its reply is still playing to the user."""
+        core = self.core
+        return (
+            core.turn is TurnState.RESPONDING
+            or core.awaiting_reply_since is not None
+            or self.outbox.unplayed_seconds() > 0.0
+        )
+
+    def _voice_scored(self, probability: float) -> None:
+        """The voice detector scored the next window of the user's audio."""
+        turns = self.turns
+        if turns is not None and self.end_reason is None:
+            self._carry_turns(turns.scored(probability, agent_speaking=self.agent_speaking))
+
+    def _carry_turns(self, actions: list[TurnAction]) -> None:
+        """Carry out what the turn controller decided: activity signals and the
+        audio before the onset to the model (in order with the audio that
+        follows), events for the client, questions for the end-of-turn model."""
+        core = self.core
+        upstream = self.upstream
+        for action in actions:
+            if isinstance(action, StartActivity):
+                upstream.put_signal(core.turn_started())
+                if action.preroll:
+                    blob = core.client_audio(action.preroll)
+                    if upstream.put_audio(blob, len(action.preroll)):
+                        self.obs.audio_overflow()
+            elif isinstance(action, EndActivity):
+                now = self.clock()
+                end = core.turn_ended(now)
+                self.obs.actions([ToUpstream(end)], now)  # the reply's latency is timed from here
+                upstream.put_signal(end)
+                self.event(UserStopped(action.reason))
+                self.poke()
+            elif isinstance(action, SpeechHeard):
+                self.event(UserSpeaking(action.over_reply))
+            elif isinstance(action, Ignored):
+                self.event(UserStopped(action.reason))
+            elif isinstance(action, CheckEndOfTurn):
+                self._ask_end_of_turn(action)
+
+    def _ask_end_of_turn(self, check: CheckEndOfTurn) -> None:
+        turns = self.turns
+        assert turns is not None
+        pause = check.pause
+
+        def answer(probability: float | None) -> None:
+            if self.turns is turns and self.end_reason is None:
+                self._carry_turns(turns.verdict(pause, probability))
+
+        def wanted() -> bool:
+            return self.end_reason is None and turns.phase is Phase.PAUSE and turns.pause == pause
+
+        # Refused (the model is busy): the turn ends by silence timing.
+        self.server.end_of_turn.ask(check.audio, answer, wanted)
+
+    def reopen_turn(self) -> None:
+        """A new model connection while the user's turn is open: it hears the
+        activity start before the audio that waited for it."""
+        turns = self.turns
+        if turns is not None and turns.in_turn:
+            self.upstream.put_signal(self.core.turn_started(), first=True)
+
+    @property
+    def user_voice(self) -> tuple[bool, float] | None:
+        """Whether the user is speaking, and since when (seconds of their audio),
+        as the server's voice detection hears it; None without it."""
+        turns = self.turns
+        return None if turns is None else (turns.speaking, turns.changed_at)
 
     def _report_drops(self) -> None:
         dropped = self.upstream.dropped_audio
