@@ -32,6 +32,7 @@ from live.liveapi import not_found
 
 pytestmark = pytest.mark.anyio
 
+FLEET_KEY = "the-fleet-of-this-test-shares-this-key"  # --redis needs one (docs/fleet.md)
 STOCK = 'check_stock returned {"count": 3, "item": "kettle"}.'
 
 
@@ -150,8 +151,8 @@ async def test_the_second_server_of_a_fleet_starts_new_sessions_on_b_at_once_whi
     redis = RedisServer().start()
     try:
         async with emulated_backends(("a", "b")) as pool:
-            first = pool.serve("--redis", redis.url, log_name="first")
-            second = pool.serve("--redis", redis.url, log_name="second")
+            first = pool.serve("--redis", redis.url, "--fleet-key", FLEET_KEY, log_name="first")
+            second = pool.serve("--redis", redis.url, "--fleet-key", FLEET_KEY, log_name="second")
             try:
                 async with LiveClient.connect(first.url) as client:
                     await ask(client, "q1x1")
