@@ -55,7 +55,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "bench" / ".adk-venv"
 ADK_VERSION = "2.13.0"
-"""The google-adk release the peer is pinned to (the one FIELD-NOTES §7 measured)."""
+"""The google-adk release the peer is pinned to (the one docs/performance.md measures)."""
 APP = "relay_peer"
 MODEL = "gemini-live-2.5-flash-preview"
 INPUT_MIME = "audio/pcm;rate=16000"

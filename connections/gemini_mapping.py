@@ -5,7 +5,7 @@ one `types.LiveServerMessage` at a time and returns the `LlmResponse`s it means.
 Its only state is the per-turn transcript accumulators, so one mapper belongs
 to one connection. The client direction is a handful of pure functions.
 
-Rules (FIELD-NOTES §3), each with the reason it exists:
+Rules, each with the reason it exists:
 
 - Every field of every message is read, and every part of a model turn is kept:
   Gemini 3.x bundles audio, transcript fragments and turn-complete in one message.

@@ -53,8 +53,8 @@ _OPTIONS: Final = frozenset({
 
 # How long the Gemini socket waits, after a ping on a quiet connection, for
 # anything from the service before it calls the connection dead. Gemini has
-# been seen answering pings after 8-30 s on healthy connections (FIELD-NOTES
-# §9); anything it sends meanwhile counts as an answer (`live.net.websocket`).
+# been seen answering pings after 8-30 s on healthy connections (docs/emulator.md,
+# the service's bad days); anything it sends meanwhile counts as an answer (`live.net.websocket`).
 PING_TIMEOUT: Final = 60.0
 
 # Inside `dialing()`: which socket the SDK's connects get ("picows" or

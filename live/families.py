@@ -6,7 +6,7 @@ realtime input while a function call is unanswered; 3.1 refuses client content
 after the first turn; 3.8 calls functions without blocking and reports an
 interaction that goes on past a completed turn. The session reads these rules
 here, by model name, instead of testing names where it acts. Sources for each
-rule are in `../shared/FIELD-NOTES.md` §9 and docs/emulator.md.
+rule are in docs/emulator.md.
 
 A session that moves to a model of another family (`live.backends`, when the
 operator allows it) has its connection config fitted to the new family here

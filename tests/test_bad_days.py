@@ -1,4 +1,4 @@
-"""The real service's bad days (FIELD-NOTES §9), survived by the server.
+"""The real service's bad days (docs/emulator.md, with their sources), survived by the server.
 
 Each test puts the server in front of a model that misbehaves the way users of
 the real Live API report it, through the transport double or the Live

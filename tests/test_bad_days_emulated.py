@@ -2,7 +2,7 @@
 Gemini connection, the unmodified google-genai SDK over TLS, and the Live
 emulator behaving as the real service does for each model family
 (connections/emulator/profiles.py). Each test is one reported behaviour
-(FIELD-NOTES §9) that used to end the session or lose what the user said."""
+(docs/emulator.md names its source) that used to end the session or lose what the user said."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A backend's bad days, as the emulator plays them (`Emulator.outage`,
 `go_down`, `come_back`), seen through our `Gemini` over the SDK path and TLS:
 each failure arrives in the service's own words and is typed as a caller acts
-on it (FIELD-NOTES §13).
+on it (python-genai#986, #760, #2935; adk-python#3692).
 
 - A key whose quota is gone: the service refuses the connect with HTTP 429
   RESOURCE_EXHAUSTED, and closes an open session with 1011 RESOURCE_EXHAUSTED

@@ -1,5 +1,6 @@
 """When resumption cannot save a session: the conversation carried to another
-backend of the pool (FIELD-NOTES §13), through every layer. Two or three Live
+backend of the pool (quota, a region down, a model not served there:
+python-genai#986, #2935, adk-python#3692), through every layer. Two or three Live
 emulators play the backends (each a key and a region, with its bad days:
 `Emulator.outage`, `go_down`), `live serve --backends` runs in front as a user
 runs it, and a client converses through it: our own protocol, or an unmodified

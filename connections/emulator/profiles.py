@@ -107,7 +107,8 @@ class Profile:
 
     client_content_after_history_closes: bool = False
     """`clientContent` other than the initial history closes with 1007 (3.1: text
-    mid-session goes through `realtimeInput.text`; FIELD-NOTES §1)."""
+    mid-session goes through `realtimeInput.text`; google-genai's `HistoryConfig`
+    docstring and the Live API's session guide)."""
 
     input_transcription_finished_first: bool = False
     """The first input transcription message of a user turn carries
@@ -185,8 +186,7 @@ class Profile:
     """The model's detector takes any sound loud enough above the room's
     noise floor for speech: 20 ms of it (`prefixPaddingMs`) starts the user's
     turn and cuts the model's reply, a backchannel ("mm-hm"), a cough or a
-    door as well as a real interruption (pipecat-ai/pipecat#4633; FIELD-NOTES
-    §12). The floor follows steady noise within seconds (a hum or a line's
+    door as well as a real interruption (pipecat-ai/pipecat#4633). The floor follows steady noise within seconds (a hum or a line's
     hiss is not speech), not bursts. Off: speech must last 300 ms before it
     counts (a kinder service than the one users report)."""
 
