@@ -73,7 +73,14 @@ class Listening:
                 self._on_video(value, "realtime_input.video")
             elif name == "text":
                 self._barge_in()
-                self._user_turn(str(value), spoken=False)
+                question = self._open_question() if not str(value).strip() else None
+                if question is not None:
+                    # A blank text only starts the model: it answers what the
+                    # conversation asks (Pipecat seeds Gemini 3 this way, as the
+                    # model "won't run inference without a realtime input").
+                    self._user_turn(question, spoken=False, add_history=False)
+                else:
+                    self._user_turn(str(value), spoken=False)
             elif name in ("activityStart", "activityEnd"):
                 if not self._vad_disabled:
                     self._close(1007, EXPLICIT_ACTIVITY)
@@ -91,6 +98,13 @@ class Listening:
                     self._end_spoken_turn()
             else:
                 self._close(1007, f'Invalid JSON payload received. Unknown name "{key}" at \'realtime_input\': Cannot find field.')
+
+    def _open_question(self) -> str | None:
+        """The text of the history's last turn when the user said it and no one answered yet."""
+        spoken = [t for t in self._history if text_of(t).strip()]
+        if spoken and spoken[-1].get("role") == "user":
+            return text_of(spoken[-1])
+        return None
 
     def _on_client_content(self, body: Any) -> None:
         if not isinstance(body, Mapping):
