@@ -4,6 +4,9 @@ against the server's Live API endpoint. Runs in its own virtual environment
 
     python pipecat_gemini_live.py BASE_URL KEY MODEL TEXT CA_FILE
 
+TEXT is the user's message, or a JSON list of messages (`{"role", "content"}`)
+the context starts with, as an app seeds it.
+
 Prints one JSON line: what the bot said (its transcript), how much reply audio
 came, how many times its reply was interrupted, and the errors the pipeline
 reported or logged. After the reply ends (or is interrupted) it listens one
@@ -73,7 +76,8 @@ async def main(base_url: str, key: str, model: str, text: str, ca_file: str) -> 
     task = PipelineTask(Pipeline([Collect(), llm, Collect()]), idle_timeout_secs=None)
     runner = PipelineRunner(handle_sigint=False)
     running = asyncio.create_task(runner.run(task))
-    await task.queue_frame(LLMContextFrame(LLMContext(messages=[{"role": "user", "content": text}])))
+    messages = json.loads(text) if text.startswith("[") else [{"role": "user", "content": text}]
+    await task.queue_frame(LLMContextFrame(LLMContext(messages=messages)))
     try:
         await asyncio.wait_for(done.wait(), timeout=20)
     except TimeoutError:
