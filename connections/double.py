@@ -90,7 +90,6 @@ from connections.double_messages import (
     turn_complete,
     usage,
 )
-from connections.gemini_mapping import is_gemini3
 from connections.gemini_wire import fits_template
 from live.families import family_of
 
@@ -515,7 +514,7 @@ class ScriptedSession:
                 self._awaiting_seed = False
             return
         if self._gemini3:
-            self._violation("Gemini 3 takes client_content only as the initial history.")
+            self._violation("Gemini 3.1 takes client_content only as the initial history.")
             return
         self._record(message)
 
@@ -665,7 +664,8 @@ class ScriptedSession:
     def _attach(self, model: str, config: types.LiveConnectConfig) -> None:
         self.model = model
         self.config = config
-        self._gemini3 = is_gemini3(model)
+        # A family that takes client content only as its initial history (3.1).
+        self._gemini3 = not family_of(model).client_content_mid_session
         self._no_input_during_calls = not family_of(model).realtime_input_while_call_owed
         ric = config.realtime_input_config
         aad = ric.automatic_activity_detection if ric is not None else None

@@ -65,6 +65,7 @@ from live.errors import (
     RecoverableConnectionError,
     UnreachableError,
 )
+from live.families import family_of
 from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, LlmResponse, RealtimeInput
 
 if TYPE_CHECKING:
@@ -315,6 +316,7 @@ class GeminiLlmConnection(BaseLlmConnection):
         self._model = model
         self._initial_history_mode = initial_history_mode
         self._secret = secret
+        self._family = family_of(model)
         self._gemini3 = is_gemini3(model)
         self._mapper = ServerMessageMapper()
         # Bound once, used per audio frame: the lean wire path's own audio
@@ -499,6 +501,42 @@ class GeminiLlmConnection(BaseLlmConnection):
             content = content.model_copy(update={"role": "user"})
         await self._call(self._session.send_client_content, turns=[content], turn_complete=True)
 
+    async def send_turns(self, turns: Sequence[types.Content], *, turn_complete: bool) -> None:
+        """Client content as is (`client_content`): turns of either role, any
+        parts, and whether they complete the user's turn.
+
+        A family that takes no client content after its initial history (3.1)
+        gets a completed content's user text as realtime text, which it answers,
+        and nothing of content that completes nothing (it has no way to take it).
+        """
+        self._mapper.turn_over = False
+        seeding = self._initial_history_mode and not self._history_sent
+        if not seeding and not self._family.client_content_mid_session:
+            text = "\n".join(t for t in (text_of(turn) for turn in turns if (turn.role or "user") == "user") if t)
+            if turn_complete and text:
+                await self._call(self._session.send_realtime_input, text=text)
+            else:
+                logger.debug("client content without a turn to answer is not taken mid-session by %s", self._model)
+            return
+        if seeding and turn_complete:
+            self._history_sent = True  # the initial history is complete: the service takes input now
+        await self._call(self._session.send_client_content, turns=list(turns) or None, turn_complete=turn_complete)
+
+    async def send_context_update(
+        self, *, system_instruction: types.Content | None = None, tools: Sequence[types.Tool] | None = None
+    ) -> None:
+        """`context_update`: the conversation's instruction or tools from now on."""
+        await self._call(
+            self._session.send_context_update,
+            system_instruction=system_instruction,
+            tools=list(tools) if tools is not None else None,
+        )
+
+    async def send_realtime_text(self, text: str) -> None:
+        """Text in the realtime input stream (`realtime_input.text`), on every family."""
+        self._mapper.turn_over = False
+        await self._call(self._session.send_realtime_input, text=text)
+
     async def send_realtime(self, input: RealtimeInput) -> None:
         """Audio as `audio`, images and frames as `video`, activity and stream-end signals."""
         send_audio = self._send_audio
@@ -542,6 +580,11 @@ class GeminiLlmConnection(BaseLlmConnection):
 # ---------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------
+
+
+def _alpha_only(config: types.LiveConnectConfig) -> bool:
+    """The config holds what only the Gemini API's v1alpha takes."""
+    return config.proactivity is not None or config.enable_affective_dialog is not None
 
 
 def _env_api_key() -> str | None:
@@ -730,6 +773,11 @@ class Gemini(BaseLlm):
         config = prepare_connect_config(
             request.live_connect_config, model=model, has_history=bool(plan.turns)
         )
+        if self._backend == "gemini-api" and _alpha_only(config):
+            # Affective dialog and proactivity are fields of the Gemini API's
+            # v1alpha only ("set the api version to v1alpha"): this connection dials it.
+            options = (config.http_options or types.HttpOptions()).model_copy(update={"api_version": "v1alpha"})
+            config = config.model_copy(update={"http_options": options})
         async with contextlib.AsyncExitStack() as stack:
             session = await self._open(stack, model, config)
             connection = GeminiLlmConnection(

@@ -33,11 +33,11 @@ Rules, each with the reason it exists:
   of `function_call` parts with their ids kept exactly; a missing id is
   replaced by one of ours (`live-` + hex) so the answer can be paired.
 
-Not surfaced, because the contract has no field for them: `setupComplete` (the
-SDK consumes it while connecting), `interimInputTranscription` (unstable text
-the server revises; accumulating it would duplicate words) and
-`urlContextMetadata`. The legacy
-`voiceActivityDetectionSignal` is surfaced as `voice_activity`.
+`interimInputTranscription` (unstable text the server revises) is surfaced as
+it came, never accumulated into a transcript (that would duplicate words), and
+`urlContextMetadata` as it came. Not surfaced: `setupComplete` (the SDK
+consumes it while connecting). The legacy `voiceActivityDetectionSignal` is
+surfaced as `voice_activity`.
 """
 
 from __future__ import annotations
@@ -274,6 +274,12 @@ class ServerMessageMapper:
                         fragments = True
             if sc.grounding_metadata is not None:
                 body.grounding_metadata = sc.grounding_metadata
+                has_body = True
+            if sc.url_context_metadata is not None:
+                body.url_context_metadata = sc.url_context_metadata
+                has_body = True
+            if sc.interim_input_transcription is not None:
+                body.interim_input_transcription = sc.interim_input_transcription
                 has_body = True
             turn_end = bool(sc.turn_complete or sc.interrupted or sc.generation_complete)
             if turn_end:

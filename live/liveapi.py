@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 from live.images import InvalidImage, inspect_image
 
 __all__ = [
+    "AFFECTIVE_REFUSED",
     "BAD_KEY",
     "BAD_TOKEN",
     "DEADLINE_EXPIRED",
@@ -31,8 +32,12 @@ __all__ = [
     "INVALID",
     "INVALID_HANDLE",
     "NOT_IMPLEMENTED",
+    "PROACTIVE_OFF_REFUSED",
+    "EXPLICIT_ACTIVITY",
+    "INVALID_SESSION_HANDLE",
     "Route",
     "SESSION_NOT_FOUND",
+    "THINKING_REFUSED",
     "TOP_LEVEL",
     "UNAVAILABLE",
     "UNREGISTERED",
@@ -42,7 +47,10 @@ __all__ = [
     "get_field",
     "not_found",
     "rate_of",
+    "modalities_refused",
     "route",
+    "routes",
+    "unknown_field",
 ]
 
 
@@ -52,26 +60,55 @@ _PATH = re.compile(
     r"^/+ws/google\.ai\.generativelanguage\.(?P<version>v1(?:alpha|beta)?)"
     r"\.GenerativeService\.(?P<method>BidiGenerateContent(?:Constrained)?)$"
 )
+# Vertex AI's path for the same protocol (google-genai with vertexai=True).
+_VERTEX_PATH = re.compile(
+    r"^/+ws/google\.cloud\.aiplatform\.(?P<version>v1(?:beta1)?)\.LlmBidiService/(?P<method>BidiGenerateContent)$"
+)
+
+GEMINI_VERSIONS = ("v1", "v1beta", "v1alpha")
+VERTEX_VERSIONS = ("v1beta1", "v1")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Route:
-    """Which API version and method a request path asked for."""
+    """Which API version and method a request path asked for, and on which
+    backend (`vertex`: Vertex AI's `LlmBidiService`)."""
 
     api_version: str
     method: str
+    vertex: bool = False
 
     @property
     def constrained(self) -> bool:
         return self.method == "BidiGenerateContentConstrained"
 
+    @property
+    def path(self) -> str:
+        if self.vertex:
+            return f"/ws/google.cloud.aiplatform.{self.api_version}.LlmBidiService/{self.method}"
+        return f"/ws/google.ai.generativelanguage.{self.api_version}.GenerativeService.{self.method}"
+
 
 def route(path: str) -> Route | None:
     """The route of a request path (query ignored), or None for a 404."""
-    match = _PATH.match(urlsplit(path).path)
-    if match is None:
-        return None
-    return Route(match["version"], match["method"])
+    plain = urlsplit(path).path
+    match = _PATH.match(plain)
+    if match is not None:
+        return Route(match["version"], match["method"])
+    match = _VERTEX_PATH.match(plain)
+    if match is not None:
+        return Route(match["version"], match["method"], vertex=True)
+    return None
+
+
+def routes() -> tuple[Route, ...]:
+    """Every route the Live API serves: each version and method, both backends."""
+    gemini = tuple(
+        Route(version, method)
+        for version in GEMINI_VERSIONS
+        for method in ("BidiGenerateContent", "BidiGenerateContentConstrained")
+    )
+    return gemini + tuple(Route(version, "BidiGenerateContent", vertex=True) for version in VERTEX_VERSIONS)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -152,6 +189,16 @@ TOP_LEVEL = {
 NOT_IMPLEMENTED = "Operation is not implemented, or supported, or enabled."
 SESSION_NOT_FOUND = "BidiGenerateContent session not found"
 INVALID_HANDLE = "Invalid session resumption handle."
+# A malformed handle (field reports: "1007 None. Invalid session handle").
+INVALID_SESSION_HANDLE = "Invalid session handle"
+# What a model family refuses in setup (1007): the service's words are not
+# published; these are the emulator's and the endpoint's both.
+THINKING_REFUSED = "thinking_config is not supported by this model."
+AFFECTIVE_REFUSED = "enable_affective_dialog is not supported by this model."
+PROACTIVE_OFF_REFUSED = "proactive_audio cannot be disabled for this model."
+EXPLICIT_ACTIVITY = (
+    "Explicit activity control is not supported when automatic activity detection is enabled."
+)
 ENTITY_NOT_FOUND = "Requested entity was not found."
 UNAVAILABLE = "The service is currently unavailable."
 DEADLINE_EXPIRED = "Deadline expired before operation could complete."
@@ -189,3 +236,146 @@ def not_found(model: str, version: str) -> str:
         " bidiGenerateContent. Call ListModels to see the list of available models"
         " and their supported methods."
     )
+
+
+def modalities_refused(asked: list[str], model: str, accepted: tuple[str, ...]) -> str:
+    """The service's 1007 reason for response modalities its model does not speak
+    (field reports: a native-audio model asked for TEXT, a transcription model for AUDIO)."""
+    return (
+        f"The requested combination of response modalities ({', '.join(asked)}) is not supported"
+        f" by the model. {model} accepts the following combination of response modalities:\n"
+        + "\n".join(f"* {modality}" for modality in accepted)
+    )
+
+
+# --- the messages' fields ----------------------------------------------------
+
+# What each client message may hold, as google-genai's own types describe it
+# (the service's proto JSON: each field in camelCase or snake_case), and where
+# the two backends differ. The service refuses a name it does not know with
+# 1007 `Invalid JSON payload received. Unknown name "X" at 'path': Cannot find
+# field.` (the path in snake_case, as field reports show).
+_MESSAGES: dict[str, Any] = {}
+
+
+def _message_types() -> dict[str, Any]:
+    if not _MESSAGES:
+        from google.genai import types
+
+        _MESSAGES.update(
+            setup=types.LiveClientSetup,
+            realtime_input=types.LiveClientRealtimeInput,
+            client_content=types.LiveClientContent,
+            tool_response=types.LiveClientToolResponse,
+            context_update=types.LiveClientContextUpdate,
+        )
+        # Fields the service's setup has that google-genai's type leaves out,
+        # and lists google-genai types loosely (a validator makes the Tools).
+        _EXTRA["setup"] = {"realtime_input_config": types.RealtimeInputConfig}
+        _OVERRIDES.update({"setup.tools": ("list", types.Tool), "context_update.tools.tools": ("list", types.Tool)})
+    return _MESSAGES
+
+
+_EXTRA: dict[str, dict[str, Any]] = {}
+_OVERRIDES: dict[str, tuple[str, Any]] = {}
+# Fields only one backend has (google-genai's converters raise for the other):
+# on the other, an unknown name. `proactivity` and affective dialog are the
+# Gemini API's v1alpha only ("set the api version to v1alpha"; on v1beta the
+# service refuses `proactivity` as an unknown name: field reports).
+_VERTEX_ONLY = frozenset(
+    {
+        "setup.explicit_vad_signal",
+        "setup.session_resumption.transparent",
+        "setup.generation_config.audio_transcription_config",
+        "setup.tools.retrieval",
+        "setup.tools.enterprise_web_search",
+        "setup.tools.parallel_ai_search",
+        "setup.tools.exa_ai_search",
+        "context_update.tools.tools.retrieval",
+        "context_update.tools.tools.enterprise_web_search",
+    }
+)
+_GEMINI_ONLY = frozenset({"setup.tools.file_search", "setup.history_config"})
+_ALPHA_ONLY = frozenset({"setup.proactivity", "setup.generation_config.enable_affective_dialog"})
+
+
+def unknown_field(kind: str, body: Any, route: Route | None = None) -> str | None:
+    """The service's 1007 reason for the first field of a client message
+    (`kind`: setup, realtime_input, client_content, tool_response,
+    context_update) it does not know on this route, or None."""
+    model = _message_types().get(kind)
+    if model is None or not isinstance(body, Mapping):
+        return None
+    return _unknown(model, body, kind, kind, route or Route("v1beta", "BidiGenerateContent"))
+
+
+def _unknown(model: Any, body: Mapping[str, Any], path: str, where: str, route: Route) -> str | None:
+    import typing
+
+    fields = dict(model.model_fields)
+    names = {**{name: fields[name].annotation for name in fields}, **_EXTRA.get(where, {})}
+    for key, value in body.items():
+        name = _SNAKE.sub(lambda m: "_" + m.group(1).lower(), key) if isinstance(key, str) else ""
+        field = f"{where}.{name}"
+        if (
+            name not in names
+            or (field in _VERTEX_ONLY and not route.vertex)
+            or (field in _GEMINI_ONLY and route.vertex)
+            or (field in _ALPHA_ONLY and (route.vertex or route.api_version != "v1alpha"))
+        ):
+            return f'Invalid JSON payload received. Unknown name "{str(key)[:60]}" at \'{path}\': Cannot find field.'
+        annotation = names[name]
+        override = _OVERRIDES.get(field)
+        for arg in (annotation, *typing.get_args(annotation)):
+            inner = override or _model_in(arg)
+            if inner is None:
+                continue
+            kind, sub = inner
+            if kind == "one" and isinstance(value, Mapping):
+                found = _unknown(sub, value, f"{path}.{name}", field, route)
+            elif kind == "list" and isinstance(value, list):
+                found = next(
+                    (
+                        reason
+                        for i, item in enumerate(value)
+                        if isinstance(item, Mapping)
+                        and (reason := _unknown(sub, item, f"{path}.{name}[{i}]", field, route))
+                    ),
+                    None,
+                )
+            elif kind == "map" and isinstance(value, Mapping):
+                found = next(
+                    (
+                        reason
+                        for k, item in value.items()
+                        if isinstance(item, Mapping)
+                        and (reason := _unknown(sub, item, f"{path}.{name}[{k}]", field, route))
+                    ),
+                    None,
+                )
+            else:
+                found = None
+            if found:
+                return found
+            break
+    return None
+
+
+def _model_in(annotation: Any) -> tuple[str, Any] | None:
+    """A message type an annotation holds: one, a list of them, or a map to them."""
+    import typing
+
+    import pydantic
+
+    def is_model(value: Any) -> bool:
+        return isinstance(value, type) and issubclass(value, pydantic.BaseModel)
+
+    if is_model(annotation):
+        return "one", annotation
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is list and args and is_model(args[0]):
+        return "list", args[0]
+    if origin is dict and len(args) == 2 and is_model(args[1]):
+        return "map", args[1]
+    return None

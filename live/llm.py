@@ -38,9 +38,12 @@ __all__ = [
     "AudioStreamEnd",
     "BaseLlm",
     "BaseLlmConnection",
+    "ClientTurns",
+    "ContextChange",
     "LlmRequest",
     "LlmResponse",
     "RealtimeInput",
+    "RealtimeText",
 ]
 
 
@@ -60,6 +63,37 @@ RealtimeInput: TypeAlias = (
 )
 """What `send_realtime` accepts: an audio chunk or image (`Blob`, routed by its
 mime type), a manual activity start or end, or the end of the audio stream."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RealtimeText:
+    """Text in the realtime input stream (the Live API's `realtimeInput.text`):
+    answered as the model's activity detection decides, like speech, not as a
+    turn of the conversation's history (`send_realtime_text`)."""
+
+    text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClientTurns:
+    """Client content as the Live API carries it (`clientContent`): turns of
+    either role with any parts, appended to the conversation, and whether they
+    complete the user's turn (the model answers then) (`send_turns`).
+    `initial` marks the app's initial history (`historyConfig`): never answered."""
+
+    turns: tuple[types.Content, ...]
+    turn_complete: bool
+    initial: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContextChange:
+    """The client's own system instruction or tools change mid-session (the
+    Live API's `contextUpdate`): `config` holds what changes. The session's
+    model connection is told the whole instruction and tools that follow
+    (`send_context_update`), and every later connection opens with them."""
+
+    config: types.LiveConnectConfig
 
 
 @dataclasses.dataclass(slots=True)
@@ -114,6 +148,9 @@ class LlmResponse:
     - `session_resumption_update`: a new resumption handle (`resumable` says
       whether it may be used).
     - `cancelled_tool_call_ids`: tool calls the model no longer wants answered.
+    - `url_context_metadata`: what the URL-context tool retrieved;
+      `interim_input_transcription`: a low-latency transcript of what the user
+      is saying, updated as they speak (the session passes both on as they came).
     - `error_code` / `error_message`: an in-band error that did not end the
       connection.
     """
@@ -135,6 +172,8 @@ class LlmResponse:
     session_resumption_update: types.LiveServerSessionResumptionUpdate | None = None
     cancelled_tool_call_ids: tuple[str, ...] = ()
     voice_activity: types.VoiceActivity | None = None
+    url_context_metadata: types.UrlContextMetadata | None = None
+    interim_input_transcription: types.Transcription | None = None
     error_code: str | None = None
     error_message: str | None = None
 
@@ -192,6 +231,37 @@ class BaseLlmConnection(abc.ABC):
     @abc.abstractmethod
     async def send_realtime(self, input: RealtimeInput) -> None:
         """Stream realtime input; the model decides when to answer (voice activity)."""
+
+    async def send_turns(self, turns: Sequence[types.Content], *, turn_complete: bool) -> None:
+        """Append `turns` (either role, any parts) to the conversation; with
+        `turn_complete` the model answers what it now has.
+
+        By default, for models that keep no history of their own: the user's
+        text of a completed content goes as one typed turn (`send_content`),
+        and content that completes nothing is context they cannot hold.
+        """
+        if not turn_complete:
+            return
+        text = "\n".join(
+            "".join(part.text or "" for part in turn.parts or () if not part.thought)
+            for turn in turns
+            if (turn.role or "user") == "user"
+        ).strip()
+        if text:
+            await self.send_content(types.Content(role="user", parts=[types.Part(text=text)]))
+
+    async def send_context_update(
+        self, *, system_instruction: types.Content | None = None, tools: Sequence[types.Tool] | None = None
+    ) -> None:
+        """The conversation's system instruction, or its tools (all of them: they
+        replace the earlier ones), change from now on. By default, for models
+        that take neither mid-connection: from the next connection on, which
+        opens with them (nothing is sent)."""
+
+    async def send_realtime_text(self, text: str) -> None:
+        """Text in the realtime input stream (see `RealtimeText`). By default, for
+        models without one: a typed turn (`send_content`)."""
+        await self.send_content(types.Content(role="user", parts=[types.Part(text=text)]))
 
     def send_realtime_nowait(self, input: RealtimeInput) -> bool:
         """Send `input` now if that needs no waiting; whether it was sent.

@@ -47,6 +47,23 @@ def cert_files_fixture(ca: trustme.CA, tmp_path: Path) -> dict[str, str]:
     return {"certfile": str(certfile), "keyfile": str(keyfile)}
 
 
+@pytest.fixture(name="trusted")
+def trusted_fixture(ca: trustme.CA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test CA as the process's trust store (`SSL_CERT_FILE`, which
+    google-genai reads), so an app's client needs no change but its base URL."""
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    return ca_file
+
+
+def app_client(url: str, key: str, **http_options: Any) -> genai.Client:
+    """google-genai as an app builds it with only its base URL changed: every
+    other setting at its default (the API version v1 among them)."""
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    return genai.Client(api_key=key, http_options={"base_url": f"https://127.0.0.1:{port}", **http_options})
+
+
 def sdk_client(url: str, ca: trustme.CA, key: str, api_version: str = "v1beta") -> genai.Client:
     """google-genai as an app builds it, pointed at our server."""
     context = ssl.create_default_context()
@@ -94,8 +111,9 @@ def reply_audio(messages: list[types.LiveServerMessage]) -> bytes:
     )
 
 
-def serving(script: Script, **config: Any):
-    """The emulator with `script`, and our server before it with the endpoint on."""
+def serving(script: Script, *, agent: Agent = AGENT, model: str = MODEL, **config: Any):
+    """The emulator with `script`, and our server before it with the endpoint
+    on, running `agent` on `model` (an app may name `model`)."""
 
     # The last words of a reply's transcript come after its turnComplete on
     # some models (as on the real service); these tests read one turn at a time.
@@ -105,9 +123,10 @@ def serving(script: Script, **config: Any):
         async def __aenter__(self):
             self.emu_cm = running_emulator(script)
             emu = await self.emu_cm.__aenter__()
-            doors = {**DEFAULT_DOORS, **gemini_doors([MODEL], policy=config.pop("policy", None))}
+            doors = {**DEFAULT_DOORS, **gemini_doors([model], policy=config.pop("policy", None), model=model)}
             config.setdefault("token_secret", SECRET)
-            self.server_cm = running(AGENT, gemini_for(emu), doors=doors, **config)
+            served = agent if agent.model == model else dataclasses.replace(agent, model=model)
+            self.server_cm = running(served, gemini_for(emu, model), doors=doors, **config)
             server, url = await self.server_cm.__aenter__()
             return emu, server, url
 

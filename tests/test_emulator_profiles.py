@@ -42,8 +42,12 @@ def fast(**kwargs) -> Script:
     return Script(speed=math.inf, **kwargs)
 
 
+# v1alpha: the version where affective dialog and proactivity are fields of setup.
+ALPHA = "/ws/google.ai.generativelanguage.v1alpha.GenerativeService.BidiGenerateContent"
+
+
 def started(model: str, script: Script | None = None, **setup) -> Driver:
-    d = Driver(script or fast(), shared=setup.pop("shared", None), index=setup.pop("index", 0))
+    d = Driver(script or fast(), path=ALPHA, shared=setup.pop("shared", None), index=setup.pop("index", 0))
     d.send({"setup": {"model": model, **setup}})
     return d
 

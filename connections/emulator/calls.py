@@ -19,7 +19,7 @@ from typing import Any
 from connections.emulator.profiles import CHECKING, blocks, scheduling_of
 from connections.emulator.script import ToolCall
 from connections.emulator.wire import token_count
-from live.liveapi import ENTITY_NOT_FOUND, INVALID, get_field
+from live.liveapi import ENTITY_NOT_FOUND, INVALID, get_field, unknown_field
 
 __all__ = ["FunctionCalls", "PendingCalls"]
 
@@ -98,6 +98,10 @@ class FunctionCalls:
         self._at(self._now + self.script.scaled(self.script.first_response_delay), send_blocking, group)
 
     def _on_tool_response(self, body: Any) -> None:
+        unknown = unknown_field("tool_response", body, self.route) if isinstance(body, Mapping) else INVALID
+        if unknown is not None:
+            self._close(1007, unknown)
+            return
         responses = get_field(body, "functionResponses") or []
         if not isinstance(responses, list):
             self._close(1007, INVALID)

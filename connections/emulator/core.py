@@ -31,6 +31,7 @@ from typing import Any
 from connections.emulator import synth
 from connections.emulator.calls import FunctionCalls, PendingCalls
 from connections.emulator.listening import Listening
+from connections.emulator.resumption import Resumption
 from connections.emulator.faults import EarlyDrop, FaultDice
 from connections.emulator.profiles import (
     PROFILES,
@@ -80,6 +81,7 @@ from live.liveapi import (
     get_field,
     not_found,
     route,
+    unknown_field,
 )
 
 __all__ = [
@@ -119,7 +121,7 @@ class _Generation:
 # --- the session ---------------------------------------------------------------
 
 
-class EmulatorSession(Listening, FunctionCalls):
+class EmulatorSession(Listening, FunctionCalls, Resumption):
     """One connection's protocol state: frames and time in, actions out.
 
     A load script subclasses it: `heard_audio` receives each realtime audio
@@ -373,6 +375,10 @@ class EmulatorSession(Listening, FunctionCalls):
             self._close(1007, INVALID)
             return
         self.record.setup = setup
+        unknown = unknown_field("setup", setup, self.route)
+        if unknown is not None:
+            self._close(1007, unknown)
+            return
         model = get_field(setup, "model")
         version = self.route.api_version
         if not isinstance(model, str) or not model.startswith("models/"):
@@ -400,9 +406,6 @@ class EmulatorSession(Listening, FunctionCalls):
         self._configure(setup)
         resumption = get_field(setup, "sessionResumption")
         if isinstance(resumption, Mapping):
-            if get_field(resumption, "transparent"):
-                self._close(1007, "transparent parameter is not supported in Gemini API.")
-                return
             self._resumption = True
             handle = get_field(resumption, "handle")
             if handle and self._history_in_client_content:
@@ -450,7 +453,9 @@ class EmulatorSession(Listening, FunctionCalls):
         self._prefix_ms = float(get_field(aad, "prefixPaddingMs") or 20)
         self._silence_ms_needed = float(get_field(aad, "silenceDurationMs") or 500)
         history = get_field(setup, "historyConfig") or {}
-        self._history_in_client_content = bool(get_field(history, "initialHistoryInClientContent"))
+        self._history_in_client_content = self.profile.history_config and bool(
+            get_field(history, "initialHistoryInClientContent")
+        )
         self._awaiting_history = self._history_in_client_content
         bundle = self.script.bundle
         self._bundle = bundle if bundle is not None else self.profile.bundled_output
@@ -458,132 +463,6 @@ class EmulatorSession(Listening, FunctionCalls):
     def _set_tools(self, tools: Any) -> None:
         self._behaviours = declared_behaviours(tools)
         self._declared = list(self._behaviours)
-
-    # -- resumption -----------------------------------------------------------------
-
-    def _snapshot(self) -> dict[str, Any]:
-        return {
-            "history": copy.deepcopy(self._history),
-            "turn": self._turn,
-            "spoken_turns": self._spoken_turns,
-            "model_turns": self._model_turns,
-            "ctx_tokens": dict(self._ctx_tokens),
-            "started": self._started,
-        }
-
-    def _restore(self, snap: Mapping[str, Any]) -> None:
-        self._history = list(snap["history"])
-        self._turn = snap["turn"]
-        self._spoken_turns = snap["spoken_turns"]
-        self._model_turns = snap["model_turns"]
-        self._ctx_tokens = dict(snap["ctx_tokens"])
-        self._started = snap["started"]
-
-    def _resume(self, handle: str) -> bool:
-        """Restore the conversation a handle stands for; False when the service refused it."""
-        profile = self.profile
-        entry = self.shared.store.lookup(handle, self._now)
-        if entry is None:
-            if profile.unknown_handle_not_found:
-                self._close(1008, SESSION_NOT_FOUND)
-            else:
-                self._close(1007, INVALID_HANDLE)
-            return False
-        if profile.resume_while_open_fails and entry.issuer in self.shared.open_connections:
-            self._close(1011, INTERNAL)
-            return False
-        if self._dice.stale_handle():
-            self._close(1008, SESSION_NOT_FOUND)
-            return False
-        if self._fault("on_resume"):
-            return False
-        self._restore(entry.snapshot)
-        self.record.resumed_from = handle
-        return True
-
-    def _not_resumable(self) -> None:
-        """The model is busy: an update without a handle says so."""
-        if self._resumption:
-            self._send({"sessionResumptionUpdate": {"resumable": False}})
-
-    def _handle(self) -> None:
-        """A resumable handle for the conversation so far; or, for a connection
-        drawn to drop before its first handle, the drop instead."""
-        if self._early is not None:
-            code, self._early = self._early.code, None
-            self._close(code, UNAVAILABLE if code == 1011 else None)
-            return
-        if not self._resumption:
-            return
-        handle = f"emulator-handle-{self.index}-{next(self._handle_seq)}"
-        self.shared.store.put(
-            handle, self._snapshot(), issuer=self._key, now=self._now, ttl=self.profile.handle_ttl
-        )
-        self.record.handles.append(handle)
-        self._send({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
-
-    def _more_coming(self) -> bool:
-        """The model has more to do before it waits for the user."""
-        return bool(
-            self._gen is not None
-            or self._tools is not None
-            or self._async_calls
-            or self._thinking is not None
-            or self._waiting
-            or self._answers
-        )
-
-    def _idle_point(self) -> None:
-        """A turn completed: when nothing more is coming, the session is resumable."""
-        if self._phase == "open" and not self._more_coming():
-            self._handle()
-
-    def _go_away(self) -> None:
-        left = self.script.go_away_time_left
-        self._send({"goAway": {"timeLeft": duration_text(left)}})
-        code, reason = (1011, DEADLINE_EXPIRED) if self.profile.deadline_close_1011 else (1000, "")
-        self._at(self._now + self.script.scaled(left), lambda: self._close(code, reason))
-
-    # -- input ------------------------------------------------------------------------
-
-    def _on_client_content(self, body: Any) -> None:
-        if not isinstance(body, Mapping):
-            self._close(1007, INVALID)
-            return
-        if self.profile.client_content_after_history_closes and not self._awaiting_history:
-            self._close(1007, INVALID)
-            return
-        seeding = self._awaiting_history
-        turns = get_field(body, "turns") or []
-        if not isinstance(turns, list):
-            self._close(1007, INVALID)
-            return
-        for turn in turns:
-            if not isinstance(turn, Mapping):
-                self._close(1007, INVALID)
-                return
-            role = get_field(turn, "role") or "user"
-            self._history.append({"role": role, "parts": list(get_field(turn, "parts") or [])})
-            self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + token_count(text_of(turn))
-        if seeding:
-            # The initial history: it may end with the model's turn and triggers no reply.
-            if get_field(body, "turnComplete"):
-                self._awaiting_history = False
-                self._started = True
-                if self.profile.handle_after_setup:
-                    self._handle()
-            return
-        if get_field(body, "turnComplete"):
-            self._barge_in()
-            last_user = next(
-                (t for t in reversed(turns) if (get_field(t, "role") or "user") == "user"), None
-            )
-            self._user_turn(text_of(last_user) if last_user else "", spoken=False, add_history=False)
-
-    def _on_context_update(self, body: Any) -> None:
-        tools = get_field(body, "tools")
-        if isinstance(tools, Mapping):
-            self._set_tools(get_field(tools, "tools"))
 
     # -- turns ------------------------------------------------------------------------
 
@@ -718,6 +597,8 @@ class EmulatorSession(Listening, FunctionCalls):
         t0 = self._now + script.scaled(script.first_response_delay)
         if prelude is not None:
             self._at(t0, prelude, group)
+        for extra in script.extras if filler is None else ():
+            self._at(t0, functools.partial(self._send, copy.deepcopy(dict(extra))), group)
         burst_s = script.chunk_ms * script.burst_chunks / 1000
         last_due = t0
         for i, chunk in enumerate(chunks):

@@ -1,9 +1,12 @@
-"""What an emulated connection hears: realtime input, its checks, and voice activity.
+"""What an emulated connection hears: realtime input, client content, context
+updates, their checks, and voice activity.
 
 The `Listening` mixin of `EmulatorSession` (connections.emulator.core): realtime
-audio, video and signals are checked as the service checks them, audio goes
-through a simple energy detector that ends a spoken turn after silence, and
-images are recorded and described. State lives on the session; no I/O.
+audio, video and signals, client content and context updates are checked as
+the service checks them (a field it does not know is its 1007 "Unknown name"),
+audio goes through a simple energy detector that ends a spoken turn after
+silence, and images are recorded and described. State lives on the session;
+no I/O.
 """
 
 from __future__ import annotations
@@ -14,8 +17,17 @@ from typing import Any
 
 from connections.emulator import synth
 from connections.emulator.script import VideoFrame
-from connections.emulator.wire import AUDIO_TOKENS_PER_S, MAX_AUDIO, MAX_FRAMES
-from live.liveapi import INVALID, NOT_IMPLEMENTED, b64decode, check_video, get_field, rate_of
+from connections.emulator.wire import AUDIO_TOKENS_PER_S, MAX_AUDIO, MAX_FRAMES, text_of, token_count
+from live.liveapi import (
+    EXPLICIT_ACTIVITY,
+    INVALID,
+    NOT_IMPLEMENTED,
+    b64decode,
+    check_video,
+    get_field,
+    rate_of,
+    unknown_field,
+)
 
 # Realtime input keys as the SDK may write them, in the service's own casing.
 _SNAKE_TO_CAMEL = {
@@ -43,6 +55,13 @@ class Listening:
         if not isinstance(body, Mapping):
             self._close(1007, INVALID)
             return
+        unknown = unknown_field("realtime_input", body, self.route)
+        if unknown is not None:
+            self._close(1007, unknown)
+            return
+        if self.profile.rejects_media_chunks and get_field(body, "mediaChunks") is not None:
+            self._close(1007, INVALID)
+            return
         if self.profile.realtime_during_call_closes and self._call_unanswered():
             self._close(1008, NOT_IMPLEMENTED)
             return
@@ -64,14 +83,17 @@ class Listening:
                 self._on_video(value, "realtime_input.video")
             elif name == "text":
                 self._barge_in()
-                self._user_turn(str(value), spoken=False)
+                question = self._open_question() if not str(value).strip() else None
+                if question is not None:
+                    # A blank text only starts the model: it answers what the
+                    # conversation asks (Pipecat seeds Gemini 3 this way, as the
+                    # model "won't run inference without a realtime input").
+                    self._user_turn(question, spoken=False, add_history=False)
+                else:
+                    self._user_turn(str(value), spoken=False)
             elif name in ("activityStart", "activityEnd"):
                 if not self._vad_disabled:
-                    self._close(
-                        1007,
-                        "Explicit activity control is not supported when automatic"
-                        " activity detection is enabled.",
-                    )
+                    self._close(1007, EXPLICIT_ACTIVITY)
                     return
                 if name == "activityStart":
                     self._manual_active = True
@@ -86,6 +108,63 @@ class Listening:
                     self._end_spoken_turn()
             else:
                 self._close(1007, f'Invalid JSON payload received. Unknown name "{key}" at \'realtime_input\': Cannot find field.')
+
+    def _open_question(self) -> str | None:
+        """The text of the history's last turn when the user said it and no one answered yet."""
+        spoken = [t for t in self._history if text_of(t).strip()]
+        if spoken and spoken[-1].get("role") == "user":
+            return text_of(spoken[-1])
+        return None
+
+    def _on_client_content(self, body: Any) -> None:
+        if not isinstance(body, Mapping):
+            self._close(1007, INVALID)
+            return
+        unknown = unknown_field("client_content", body, self.route)
+        if unknown is not None:
+            self._close(1007, unknown)
+            return
+        if self.profile.client_content_after_history_closes and not self._awaiting_history:
+            self._close(1007, INVALID)
+            return
+        seeding = self._awaiting_history
+        turns = get_field(body, "turns") or []
+        if not isinstance(turns, list):
+            self._close(1007, INVALID)
+            return
+        for turn in turns:
+            if not isinstance(turn, Mapping) or (get_field(turn, "role") or "user") not in ("user", "model"):
+                self._close(1007, INVALID)
+                return
+            role = get_field(turn, "role") or "user"
+            self._history.append({"role": role, "parts": list(get_field(turn, "parts") or [])})
+            self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + token_count(text_of(turn))
+        if seeding:
+            # The initial history: it may end with the model's turn and triggers no reply.
+            if get_field(body, "turnComplete"):
+                self._awaiting_history = False
+                self._started = True
+                if self.profile.handle_after_setup:
+                    self._handle()
+            return
+        # "A message here will interrupt any current model generation"; all of it
+        # is appended to the history, and with turnComplete the model answers.
+        self._barge_in()
+        if get_field(body, "turnComplete"):
+            asked = [t for t in self._history if t.get("role") == "user" and text_of(t)]
+            self._user_turn(text_of(asked[-1]) if asked else "", spoken=False, add_history=False)
+
+    def _on_context_update(self, body: Any) -> None:
+        unknown = unknown_field("context_update", body, self.route) if isinstance(body, Mapping) else INVALID
+        if unknown is not None or not self.profile.context_update:
+            self._close(1007, unknown or 'Invalid JSON payload received. Unknown name "contextUpdate": Cannot find field.')
+            return
+        instruction = get_field(body, "systemInstruction")
+        if instruction is not None:
+            self.record.instructions.append(instruction if isinstance(instruction, str) else text_of(instruction))
+        tools = get_field(body, "tools")
+        if isinstance(tools, Mapping):
+            self._set_tools(get_field(tools, "tools"))
 
     def _on_video(self, blob: Any, where: str) -> None:
         """An image frame: checked as strictly as the service could, then counted."""
@@ -152,6 +231,8 @@ class Listening:
                         self._speaking = True
                         self._silence_ms = 0.0
                         self._turn_audio_ms = self._voiced_ms
+                        if self.profile.voice_activity_messages:
+                            self._send({"voiceActivity": {"type": "ACTIVITY_START"}})
                         self._barge_in()
                 else:
                     self._voiced_ms = 0.0
@@ -161,6 +242,8 @@ class Listening:
             if self._silence_ms >= end_ms:
                 self._speaking = False
                 self._voiced_ms = 0.0
+                if self.profile.voice_activity_messages:
+                    self._send({"voiceActivity": {"type": "ACTIVITY_END"}})
                 self._end_spoken_turn()
                 if self._phase != "open":
                     return

@@ -18,7 +18,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from live.liveapi import get_field
+from live.liveapi import (
+    AFFECTIVE_REFUSED,
+    PROACTIVE_OFF_REFUSED,
+    THINKING_REFUSED,
+    get_field,
+    modalities_refused,
+)
 
 __all__ = [
     "CHECKING",
@@ -190,6 +196,36 @@ class Profile:
     hiss is not speech), not bursts. Off: speech must last 300 ms before it
     counts (a kinder service than the one users report)."""
 
+    audio_only: bool = False
+    """`responseModalities` other than AUDIO close with 1007 "The requested
+    combination of response modalities (TEXT) is not supported by the model.
+    models/M accepts the following combination of response modalities:\n* AUDIO"
+    (gemini-2.5 native audio: field reports)."""
+
+    rejects_media_chunks: bool = False
+    """The deprecated `realtimeInput.mediaChunks` closes with 1007 (gemini-3.1:
+    aicc2025/sip-to-ai#5, "newer Live API models reject with WebSocket close 1007")."""
+
+    context_update: bool = False
+    """`contextUpdate` (a new system instruction, new tools mid-session) is
+    taken; elsewhere it closes with 1007 as an unknown name (gemini-3.8: the
+    Vertex AI 3.8 page "Update system instructions and tools during a session";
+    what older models answer is not documented: the strictest reading)."""
+
+    history_config: bool = False
+    """`historyConfig.initialHistoryInClientContent` is honoured: client
+    content until one completes a turn is initial history, answered by no
+    reply, and realtime input meanwhile is ignored (google-genai `HistoryConfig`;
+    gemini-3: the 3.1 capabilities page). Off on 2.5, which answers a completed
+    seed whatever the flag says: Pipecat's Gemini Live service sets the flag
+    on every model and seeds 2.5 with `turn_complete=True` to be answered."""
+
+    voice_activity_messages: bool = False
+    """`voiceActivity` messages (ACTIVITY_START, ACTIVITY_END) when the
+    detector hears the user start and stop (google-genai `types.py`
+    LiveServerMessage.voice_activity). Off by default: no report says which
+    models send them unasked."""
+
 
 FAMILIES = (
     "gemini-2.5",
@@ -200,6 +236,8 @@ FAMILIES = (
 )
 
 _GEMINI_38: dict[str, Any] = {
+    "history_config": True,
+    "context_update": True,
     "bundled_output": True,
     "turn_end_silence": 1.0,
     "rejects_thinking_config": True,
@@ -212,13 +250,15 @@ _GEMINI_38: dict[str, Any] = {
 
 PROFILES: Mapping[str, Profile] = {
     "gemini-2.5": Profile("gemini-2.5"),
-    "gemini-2.5-native-audio": Profile("gemini-2.5-native-audio", realtime_during_call_closes=True),
+    "gemini-2.5-native-audio": Profile("gemini-2.5-native-audio", realtime_during_call_closes=True, audio_only=True),
     "gemini-3.1": Profile(
         "gemini-3.1",
         bundled_output=True,
         client_content_after_history_closes=True,
         input_transcription_finished_first=True,
         turn_end_silence=1.0,
+        rejects_media_chunks=True,
+        history_config=True,
     ),
     "gemini-3.8": Profile("gemini-3.8", **_GEMINI_38),
     "gemini-3.8-extended-thinking": Profile(
@@ -303,13 +343,16 @@ def declared_behaviours(tools: Iterable[Any] | None) -> dict[str, str]:
 def setup_error(profile: Profile, setup: Mapping[str, Any]) -> str | None:
     """Why this family refuses the setup (a 1007 reason), or None."""
     gen = get_field(setup, "generationConfig") or {}
+    modalities = [str(m).upper() for m in get_field(gen, "responseModalities") or []]
+    if profile.audio_only and any(m != "AUDIO" for m in modalities):
+        return modalities_refused(modalities, str(get_field(setup, "model")), ("AUDIO",))
     if profile.rejects_thinking_config and get_field(gen, "thinkingConfig") is not None:
-        return "thinking_config is not supported by this model."
+        return THINKING_REFUSED
     if profile.rejects_affective_dialog and get_field(gen, "enableAffectiveDialog") is not None:
-        return "enable_affective_dialog is not supported by this model."
+        return AFFECTIVE_REFUSED
     proactivity = get_field(setup, "proactivity")
     if profile.rejects_proactive_audio_off and get_field(proactivity, "proactiveAudio") is False:
-        return "proactive_audio cannot be disabled for this model."
+        return PROACTIVE_OFF_REFUSED
     if profile.rejects_blocking_declarations:
         blocking = [n for n, b in declared_behaviours(get_field(setup, "tools")).items() if b == "BLOCKING"]
         if blocking:

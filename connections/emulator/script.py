@@ -202,6 +202,9 @@ class Script:
       `connections.emulator.profiles` (None or "auto": by each setup's model
       name); `profile_overrides` switches single behaviours of it, by field
       name (`{"late_transcripts": False, "handle_after_setup": True}`).
+    - `extras`: messages the model sends before each reply's first chunk, as
+      the service writes them (grounding metadata, code it wrote and ran, a
+      file it made, URL context, an interim transcript...).
     - `fault_rates`: random faults at rates (`FaultRates.realistic()`), drawn
       from a generator seeded with `seed` and shared by all connections, so a
       run with the same traffic replays.
@@ -228,6 +231,7 @@ class Script:
     profile_overrides: Mapping[str, bool | float | None] = dataclasses.field(default_factory=dict)
     fault_rates: FaultRates = dataclasses.field(default_factory=FaultRates)
     seed: int = 0
+    extras: Sequence[Mapping[str, Any]] = ()
 
     def __post_init__(self) -> None:
         if self.profile not in (None, "auto", *FAMILIES):

@@ -221,6 +221,7 @@ class SessionRecord:
     tool_responses: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     sent: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     handles: list[str] = dataclasses.field(default_factory=list)
+    instructions: list[str] = dataclasses.field(default_factory=list)  # contextUpdate's, in order
     resumed_from: str | None = None
     ignored_realtime: int = 0  # realtime input sent before the initial history completed
     close: tuple[int, str] | None = None

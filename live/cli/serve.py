@@ -42,6 +42,7 @@ from live.access.addresses import AddressSet
 from live.observe.record import Recorder
 from live.observe.metrics import enable_multiprocess, multiprocess_enabled, remove_multiprocess_dir, worker_stopped
 from live.doors.gemini_live import gemini_doors
+from live.doors.gemini_tokens import AUTH_TOKENS_PATH
 from live.doors.gemini_policy import GeminiPolicy, PolicyError
 from live.net.http_post import Handler, PostListener
 from live.server.port import DEFAULT_DOORS, LiveServer, ServerConfig, tls_context, tune_gc_for_serving
@@ -383,11 +384,11 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
                 raise UsageError(f"--gemini-policy {exc}") from None
         models = args.gemini_model or ([] if policy.models else [agent.model.removeprefix("models/")])
         policy = policy.with_models(models)
-        doors = {**(doors or DEFAULT_DOORS), **gemini_doors(policy=policy)}
+        doors = {**(doors or DEFAULT_DOORS), **gemini_doors(policy=policy, model=agent.model)}
         if args.mint_key:
             if token_secret is None:
                 raise UsageError("--mint-key mints signed tokens: it needs --token-secret (or $LIVE_TOKEN_SECRET)")
-            from live.doors.gemini_tokens import AUTH_TOKENS_PATH, AuthTokenMinter
+            from live.doors.gemini_tokens import AuthTokenMinter
 
             try:
                 minter = AuthTokenMinter(
@@ -396,7 +397,9 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
                 )
             except ValueError as exc:
                 raise UsageError(f"--mint-key: {exc} (make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')") from None
-            posts[AUTH_TOKENS_PATH] = minter.answer
+            # On every version the SDKs post to (the service answers v1alpha and v1beta).
+            for version in ("v1alpha", "v1beta", "v1"):
+                posts[AUTH_TOKENS_PATH.replace("v1alpha", version)] = minter.answer
     elif args.gemini_model or args.gemini_policy:
         raise UsageError("--gemini-model and --gemini-policy need --gemini-endpoint")
     if not posts and args.post_port is not None:
@@ -550,12 +553,22 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
                 f"{web}://{shown}:{args.post_port}/telnyx/call), media stream {lines.telnyx_webhook.stream_url}",
                 flush=True,
             )
-        if posts and "/v1alpha/auth_tokens" in posts:
+        if posts and AUTH_TOKENS_PATH in posts:
             print(
                 f"live: Live API auth_tokens on {web}://{shown}:{args.post_port}/v1alpha/auth_tokens "
-                "(google-genai's client.auth_tokens.create, with the --mint-key)",
+                "(and /v1beta/, /v1/: google-genai's client.auth_tokens.create, with the --mint-key)",
                 flush=True,
             )
+        live_api = next((door for door in server.doors.values() if getattr(door, "name", "") == "gemini"), None)
+        if live_api is not None:
+            models = ", ".join(live_api.allowed_models) or "none"
+            print(f"live: Live API endpoint: base URL {web}://{shown}:{port} for google-genai and @google/genai apps (models: {models})", flush=True)
+            if web != "https":
+                print(
+                    "live: warning: the Live API endpoint is served without TLS, and google-genai dials only "
+                    "wss://: its apps cannot connect. Serve it with --certfile/--keyfile, or behind a TLS proxy.",
+                    flush=True,
+                )
         tg.start_soon(_stop_workers_with, server, workers)
         after_ready = getattr(args, "after_ready", None)
         if after_ready is not None:  # `live call`: place the call once the server answers

@@ -99,6 +99,15 @@ class Capabilities:
     - `reports_played_out`: the door gives the session `PlayedOut` once the
       audio queued before a turn's end has been played at the client's end;
       without it the session estimates playback from its own pacing.
+    - `client_tool_deadline`: a call the client runs is answered for it with an
+      error after the agent's `client_tool_timeout`; False: the model waits for
+      the client as long as it takes (as the Live API's service waits for an app).
+    - `results_by_id`: a tool result is paired with its call by id alone,
+      whatever name it gives (as the Live API pairs them).
+    - `cut_replies_repeated`: a question whose reply a lost model connection
+      cut short is asked again on the next one (the client gets the reply
+      again, whole); False: the cut reply ends as interrupted, and the new
+      connection is told what was asked and what was said (no word twice).
     """
 
     reattach: bool = False
@@ -109,6 +118,9 @@ class Capabilities:
     policies: bool = True
     shows_mute: bool = False
     reports_played_out: bool = False
+    client_tool_deadline: bool = True
+    results_by_id: bool = False
+    cut_replies_repeated: bool = True
 
 
 class FrontDoor(abc.ABC):
@@ -117,6 +129,16 @@ class FrontDoor(abc.ABC):
     # The label this door's sessions carry in metrics and logs.
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # The largest message its clients may send (None: the server's
+    # `max_frame_bytes`); a larger one ends the session (1009).
+    max_message_bytes: ClassVar[int | None] = None
+    # How long a session whose client may return (`resumable()`) is kept after
+    # the client left and the reattach grace passed, without a model
+    # connection (`live.server.parking`); None: it ends then.
+    kept_after_leaving: ClassVar[float | None] = None
+    # Its clients hear `going_away` before the server, stopping on its own
+    # (no fleet to carry their sessions on), ends their sessions.
+    tells_going_away: ClassVar[bool] = False
     # True: the door checks its clients' credentials itself (`authorize`), in
     # place of the server's token check (a carrier cannot present the
     # server's token; its call does, signed by the server's own webhook).

@@ -1,24 +1,28 @@
 """The Live API's own WebSocket protocol, so existing Gemini Live apps connect unchanged.
 
 A client written against google-genai or @google/genai dials
-`/ws/google.ai.generativelanguage.{v1beta,v1alpha}.GenerativeService.BidiGenerateContent`
-(or `...Constrained`, where ephemeral tokens go) with its key where the SDK puts
-one. Here that key is one of this server's session tokens; the server talks to
-Google with its own key, which never leaves it.
+`/ws/google.ai.generativelanguage.{v1,v1beta,v1alpha}.GenerativeService.BidiGenerateContent`
+(or `...Constrained`, where ephemeral tokens go), or in Vertex AI mode
+`/ws/google.cloud.aiplatform.{v1beta1,v1}.LlmBidiService/BidiGenerateContent`,
+with its key where the SDK puts one. Here that key is one of this server's
+session tokens; the server talks to Google with its own key, which never
+leaves it.
 
-What the door speaks, as the service does:
+What the door speaks, as the service does (docs/gemini-endpoint.md has the
+conformance table, message by message and field by field):
 
-- the first frame is `setup`; its model must be one the server allows; the
-  answer is `setupComplete` (with the session's id) once the model's connection
-  is open;
-- `realtimeInput` (audio, text, activityStart/End, audioStreamEnd),
-  `clientContent` (text turns) and `toolResponse` become session inputs;
-- the session's events go out as `serverContent` (audio and text parts,
-  transcriptions, interrupted, generationComplete, turnComplete), `toolCall`,
-  `toolCallCancellation` and `usageMetadata`;
+- the first frame is `setup`; a field the service does not know on the app's
+  path is its 1007; its model must be one the server allows; what the family
+  of the model the session runs refuses is refused as that family refuses it;
+  the answer is `setupComplete` (with the session's id) once the model's
+  connection is open;
+- `realtimeInput`, `clientContent`, `toolResponse` and `contextUpdate` become
+  session inputs (`live.doors.gemini_inputs`);
+- the session's events go out as the service's server messages
+  (`live.doors.gemini_events`);
 - what the service would refuse ends the socket with the service's close code
-  and words (1008 for a bad key or an unknown model, 1007 for a frame it cannot
-  read).
+  and words (1008 for a bad key or an unknown model, 1007 for a frame it
+  cannot read).
 
 The server's own recovery stays invisible: a go-away or a drop upstream is
 handled by the session, and this client never hears of it.
@@ -26,130 +30,122 @@ handled by the session, and this client never hears of it.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qs
 
-import numpy as np
-import soxr
-from google.genai import types
-
+from live.access.auth import Grant
+from live.doors.base import Capabilities, FrontDoor, Input, Opening
+from live.doors.gemini_events import LiveApiEvents, dumps
+from live.doors.gemini_inputs import LiveApiInputs
+from live.doors.gemini_policy import GeminiPolicy
+from live.doors.gemini_setup import client_config, initial_history, invalid, manual_turns, setup_refusal
+from live.doors.gemini_tokens import camel_name, constrained_setup
+from live.families import DEFAULT, ModelFamily, family_of
 from live.liveapi import (
     BAD_KEY,
     BAD_TOKEN,
+    DEADLINE_EXPIRED,
     INVALID,
-    INVALID_HANDLE,
+    INVALID_SESSION_HANDLE,
+    SESSION_NOT_FOUND,
     TOP_LEVEL,
     UNREGISTERED,
-    b64decode,
+    Route,
     get_field,
     not_found,
-    rate_of,
+    route,
+    routes,
+    unknown_field,
 )
-from live.access.auth import Grant
-from live.protocol.closes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
-from live.doors.base import Capabilities, FrontDoor, Input, Opening
-from live.doors.gemini_policy import GeminiPolicy
-from live.doors.gemini_setup import client_config, invalid, manual_turns, repeated
-from live.doors.gemini_tokens import camel_name, constrained_setup
-from live.images import IMAGE_TYPES, InvalidImage, inspect_image
+from live.observe.record import redact
 from live.protocol import (
     DEFAULT_INPUT_RATE,
-    MAX_INPUT_RATE,
-    MAX_TEXT_CHARS,
-    MIN_INPUT_RATE,
-    OUTPUT_RATE,
-    ActivityEnd,
-    ActivityStart,
-    AudioEnd,
     ErrorEvent,
-    GenerationComplete,
-    Image,
     ProtocolError,
     ServerEvent,
     SessionReattached,
     SessionResume,
     SessionStart,
-    SessionStarted,
-    Text,
-    TextEvent,
-    ToolCallEvent,
-    ToolCancelled,
-    ToolResult,
-    TranscriptInput,
-    TranscriptOutput,
-    TurnComplete,
-    TurnInterrupted,
-    Usage,
 )
-from live.observe.record import redact
+from live.protocol.closes import CLOSE_INTERNAL, CLOSE_NORMAL, CLOSE_POLICY
 
-__all__ = ["CLOSE_INVALID", "EPHEMERAL_PREFIX", "GEMINI_PATHS", "GeminiLiveDoor", "gemini_doors"]
+__all__ = [
+    "CLOSE_INVALID",
+    "EPHEMERAL_PREFIX",
+    "GEMINI_PATHS",
+    "MAX_MESSAGE_BYTES",
+    "GeminiLiveDoor",
+    "gemini_doors",
+]
 
 CLOSE_INVALID = 1007  # the service's close for a frame it cannot read
+CLOSE_DEADLINE = 1011  # the service's close when a deadline passed
 
-_SERVICE = "/ws/google.ai.generativelanguage.{version}.GenerativeService.{method}"
-# The paths google-genai and @google/genai dial for the Gemini API's Live sessions.
-GEMINI_PATHS = (
-    _SERVICE.format(version="v1beta", method="BidiGenerateContent"),
-    _SERVICE.format(version="v1alpha", method="BidiGenerateContent"),
-    _SERVICE.format(version="v1alpha", method="BidiGenerateContentConstrained"),
-    _SERVICE.format(version="v1beta", method="BidiGenerateContentConstrained"),
-)
+# The paths google-genai and @google/genai dial for Live sessions: the Gemini
+# API's (every version, each method), and Vertex AI's.
+GEMINI_PATHS = tuple(r.path for r in routes())
 # How an ephemeral token's name starts: google-genai sends a key with this
 # prefix as an ephemeral token (on the Constrained method). A backend hands an
 # app one of our tokens as "auth_tokens/TOKEN" to use that path.
 EPHEMERAL_PREFIX = "auth_tokens/"
-
-_TURN_COMPLETE_REASONS = frozenset(reason.value for reason in types.TurnCompleteReason)
-_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-# Our usage kinds, as the service names its per-modality details.
-_USAGE_DETAILS = {
-    "prompt": "promptTokensDetails",
-    "response": "responseTokensDetails",
-    "cached": "cacheTokensDetails",
-    "tool_use_prompt": "toolUsePromptTokensDetails",
-}
+# The largest message an app may send (the service's own limit is not
+# published): a whole spoken question of 24 s of 16 kHz audio in one message as
+# the guide's sample sends a file, a 768-px camera frame several times over, a
+# long typed turn, a large tool result or setup. See docs/gemini-endpoint.md
+# ("Limits") for what it costs a session in memory.
+MAX_MESSAGE_BYTES = 1 << 20
+# How long a resumable session is kept after its app left: the service's
+# "valid for 2 hours after the last session termination".
+KEPT_SECONDS = 7200.0
 
 
 class GeminiLiveDoor(FrontDoor):
     """One Live API client's socket (see the module's docstring)."""
 
     name = "gemini"
-    # The Live API's client runs the tools it is called for; it cannot come
-    # back to a session after a drop (the SDKs open a new one). Its app runs
-    # its own conversation: the agent's conversation policies do not apply.
-    capabilities = Capabilities(client_tools=True, images=True, usage_with_turn_end=True, policies=False)
+    # The Live API's client runs the tools it is called for, as long as they
+    # take, and pairs results by id; it cannot come back to a session after a
+    # drop unless it asked for resumption (the SDKs open a new one). Its app
+    # runs its own conversation: the agent's conversation policies do not apply.
+    capabilities = Capabilities(
+        client_tools=True,
+        policies=False,
+        images=True,
+        usage_with_turn_end=True,
+        client_tool_deadline=False,
+        results_by_id=True,
+        cut_replies_repeated=False,
+    )
+    max_message_bytes: ClassVar[int | None] = MAX_MESSAGE_BYTES
+    # The service keeps a resumable session two hours after its app left.
+    kept_after_leaving: ClassVar[float | None] = KEPT_SECONDS
+    # The service sends goAway before it closes any connection.
+    tells_going_away: ClassVar[bool] = True
     # What the operator lets an app ask (its `models`: fnmatch patterns of the
-    # model names a client may give in `setup`, without "models/"); set per
+    # model names a client may give in `setup`, without "models/"), and the
+    # family of the model the session runs (its rules are the app's); set per
     # server by `gemini_doors`.
     policy: ClassVar[GeminiPolicy] = GeminiPolicy()
     allowed_models: ClassVar[tuple[str, ...]] = ()
+    family: ClassVar[ModelFamily] = DEFAULT
 
     def __init__(self, request: Any = None) -> None:
         super().__init__(request)
-        path = request.path.partition("?")[0] if request is not None else ""
-        self.constrained = path.endswith("Constrained")
-        self.version = "v1alpha" if ".v1alpha." in path else "v1beta"
+        found = route(request.path) if request is not None else None
+        self.route: Route = found or Route("v1beta", "BidiGenerateContent")
+        self.constrained = self.route.constrained
+        self.version = self.route.api_version
         self.model: str | None = None  # as the client named it in setup
-        # Audio at another rate than the session's, resampled as it comes:
-        # the rate and its stream (soxr keeps a little of each chunk for the next).
-        self._resampler: tuple[int, soxr.ResampleStream] | None = None
-        # The user's typed turns of clientContent not yet ended by turnComplete
-        # (bounded: MAX_TEXT_CHARS in all).
-        self._typed: list[str] = []
         self._setup: Mapping[str, Any] = {}  # as the app sent it
         self._effective_setup: dict[str, Any] = {}  # as the session runs with it
+        self._events = LiveApiEvents(vertex=self.route.vertex)
+        self._inputs: LiveApiInputs | None = None
         # The app asked for session resumption: it gets handles, and may come
         # back with one on a new socket (`_resuming`: this socket did).
         self._resumption = False
         self._resuming = False
-        # Which transcriptions the app asked for: it gets those only.
-        self._transcribe_input = False
-        self._transcribe_output = False
 
     # ------------------------------------------------------------------ opening
 
@@ -173,11 +169,13 @@ class GeminiLiveDoor(FrontDoor):
 
     def opening(self, frame: str | bytes) -> Opening | ErrorEvent | None:
         message = _message(frame)
-        if "setup" not in message:
+        if len(message) != 1:
             raise invalid(INVALID)
-        setup = message["setup"]
-        if not isinstance(setup, Mapping):
-            raise invalid(INVALID)
+        ((key, setup),) = message.items()
+        if TOP_LEVEL.get(key) is None:
+            raise invalid(f'Invalid JSON payload received. Unknown name "{str(key)[:60]}": Cannot find field.')
+        if TOP_LEVEL[key] != "setup" or not isinstance(setup, Mapping):
+            raise invalid(INVALID)  # setup comes first
         self._setup = setup
         if self.constrained:
             # On the ephemeral tokens' path, what the session runs with (its
@@ -191,13 +189,13 @@ class GeminiLiveDoor(FrontDoor):
             return start
         if not isinstance(resumption, Mapping):
             raise invalid(INVALID)
-        self._resumption = True
+        self._resumption = self._events.resumption = True
         handle = get_field(resumption, "handle")
         if handle is None or handle == "":
             return start
         session_id, _, resume_token = handle.partition(".") if isinstance(handle, str) else ("", "", "")
         if not session_id or not resume_token:
-            raise invalid(INVALID_HANDLE)
+            raise invalid(INVALID_SESSION_HANDLE)
         self._resuming = True
         # The session goes on as it was set up; this setup only finds it.
         return SessionResume(session_id=session_id, resume_token=resume_token, token=start.token)
@@ -217,11 +215,9 @@ class GeminiLiveDoor(FrontDoor):
         return self._resumption
 
     def going_away(self, time_left: float) -> str | None:
-        """The service's goAway, for an app that can come back with its handle;
-        the others learn of it from the close."""
-        if not self._resumption:
-            return None
-        return _DUMPS({"goAway": {"timeLeft": f"{max(0.0, time_left):.3f}s"}})
+        """The service's goAway: the connection ends in `time_left` seconds (an
+        app that asked for resumption comes back with its handle)."""
+        return dumps({"goAway": {"timeLeft": f"{max(0.0, time_left):.3f}s"}})
 
     def admitted(self, start: SessionStart, grant: Grant | None) -> SessionStart:
         """A token minted on `auth_tokens` with a locked setup: the session runs
@@ -237,20 +233,38 @@ class GeminiLiveDoor(FrontDoor):
 
     def _start(self, setup: Mapping[str, Any]) -> SessionStart:
         model = get_field(setup, "model")
-        if not isinstance(model, str) or not model.startswith("models/"):
+        # The message is read whole before its model is looked up.
+        unknown = unknown_field("setup", setup, self.route)
+        if unknown is not None:
+            raise invalid(unknown)
+        name = _model_name(model, self.route)
+        if name is None:
             raise ProtocolError("model_not_found", not_found(str(model or "models/"), self.version), fatal=True)
-        name = model.removeprefix("models/")
         if not self.policy.allows_model(name):
-            raise ProtocolError("model_not_found", not_found(model, self.version), fatal=True)
-        self.model = model
+            shown = repr(name[:100])
+            hint = f"the app asked for model {shown}: allow it with --gemini-model {shown} (or the policy's models)"
+            raise ProtocolError("model_not_found", not_found(str(model), self.version), fatal=True, hint=hint)
+        refused = setup_refusal(setup, self.family, f"models/{name}")
+        if refused is not None:
+            raise invalid(refused)
+        self.model = str(model)
         self._effective_setup = dict(setup)
-        self._transcribe_input = get_field(setup, "inputAudioTranscription") is not None
-        self._transcribe_output = get_field(setup, "outputAudioTranscription") is not None
+        self._events.transcribe_input = get_field(setup, "inputAudioTranscription") is not None
+        self._events.transcribe_output = get_field(setup, "outputAudioTranscription") is not None
+        manual = manual_turns(setup)
+        # Only a family that seeds history this way takes `historyConfig`; 2.5
+        # answers a completed seed whatever it says (Pipecat seeds it so).
+        seeding = initial_history(setup) and self.family.history_flag
+        self._inputs = LiveApiInputs(self.route, self.family, self.policy, manual=manual, seeding=seeding)
+        self._inputs.calls = self._events.calls
+        config = client_config(setup, self.policy)
+        if config is not None and not seeding and config.history_config is not None:
+            config = config.model_copy(update={"history_config": None})
         return SessionStart(
             token=self.credential(),
             input_rate=DEFAULT_INPUT_RATE,
-            turn_taking="manual" if manual_turns(setup) else "auto",
-            config=client_config(setup, self.policy),
+            turn_taking="manual" if manual else "auto",
+            config=config,
         )
 
     # ------------------------------------------------------------------ inputs
@@ -262,158 +276,23 @@ class GeminiLiveDoor(FrontDoor):
         ((key, body),) = message.items()
         kind = TOP_LEVEL.get(key)
         if kind is None:
-            raise invalid(f'Invalid JSON payload received. Unknown name "{key[:60]}": Cannot find field.')
-        if not isinstance(body, Mapping):
-            raise invalid(INVALID)
-        if kind == "realtimeInput":
-            return self._realtime(body)
-        if kind == "clientContent":
-            return self._client_content(body)
-        if kind == "toolResponse":
-            return self._tool_response(body)
+            raise invalid(f'Invalid JSON payload received. Unknown name "{str(key)[:60]}": Cannot find field.')
         if kind == "setup":
             raise invalid(INVALID)  # setup comes once, first
-        return ()  # contextUpdate: not carried to the session yet
-
-    def _realtime(self, body: Mapping[str, Any]) -> list[Input]:
-        out: list[Input] = []
-        chunks = repeated(get_field(body, "mediaChunks"))
-        audio = get_field(body, "audio")
-        if audio is not None:
-            chunks.append(audio)
-        for chunk in chunks:
-            mime = get_field(chunk, "mimeType")
-            # mediaChunks carried video frames too, before `video` had a field of its own.
-            out.append(_image(chunk) if isinstance(mime, str) and mime.startswith("image/") else self._audio(chunk))
-        video = get_field(body, "video")
-        if video is not None:
-            out.append(_image(video))
-        text = get_field(body, "text")
-        if text is not None:
-            out.append(Text(_text(text)))
-        if get_field(body, "activityStart") is not None:
-            out.append(ActivityStart())
-        if get_field(body, "activityEnd") is not None:
-            out.append(ActivityEnd())
-        if get_field(body, "audioStreamEnd"):
-            if self._resampler is not None:  # what the resampler still holds, first
-                _, stream = self._resampler
-                out.append(stream.resample_chunk(np.zeros(0, "<i2"), last=True).astype("<i2").tobytes())
-                self._resampler = None
-            out.append(AudioEnd())
-        return out
-
-    def _client_content(self, body: Mapping[str, Any]) -> list[Input]:
-        # The user's typed turns go to the session as one typed turn once
-        # turnComplete says the content is whole (the model answers then, as
-        # the service's does); the model's turns and other parts cannot be
-        # seeded mid-session yet.
-        texts = self._typed
-        for turn in repeated(get_field(body, "turns")):
-            if not isinstance(turn, Mapping):
-                raise invalid(INVALID)
-            if (get_field(turn, "role") or "user") != "user":
-                raise invalid("Only the user's turns are accepted in clientContent by this endpoint.")
-            parts = []
-            for part in repeated(get_field(turn, "parts")):
-                text = get_field(part, "text")
-                if not isinstance(text, str):
-                    raise invalid("Only text parts are accepted in clientContent by this endpoint.")
-                parts.append(text)
-            texts.append("".join(parts))
-        if sum(map(len, texts)) > MAX_TEXT_CHARS:
-            self._typed = []
-            raise invalid(INVALID)
-        if not get_field(body, "turnComplete"):
-            return []
-        self._typed = []
-        whole = "\n".join(t for t in texts if t)
-        return [Text(whole)] if whole else []
-
-    def _tool_response(self, body: Mapping[str, Any]) -> list[Input]:
-        out: list[Input] = []
-        for response in repeated(get_field(body, "functionResponses")):
-            call_id = get_field(response, "id")
-            name = get_field(response, "name")
-            result = get_field(response, "response")
-            if not isinstance(call_id, str) or not call_id:
-                raise invalid("Function response is missing its call id.")
-            if result is None:
-                result = {}
-            if not isinstance(result, Mapping) or not isinstance(name, (str, type(None))):
-                raise invalid(INVALID)
-            out.append(ToolResult(id=call_id, name=name or "", response=dict(result)))
-        return out
-
-    def _audio(self, chunk: Any) -> bytes:
-        """A chunk's audio at the session's rate (16 kHz), whatever rate it declares."""
-        pcm, rate = _pcm(chunk)
-        if rate == DEFAULT_INPUT_RATE:
-            return pcm
-        if self._resampler is None or self._resampler[0] != rate:
-            self._resampler = (rate, soxr.ResampleStream(rate, DEFAULT_INPUT_RATE, 1, dtype="int16"))
-        samples = np.frombuffer(pcm, "<i2")
-        return self._resampler[1].resample_chunk(samples).astype("<i2").tobytes()
+        if self._inputs is None:  # a session taken over from the fleet: read as it was set up
+            self._inputs = LiveApiInputs(self.route, self.family, self.policy, manual=False, seeding=False)
+            self._inputs.calls = self._events.calls
+        return self._inputs.read(kind, body)
 
     # ------------------------------------------------------------------ events
 
     def event(self, event: ServerEvent) -> str | tuple[str, ...] | None:
-        if isinstance(event, TurnComplete):
-            # A reply cut short by a drop upstream is answered again on the new
-            # connection: to the app it was interrupted (stop playing it), and
-            # the answer follows as the model's next turn.
-            body: dict[str, Any] = {"interrupted": True} if event.reason == "connection_lost" else {"turnComplete": True}
-            if event.reason in _TURN_COMPLETE_REASONS:
-                body["turnCompleteReason"] = event.reason  # the service's; never one of ours
-            message: dict[str, Any] = {"serverContent": body}
-            if event.usage is not None:
-                # In the turn's own message, as the service sends it (Pipecat reads it there).
-                message["usageMetadata"] = _usage(event.usage)
-            return _DUMPS(message)
-        if isinstance(event, Usage):
-            return _DUMPS({"usageMetadata": _usage(event)})
-        if isinstance(event, (SessionStarted, SessionReattached)):
-            if isinstance(event, SessionReattached):
-                self._resuming = False  # found: what ends it from now on ends a session
-            ready = _DUMPS({"setupComplete": {"sessionId": event.session_id}})
-            if event.resume_token is None or not self._resumption:
-                return ready
-            handle = f"{event.session_id}.{event.resume_token}"
-            return ready, _DUMPS({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
-        if isinstance(event, TextEvent):
-            return _content({"modelTurn": {"parts": [{"text": event.text}]}})
-        # Transcripts go out as the service sends them: fragments. The whole
-        # text the session puts together at a turn's end (final) and its
-        # estimate of what was heard of a cut reply are ours, not the
-        # service's: a client that joins the fragments would get them twice.
-        if isinstance(event, TranscriptOutput):
-            if event.final or event.heard or not self._transcribe_output:
-                return None
-            return _content({"outputTranscription": {"text": event.text}})
-        if isinstance(event, TranscriptInput):
-            if event.final or not self._transcribe_input:
-                return None
-            return _content({"inputTranscription": {"text": event.text}})
-        if isinstance(event, TurnInterrupted):
-            return _content({"interrupted": True})
-        if isinstance(event, GenerationComplete):
-            return _content({"generationComplete": True})
-        if isinstance(event, ToolCallEvent):
-            if event.runs_on != "client":
-                return None  # the server runs it: the client has nothing to answer
-            call = {"id": event.id, "name": event.name, "args": event.args}
-            return _DUMPS({"toolCall": {"functionCalls": [call]}})
-        if isinstance(event, ToolCancelled):
-            return _DUMPS({"toolCallCancellation": {"ids": list(event.ids)}})
-        # Our own recovery (session.reconnecting, session.resumed, go-aways),
-        # errors the session goes on after, the session's end (the close says
-        # it) and what the Live API has no message for: this client hears none.
-        return None
+        if isinstance(event, SessionReattached):
+            self._resuming = False  # found: what ends it from now on ends a session
+        return self._events.event(event)
 
     def audio(self, pcm: bytes) -> Sequence[str]:
-        data = base64.b64encode(pcm).decode("ascii")
-        part = {"inlineData": {"mimeType": f"audio/pcm;rate={OUTPUT_RATE}", "data": data}}
-        return (_content({"modelTurn": {"parts": [part]}}),)
+        return self._events.audio(pcm)
 
     # ------------------------------------------------------------------ the end
 
@@ -424,7 +303,7 @@ class GeminiLiveDoor(FrontDoor):
         if self._resuming and (
             error.code == "session_expired" or (error.code == "unauthorized" and error.message.startswith("session.resume:"))
         ):
-            return CLOSE_INVALID, INVALID_HANDLE  # no session for that handle (any more)
+            return CLOSE_POLICY, SESSION_NOT_FOUND  # no session for that handle (any more)
         if error.code == "unauthorized":
             if self.credential() is None:
                 return CLOSE_POLICY, UNREGISTERED
@@ -435,16 +314,27 @@ class GeminiLiveDoor(FrontDoor):
             return CLOSE_INVALID, error.message
         if error.code == "session_expired":
             return CLOSE_NORMAL, error.message
+        if error.code in ("idle_timeout", "server_shutdown"):
+            return CLOSE_DEADLINE, DEADLINE_EXPIRED  # a deadline of ours passed: the service's words for one
         if code == CLOSE_INTERNAL:
             return CLOSE_INTERNAL, "Internal error encountered."
         return code, error.message
 
 
-def gemini_doors(allowed_models: Iterable[str] = (), policy: GeminiPolicy | None = None) -> dict[str, type[GeminiLiveDoor]]:
+def gemini_doors(
+    allowed_models: Iterable[str] = (), policy: GeminiPolicy | None = None, *, model: str | None = None
+) -> dict[str, type[GeminiLiveDoor]]:
     """The Live API's paths, each with a door that allows these model patterns
-    (besides the policy's) and keeps the policy's rules."""
+    (besides the policy's) and keeps the policy's rules, answering for the
+    family of `model` (the model the server runs; by default the first
+    allowed name)."""
     policy = (policy or GeminiPolicy()).with_models(allowed_models)
-    door = type("GeminiLiveDoor", (GeminiLiveDoor,), {"policy": policy, "allowed_models": policy.models})
+    served = model or next(iter(policy.models), "")
+    door = type(
+        "GeminiLiveDoor",
+        (GeminiLiveDoor,),
+        {"policy": policy, "allowed_models": policy.models, "family": family_of(served) if served else DEFAULT},
+    )
     return dict.fromkeys(GEMINI_PATHS, door)
 
 
@@ -467,66 +357,3 @@ def _message(frame: str | bytes) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise invalid(INVALID)
     return obj
-
-
-def _pcm(chunk: Any) -> tuple[bytes, int]:
-    """A realtime audio chunk's PCM16 and its rate, as the service reads them."""
-    mime = get_field(chunk, "mimeType")
-    if not isinstance(mime, str) or not mime.startswith("audio/pcm"):
-        raise invalid(f"Unsupported MIME type for realtimeInput.audio: {str(mime)[:60]!r}.")
-    rate = rate_of(mime)
-    if not MIN_INPUT_RATE <= rate <= MAX_INPUT_RATE:
-        raise invalid(f"Unsupported sample rate {rate} for realtimeInput.audio ({MIN_INPUT_RATE} to {MAX_INPUT_RATE} Hz).")
-    try:
-        pcm = b64decode(get_field(chunk, "data"))
-    except ValueError:
-        raise invalid("Invalid value at 'realtime_input.audio.data' (TYPE_BYTES), Base64 decoding failed.") from None
-    if len(pcm) % 2:
-        raise invalid("Audio data must be whole 16-bit samples.")
-    return pcm, rate
-
-
-def _image(blob: Any) -> Image:
-    """A camera or screen frame, as the service reads `realtimeInput.video`:
-    a JPEG or PNG the session sends the model (within its image limits)."""
-    mime = get_field(blob, "mimeType")
-    if mime not in IMAGE_TYPES:
-        raise invalid(f"Unsupported MIME type for realtimeInput.video: {str(mime)[:60]!r} (send {' or '.join(IMAGE_TYPES)}).")
-    try:
-        data = b64decode(get_field(blob, "data"))
-    except ValueError:
-        raise invalid("Invalid value at 'realtime_input.video.data' (TYPE_BYTES), Base64 decoding failed.") from None
-    try:
-        info = inspect_image(data, mime)
-    except InvalidImage as exc:
-        raise invalid(f"Invalid image in realtimeInput.video: {exc}.") from None
-    return Image(mime_type=mime, data=data, info=info)
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or len(value) > MAX_TEXT_CHARS:
-        raise invalid(INVALID)
-    return value
-
-
-def _content(body: dict[str, Any]) -> str:
-    return _DUMPS({"serverContent": body})
-
-
-def _usage(usage: Usage) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for field, value in (
-        ("promptTokenCount", usage.prompt_tokens),
-        ("responseTokenCount", usage.response_tokens),
-        ("totalTokenCount", usage.total_tokens),
-        ("cachedContentTokenCount", usage.cached_tokens),
-        ("thoughtsTokenCount", usage.thoughts_tokens),
-        ("toolUsePromptTokenCount", usage.tool_use_prompt_tokens),
-    ):
-        if value is not None:
-            out[field] = value
-    for kind, modalities in (usage.by_modality or {}).items():
-        name = _USAGE_DETAILS.get(kind)
-        if name is not None:
-            out[name] = [{"modality": m, "tokenCount": n} for m, n in modalities.items()]
-    return out

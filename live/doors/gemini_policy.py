@@ -10,7 +10,8 @@
     # case, and `-` `.` `:` against `_`, make no difference.
     remove_tools = ["delete_*", "transfer_money"]
     # The kinds of tools the service runs itself an app may declare
-    # (google_search, code_execution, url_context); the others are removed.
+    # (google_search, code_execution, url_context, google_maps, ...; by
+    # default all of them); the others are removed.
     builtin_tools = ["google_search"]
 
 Every key is optional. What the policy removes is removed quietly, as the
@@ -36,7 +37,13 @@ from typing import Any
 
 __all__ = ["BUILTIN_TOOL_KINDS", "GeminiPolicy", "PolicyError", "name_key", "valid_function_name"]
 
-BUILTIN_TOOL_KINDS = ("google_search", "code_execution", "url_context", "google_search_retrieval")
+# The kinds of tools the service runs itself (google-genai's Tool fields other
+# than function declarations): the Gemini API's, and Vertex AI's own.
+BUILTIN_TOOL_KINDS = (
+    "google_search", "code_execution", "url_context", "google_search_retrieval", "google_maps",
+    "computer_use", "file_search", "mcp_servers", "retrieval", "enterprise_web_search",
+    "parallel_ai_search", "exa_ai_search",
+)
 # The API's rule for a function's name (google-genai's FunctionDeclaration.name):
 # "Must start with a letter or an underscore. Must be a-z, A-Z, 0-9, or contain
 # underscores, dots, colons and dashes, with a maximum length of 128."

@@ -1,6 +1,8 @@
 """A Live API app's `setup` as the endpoint reads it: what of it a session
-honours (`client_config`), whether the app marks its own turns, and the
-service's refusal when a field has the wrong shape. No I/O; the door and the
+honours (`client_config`), whether the app marks its own turns, and what the
+service refuses in it, in the service's words (`setup_refusal`): a field it
+does not know on the app's path and version, a field the Live API does not
+support, a setting the model's family refuses. No I/O; the door and the
 `auth_tokens` route (a token's locked setup) read setups the same way.
 """
 
@@ -13,10 +15,27 @@ import pydantic
 from google.genai import types
 
 from live.doors.gemini_policy import BUILTIN_TOOL_KINDS, GeminiPolicy, valid_function_name
-from live.liveapi import INVALID, get_field
+from live.families import ModelFamily
+from live.liveapi import (
+    AFFECTIVE_REFUSED,
+    INVALID,
+    PROACTIVE_OFF_REFUSED,
+    THINKING_REFUSED,
+    get_field,
+    modalities_refused,
+)
 from live.protocol import ProtocolError
 
-__all__ = ["SAMPLING", "check_setup", "client_config", "invalid", "manual_turns", "repeated", "snake"]
+__all__ = [
+    "SAMPLING",
+    "check_setup",
+    "client_config",
+    "invalid",
+    "manual_turns",
+    "repeated",
+    "setup_refusal",
+    "snake",
+]
 
 
 def invalid(reason: str) -> ProtocolError:
@@ -32,16 +51,72 @@ def manual_turns(setup: Mapping[str, Any]) -> bool:
     return get_field(detection, "disabled") is True
 
 
+def initial_history(setup: Mapping[str, Any]) -> bool:
+    """The app seeds its history first (`historyConfig.initialHistoryInClientContent`):
+    the service takes only client content until one completes a turn."""
+    return get_field(get_field(setup, "historyConfig"), "initialHistoryInClientContent") is True
+
+
 def check_setup(setup: Mapping[str, Any], policy: GeminiPolicy) -> None:
     """Raise `ProtocolError` (invalid_argument) if a setup's fields have the wrong shape."""
     client_config(setup, policy)
     manual_turns(setup)
 
 
+# generationConfig's fields the Live API does not support (its reference: "The
+# following fields are not supported: ..."); what the service answers is not
+# documented: the strictest reading, its 1007.
+UNSUPPORTED_GENERATION = (
+    "responseLogprobs", "responseMimeType", "logprobs", "responseSchema",
+    "responseJsonSchema", "stopSequences", "routingConfig", "audioTimestamp",
+)
+
+
+def setup_refusal(setup: Mapping[str, Any], family: ModelFamily, model: str) -> str | None:
+    """Why the service refuses this setup, its fields all known (a 1007 reason,
+    in its words), or None: a generation field the Live API does not support,
+    what the family of the model refuses."""
+    generation = get_field(setup, "generationConfig")
+    if not isinstance(generation or {}, Mapping):
+        return INVALID
+    generation = generation or {}
+    if any(get_field(generation, name) is not None for name in UNSUPPORTED_GENERATION):
+        return INVALID
+    modalities = get_field(generation, "responseModalities")
+    if isinstance(modalities, list) and modalities:
+        asked = [str(m).upper() for m in modalities]
+        if any(m not in family.modalities for m in asked):
+            return modalities_refused(asked, model, family.modalities)
+    if not family.thinking_config and get_field(generation, "thinkingConfig") is not None:
+        return THINKING_REFUSED
+    if not family.affective_dialog and get_field(generation, "enableAffectiveDialog") is not None:
+        return AFFECTIVE_REFUSED
+    if not family.proactive_audio_off and get_field(get_field(setup, "proactivity"), "proactiveAudio") is False:
+        return PROACTIVE_OFF_REFUSED
+    return None
+
+
+# Setup objects an app's session takes as they are, by the LiveConnectConfig
+# field each becomes: how the model hears the app (its voice detection, the
+# transcriptions' options), its context window, proactivity, the history it
+# seeds, and what the service does with the session (avatar, safety, labels).
+_AS_GIVEN: dict[str, tuple[str, Any]] = {
+    "realtimeInputConfig": ("realtime_input_config", types.RealtimeInputConfig),
+    "contextWindowCompression": ("context_window_compression", types.ContextWindowCompressionConfig),
+    "inputAudioTranscription": ("input_audio_transcription", types.AudioTranscriptionConfig),
+    "outputAudioTranscription": ("output_audio_transcription", types.AudioTranscriptionConfig),
+    "proactivity": ("proactivity", types.ProactivityConfig),
+    "historyConfig": ("history_config", types.HistoryConfig),
+    "avatarConfig": ("avatar_config", types.AvatarConfig),
+    "labels": ("labels", None),
+}
+
+
 def client_config(setup: Mapping[str, Any], policy: GeminiPolicy) -> types.LiveConnectConfig | None:
     """What of an app's setup its session honours, within the operator's
     policy: its system instruction (after the policy's), its tools (less those
-    the policy removes), its generation settings."""
+    the policy removes), its generation settings, and the rest of its setup
+    but its resumption (the server resumes Google's connection itself)."""
     fields: dict[str, Any] = {}
     try:
         instruction = get_field(setup, "systemInstruction")
@@ -54,28 +129,7 @@ def client_config(setup: Mapping[str, Any], policy: GeminiPolicy) -> types.LiveC
             text = "".join(part.text or "" for part in (own.parts or [])) if own is not None else ""
             joined = "\n\n".join(t for t in (policy.instruction, text) if t)
             fields["system_instruction"] = types.Content(parts=[types.Part(text=joined)])
-        tools = []
-        declarations = []
-        for tool in repeated(get_field(setup, "tools")):
-            if not isinstance(tool, Mapping):
-                raise invalid(INVALID)
-            for declaration in repeated(get_field(tool, "functionDeclarations")):
-                declared = types.FunctionDeclaration.model_validate(declaration)
-                if not valid_function_name(declared.name):
-                    raise invalid(
-                        f"Invalid function name {str(declared.name)[:80]!r}: it must start with a letter or an "
-                        "underscore and hold only a-z, A-Z, 0-9, underscores, dots, colons and dashes, "
-                        "at most 128 characters."
-                    )
-                if policy.keeps_function(declared.name):
-                    declarations.append(declared)
-            # The kinds the service runs itself (a search, code execution) go
-            # to the model as the app declared them, those the policy allows.
-            builtin = {k: v for k, v in tool.items() if snake(k) in BUILTIN_TOOL_KINDS and policy.keeps_builtin(snake(k))}
-            if builtin:
-                tools.append(types.Tool.model_validate(builtin))
-        if declarations:
-            tools.insert(0, types.Tool(function_declarations=declarations))
+        tools = app_tools(get_field(setup, "tools"), policy)
         if tools:
             fields["tools"] = tools
         generation = get_field(setup, "generationConfig") or {}
@@ -88,10 +142,17 @@ def client_config(setup: Mapping[str, Any], policy: GeminiPolicy) -> types.LiveC
         thinking = get_field(generation, "thinkingConfig")
         if thinking is not None:
             fields["thinking_config"] = types.ThinkingConfig.model_validate(thinking)
-        for name in ("proactivity", "enableAffectiveDialog"):
-            value = get_field(setup, name)
-            if value is not None:
-                fields[snake(name)] = value
+        affective = get_field(generation, "enableAffectiveDialog")
+        if affective is not None:
+            fields["enable_affective_dialog"] = affective
+        translation = get_field(generation, "translationConfig")
+        if translation is not None:
+            fields["translation_config"] = types.TranslationConfig.model_validate(translation)
+        generation_only = {snake(name): get_field(generation, name) for name in GENERATION_ONLY}
+        if any(value is not None for value in generation_only.values()):
+            fields["generation_config"] = types.GenerationConfig(
+                **{name: value for name, value in generation_only.items() if value is not None}
+            )
         modalities = get_field(generation, "responseModalities")
         if modalities:
             names = [m.upper() if isinstance(m, str) else m for m in repeated(modalities)]
@@ -101,14 +162,50 @@ def client_config(setup: Mapping[str, Any], policy: GeminiPolicy) -> types.LiveC
         speech = get_field(generation, "speechConfig")
         if speech is not None:
             fields["speech_config"] = types.SpeechConfig.model_validate(speech)
+        for key, (name, kind) in _AS_GIVEN.items():
+            value = get_field(setup, key)
+            if value is not None:
+                fields[name] = value if kind is None else kind.model_validate(value)
+        safety = get_field(setup, "safetySettings")
+        if safety is not None:
+            fields["safety_settings"] = [types.SafetySetting.model_validate(item) for item in repeated(safety)]
         config = types.LiveConnectConfig(**fields) if fields else None
     except (pydantic.ValidationError, ValueError, TypeError, AttributeError):
         raise invalid(INVALID) from None
     return config
 
 
+def app_tools(value: Any, policy: GeminiPolicy) -> list[types.Tool]:
+    """An app's `tools` as its session declares them: its functions (less those
+    the policy removes) first, then the kinds the service runs itself that the
+    policy allows, as the app declared them."""
+    tools = []
+    declarations = []
+    for tool in repeated(value):
+        if not isinstance(tool, Mapping):
+            raise invalid(INVALID)
+        for declaration in repeated(get_field(tool, "functionDeclarations")):
+            declared = types.FunctionDeclaration.model_validate(declaration)
+            if not valid_function_name(declared.name):
+                raise invalid(
+                    f"Invalid function name {str(declared.name)[:80]!r}: it must start with a letter or an "
+                    "underscore and hold only a-z, A-Z, 0-9, underscores, dots, colons and dashes, "
+                    "at most 128 characters."
+                )
+            if policy.keeps_function(declared.name):
+                declarations.append(declared)
+        builtin = {k: v for k, v in tool.items() if snake(k) in BUILTIN_TOOL_KINDS and policy.keeps_builtin(snake(k))}
+        if builtin:
+            tools.append(types.Tool.model_validate(builtin))
+    if declarations:
+        tools.insert(0, types.Tool(function_declarations=declarations))
+    return tools
+
+
 # generationConfig's fields an app may set for its session, as they are.
 SAMPLING = ("temperature", "topP", "topK", "maxOutputTokens", "seed", "mediaResolution")
+# Those the session's config carries inside its generationConfig only.
+GENERATION_ONLY = ("candidateCount", "presencePenalty", "frequencyPenalty")
 
 
 def snake(name: str) -> str:

@@ -13,10 +13,13 @@ from collections.abc import Sequence
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
 from live.protocol import (
     ErrorEvent,
+    ModelSignal,
+    ResumptionPoint,
     ServerEvent,
     SessionClose,
     SessionResume,
     SessionStart,
+    TextEvent,
     encode,
     parse_client_message,
 )
@@ -46,7 +49,11 @@ class NativeDoor(FrontDoor):
         # Binary frames never come here (raw_audio: the session takes them as they are).
         return (parse_client_message(frame),)
 
-    def event(self, event: ServerEvent) -> str:
+    def event(self, event: ServerEvent) -> str | None:
+        if type(event) is ModelSignal or type(event) is ResumptionPoint:
+            return None  # another service's own messages: not on this protocol's wire
+        if type(event) is TextEvent and event.thought:
+            return None
         return encode(event)
 
     def audio(self, pcm: bytes) -> Sequence[bytes]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from google.genai import types
 
 from live.engine.actions import Action, SendEvent, ToUpstream
+from live.llm import ClientTurns, RealtimeText
 from live.protocol import TurnComplete
 from live.engine.session_state import ToolCall, ToolState, TurnState, tool_context_content
 
@@ -33,6 +34,15 @@ class Handover:
     epoch: int
     turn: TurnState
     transcript: Transcript
+    _appended: list[ClientTurns]
+    _replay: list[types.Content | ClientTurns]
+    # False: a reply a lost connection cut short is not asked again (its
+    # client heard its start: the question and what was said of the reply
+    # are told to the new connection as context instead).
+    cut_replies_repeated: bool = True
+    _reply_said: list[str]
+    _reply_texts: list[str]
+    _retold: list[ClientTurns]  # appended content on its way to a new connection
 
     def for_connection(self, content: types.Content) -> types.Content:
         """What of `content` the current connection may take, decided as it is sent.
@@ -84,13 +94,22 @@ class Handover:
         del self._notes[id(content)]
         return entry[1], entry[2]
 
-    def content_sent(self, content: types.Content, now: float | None = None) -> None:
+    def content_sent(self, content: types.Content | ClientTurns | RealtimeText, now: float | None = None) -> None:
         """A content reached the model's connection.
 
-        A typed user turn (or a context note) is then owed a reply; function
-        responses are recorded as taken by this connection, until a handle
-        covers them.
+        A typed user turn (or a context note, or realtime text) is then owed a
+        reply; function responses are recorded as taken by this connection,
+        until a handle covers them; client content that completes no turn is
+        kept until a handle holds it.
         """
+        if isinstance(content, RealtimeText):
+            self._sent_unseen = True
+            self._owed.append(types.Content(role="user", parts=[types.Part(text=content.text)]))
+            self.transcript.user(content.text)
+            return
+        if isinstance(content, ClientTurns):
+            self._client_turns_sent(content)
+            return
         parts = content.parts or []
         if not parts:
             return
@@ -122,6 +141,30 @@ class Handover:
             self._owed.append(content)
             self.transcript.user("".join(p.text or "" for p in parts))
 
+    def _client_turns_sent(self, content: ClientTurns) -> None:
+        """Client content reached the model: its turns join the transcript; a
+        completed one is owed a reply (its user's words), one that completes
+        nothing (or the initial history) is held until a handle covers it."""
+        self._sent_unseen = True
+        texts = []
+        retold = next((i for i, c in enumerate(self._retold) if c is content), None)
+        if retold is not None:  # told again to a new connection: in the transcript already
+            del self._retold[retold]
+            self._appended.append(content)
+            return
+        for turn in content.turns:
+            text = "".join(part.text or "" for part in turn.parts or () if not part.thought)
+            if turn.role == "model":
+                self.transcript.model(text)
+            elif text:
+                self.transcript.user(text)
+                texts.append(text)
+        if content.turn_complete and not content.initial:
+            if texts:
+                self._owed.append(types.Content(role="user", parts=[types.Part(text="\n".join(texts))]))
+        elif content.turns:
+            self._appended.append(content)
+
     def _told(self, call: ToolCall) -> None:
         """A call's result reached the model: into the transcript, once."""
         if not call.told and call.response is not None:
@@ -143,6 +186,8 @@ class Handover:
                     self._told(call)
         self._replay = []
         self._owed = []
+        self._appended = []
+        self._retold = []
         self._answerable = 0
         for call in self.tools.values():
             if call.told:
@@ -163,6 +208,19 @@ class Handover:
         actions: list[Action] = []
         if self.turn is not TurnState.LISTENING:
             actions.append(SendEvent(TurnComplete("connection_lost")))
+            if not self.cut_replies_repeated and self._answerable:
+                # Its client heard the reply begin: the question is not asked
+                # again (its words would come twice); the new connection is
+                # told what was asked and what was said of the reply.
+                asked = self._owed[: self._answerable]
+                del self._owed[: self._answerable]
+                said = ("".join(self._reply_said) or "".join(self._reply_texts)).strip()
+                cut = types.Content(role="model", parts=[types.Part(text=said)]) if said else None
+                self._appended.append(ClientTurns((*asked, *((cut,) if cut else ())), False))
+                if said:
+                    self.transcript.model(said)
+                self._reply_texts = []
+        self._reply_said = []
         self.turn = TurnState.LISTENING
         self.user_speaking = False
         self._hearing_user = False
@@ -198,12 +256,17 @@ class Handover:
         replay.extend(typed)
         self._owed = []
         self._answerable = 0
+        # Content appended without a reply, that no handle holds: first, again.
+        appended = [ClientTurns(tuple(t for c in self._appended for t in c.turns), False)] if self._appended else []
+        self._appended = []
+        self._retold = list(appended)
+        self._replay = list(appended)
         # Notes still waiting in the upstream queue keep their entries: they go to
         # the next connection, and their calls are tracked once they are sent.
         if replay:
             joined = _joined_turn(replay)
             self._remember_note(joined, told, typed)
-            self._replay = [joined]
+            self._replay.append(joined)
         return actions
 
     def connection_resumed(self, now: float) -> list[Action]:

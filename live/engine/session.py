@@ -35,7 +35,6 @@ from __future__ import annotations
 import base64
 import collections
 import dataclasses
-import uuid
 import weakref
 from typing import Any
 
@@ -56,19 +55,23 @@ from live.engine.actions import (
 )
 from live.families import DEFAULT, ModelFamily
 from live.engine.handover import Handover
-from live.engine.session_state import ToolCall, ToolState, TurnState, function_response_content
+from live.engine.session_state import ToolCall, ToolState, TurnState
+from live.engine.tools import ToolRules
 from live.engine.transcript import Transcript
-from live.llm import AUDIO_STREAM_END, LlmResponse
+from live.llm import AUDIO_STREAM_END, ClientTurns, ContextChange, LlmResponse, RealtimeText
 from live.protocol import (
     Playback,
     CodeEvent,
     CodeResultEvent,
     DataEvent,
     Grounding,
+    ModelSignal,
     ActivityEnd,
     ActivityStart,
     AudioEnd,
+    ClientContent,
     ClientMessage,
+    ContextUpdate,
     ErrorEvent,
     GenerationComplete,
     Image,
@@ -78,10 +81,7 @@ from live.protocol import (
     SessionStart,
     Text,
     TextEvent,
-    ToolCallEvent,
-    ToolCancelled,
     ToolResult,
-    ToolResultEvent,
     TranscriptInput,
     TranscriptOutput,
     TurnComplete,
@@ -140,11 +140,27 @@ def _usage_event(usage: types.UsageMetadata) -> Usage:
     )
 
 
-class SessionCore(Handover):
+def _signal_of(response: LlmResponse) -> dict[str, Any]:
+    """What of a model response the session passes on as it came (`ModelSignal`)."""
+    signal: dict[str, Any] = {}
+    if response.voice_activity is not None:
+        signal["voice_activity"] = response.voice_activity
+    if response.waiting_for_input:
+        signal["waiting_for_input"] = True
+    if response.url_context_metadata is not None:
+        signal["url_context_metadata"] = response.url_context_metadata
+    if response.interim_input_transcription is not None:
+        signal["interim_input_transcription"] = response.interim_input_transcription
+    return signal
+
+
+class SessionCore(Handover, ToolRules):
     """Turn, tool and interruption bookkeeping for one started session.
 
     `server_tools` names the tools the server runs; calls for any other name go to
-    the client. `client_tool_timeout` bounds how long a client-run call may take.
+    the client. `client_tool_timeout` bounds how long a client-run call may take
+    (None: as long as the client takes); `results_by_id`: a client's result is
+    paired with its call by id alone (`live.engine.tools`).
     `manual_activity` says the client marks the user's turns itself
     (`activity.start` / `activity.end`); otherwise those messages are refused
     with an error, since the model rejects them while its own detection is on.
@@ -163,7 +179,9 @@ class SessionCore(Handover):
         *,
         input_rate: int,
         server_tools: frozenset[str] = frozenset(),
-        client_tool_timeout: float = 30.0,
+        client_tool_timeout: float | None = 30.0,
+        results_by_id: bool = False,
+        cut_replies_repeated: bool = True,
         manual_activity: bool = False,
         server_turns: bool = False,
         max_image_bytes: int = 512 * 1024,
@@ -179,6 +197,7 @@ class SessionCore(Handover):
         self._audio_fields = frozenset(self._audio_blob.model_fields_set | {"data"})
         self.server_tools = server_tools
         self.client_tool_timeout = client_tool_timeout
+        self.results_by_id = results_by_id
         self.manual_activity = manual_activity and not server_turns
         self.server_turns = server_turns
         self.turn = TurnState.LISTENING
@@ -207,7 +226,11 @@ class SessionCore(Handover):
         # reference to its content and goes when the content does: an id is an
         # address, and CPython gives a dead note's address to later objects.
         self._notes: dict[int, tuple[weakref.ref[types.Content], list[str], list[types.Content]]] = {}
-        self._replay: list[types.Content] = []
+        self._replay: list[types.Content | ClientTurns] = []
+        # Client content that completed no turn (appended to the conversation)
+        # and that no handle holds yet: told again to a new connection.
+        self._appended: list[ClientTurns] = []
+        self._retold: list[ClientTurns] = []
         self.max_image_bytes = max_image_bytes
         self.max_image_rate = max_image_rate
         self._image_burst = max(1, round(max_image_rate))
@@ -224,6 +247,8 @@ class SessionCore(Handover):
         # The conversation as heard, to seed a fresh connection (live.engine.transcript).
         self.transcript = Transcript()
         self._reply_texts: list[str] = []  # text parts of the reply in progress
+        self._reply_said: list[str] = []  # its output transcript fragments
+        self.cut_replies_repeated = cut_replies_repeated
         self._reply_transcribed = False  # its final transcript is in the transcript
         self.images_accepted = 0
         self.images_refused = 0
@@ -275,6 +300,8 @@ class SessionCore(Handover):
             return self.client_image(message, now)
         if isinstance(message, Playback):
             return [PlaybackReported(message.played)]
+        if isinstance(message, ContextUpdate):
+            return [ToUpstream(ContextChange(message.config))]
         if isinstance(message, (ActivityStart, ActivityEnd)) and self.server_turns:
             return [
                 SendEvent(
@@ -303,15 +330,22 @@ class SessionCore(Handover):
         # What follows starts a new user turn of the client's own: late audio of an
         # interrupted reply can no longer be on its way, and the model owes a reply.
         self._end_interruption()
+        if isinstance(message, ToolResult):
+            return self._client_tool_result(message, now)
+        if isinstance(message, ClientContent):
+            turns = ClientTurns(message.turns, message.turn_complete, message.initial)
+            if message.turn_complete and not message.initial:
+                self.awaiting_reply_since = now
+            return [ToUpstream(turns)]
         self.awaiting_reply_since = now
         if isinstance(message, ActivityEnd):
             self.user_speaking = False
             return [ToUpstream(types.ActivityEnd())]
-        if isinstance(message, Text):
-            content = types.Content(role="user", parts=[types.Part(text=message.text)])
-            return [ToUpstream(content)]
-        assert isinstance(message, ToolResult)
-        return self._client_tool_result(message)
+        assert isinstance(message, Text)
+        if message.realtime:
+            return [ToUpstream(RealtimeText(message.text))]
+        content = types.Content(role="user", parts=[types.Part(text=message.text)])
+        return [ToUpstream(content)]
 
     def turn_started(self) -> types.ActivityStart:
         """The server heard the user's turn begin (`server_turns`): the signal for the model."""
@@ -380,45 +414,6 @@ class SessionCore(Handover):
         actions.append(ImageUpstream(blob))
         return actions
 
-    def _client_tool_result(self, message: ToolResult) -> list[Action]:
-        call = self.tools.get(message.id)
-        if call is None or call.runs_on != "client":
-            return [
-                SendEvent(
-                    ErrorEvent(
-                        "unknown_tool_call",
-                        f"tool.result for {message.id!r}: no call with that id is waiting "
-                        "for the client",
-                    )
-                )
-            ]
-        if call.state is not ToolState.PENDING:
-            return [
-                SendEvent(
-                    ErrorEvent(
-                        "tool_call_closed",
-                        f"tool.result for {message.id!r} came too late: the call was "
-                        f"already {call.state.value}",
-                    )
-                )
-            ]
-        if message.name != call.name:
-            return [
-                SendEvent(
-                    ErrorEvent(
-                        "invalid_field",
-                        f"tool.result for {message.id!r} names {message.name!r}, but the "
-                        f"call was to {call.name!r}",
-                    )
-                )
-            ]
-        call.state = ToolState.ANSWERED
-        call.response = message.response
-        return [
-            CancelTool(message.id),
-            ToUpstream(function_response_content(message.id, call.name, message.response)),
-        ]
-
     # -------------------------------------------------------------- model side
 
     def model_response(self, response: LlmResponse, now: float) -> list[Action]:
@@ -474,6 +469,9 @@ class SessionCore(Handover):
                 self.user_speaking = True
             elif kind is types.VoiceActivityType.ACTIVITY_END:
                 self.user_speaking = False
+        signal = _signal_of(response)
+        if signal:
+            actions.append(SendEvent(ModelSignal(signal)))
         if response.input_transcription is not None:
             t = response.input_transcription
             if t.text or t.finished:
@@ -489,6 +487,8 @@ class SessionCore(Handover):
             t = response.output_transcription
             if t.text or t.finished:
                 actions.append(SendEvent(TranscriptOutput(t.text or "", bool(t.finished))))
+            if t.text and not t.finished:
+                self._reply_said.append(t.text)  # what the client heard of the reply so far
             if t.finished and t.text:
                 self.transcript.model(t.text)
                 self._reply_transcribed = True
@@ -528,12 +528,13 @@ class SessionCore(Handover):
             self._generated = []
             self._answerable = 0
             self.turn = TurnState.LISTENING
-            reason = response.turn_complete_reason
+            reason = response.turn_complete_reason.value if response.turn_complete_reason else None
+            interaction = status.value if status is not None else None
             if usage is not None and self.usage_with_turn_end:
-                actions.append(SendEvent(TurnComplete(reason.value if reason else None, usage=_usage_event(usage))))
+                actions.append(SendEvent(TurnComplete(reason, usage=_usage_event(usage), interaction=interaction)))
                 usage = None
             else:
-                actions.append(SendEvent(TurnComplete(reason.value if reason else None)))
+                actions.append(SendEvent(TurnComplete(reason, interaction=interaction)))
         if usage is not None:
             actions.append(SendEvent(_usage_event(usage)))
         if response.go_away_time_left is not None:
@@ -564,6 +565,7 @@ class SessionCore(Handover):
         if self._sent_unseen:
             return
         self._owed.clear()
+        self._appended.clear()
         self._answerable = 0
         for call in self.tools.values():
             if call.sent_epoch == self.epoch or call.state is ToolState.CANCELLED:
@@ -604,6 +606,10 @@ class SessionCore(Handover):
                 self._responding()
             self._reply_texts.append(part.text)
             actions.append(SendEvent(TextEvent(part.text, partial)))
+        elif part.text:
+            # A summary of the model's thinking (includeThoughts): for a door
+            # that passes it on; no part of the reply or the transcript.
+            actions.append(SendEvent(TextEvent(part.text, partial, thought=True)))
 
     def _late_tail(self, text: str, actions: list[Action]) -> None:
         """The tail of a reply's transcript after the reply ended: it belongs to
@@ -617,6 +623,7 @@ class SessionCore(Handover):
         if self._reply_texts and not self._reply_transcribed:
             self.transcript.model("".join(self._reply_texts))
         self._reply_texts = []
+        self._reply_said = []
         self._reply_transcribed = False
 
     def _responding(self) -> None:
@@ -624,94 +631,6 @@ class SessionCore(Handover):
         self.turn = TurnState.RESPONDING
         self._answerable = len(self._owed)
         self._sent_unseen = False
-
-    def _tool_call(self, call: types.FunctionCall) -> list[Action]:
-        # A new call means a new generation: nothing late can follow the interrupted one.
-        self._end_interruption()
-        self._sent_unseen = False
-        call_id = call.id or f"live-{uuid.uuid4().hex[:12]}"
-        if call.id != call_id:
-            call = call.model_copy(update={"id": call_id})
-        name = call.name or ""
-        runs_on = "server" if name in self.server_tools else "client"
-        self._forget_closed_calls()
-        args = dict(call.args or {})
-        self.tools[call_id] = ToolCall(name=name, runs_on=runs_on, args=args, epoch=self.epoch)
-        self.transcript.call(name, args)
-        self._update_hold()
-        event = SendEvent(ToolCallEvent(call_id, name, args, runs_on))
-        if runs_on == "server":
-            return [event, RunTool(call)]
-        return [event, AwaitClientTool(call, self.client_tool_timeout)]
-
-    def _cancel_tools(self, ids: tuple[str, ...]) -> list[Action]:
-        actions: list[Action] = []
-        cancelled = []
-        for call_id in ids:
-            call = self.tools.get(call_id)
-            if call is None or call.state is not ToolState.PENDING:
-                continue
-            call.state = ToolState.CANCELLED
-            cancelled.append(call_id)
-            actions.append(CancelTool(call_id))
-        if cancelled:
-            self._update_hold()
-            actions.append(SendEvent(ToolCancelled(tuple(cancelled))))
-        return actions
-
-    # -------------------------------------------------------------- tool side
-
-    def tool_finished(self, call_id: str, response: dict[str, Any], now: float) -> list[Action]:
-        """A server tool returned (or failed: `response` then holds an `error`)."""
-        call = self.tools.get(call_id)
-        if call is None or call.state is not ToolState.PENDING:
-            return []
-        call.state = ToolState.ANSWERED
-        call.response = response
-        scheduling = self.scheduling.get(call.name)
-        if scheduling is not types.FunctionResponseScheduling.SILENT:
-            self.awaiting_reply_since = now  # a SILENT result is taken in without a word
-        return [
-            ToUpstream(function_response_content(call_id, call.name, response, scheduling)),
-            SendEvent(ToolResultEvent(call_id, call.name, response)),
-        ]
-
-    def client_tool_expired(self, call_id: str, now: float) -> list[Action]:
-        """The client did not answer a call in time: the model still gets an answer."""
-        call = self.tools.get(call_id)
-        if call is None or call.state is not ToolState.PENDING:
-            return []
-        call.state = ToolState.TIMED_OUT
-        self.awaiting_reply_since = now
-        message = (
-            f"the client did not return a result for {call.name!r} within "
-            f"{self.client_tool_timeout:g} s"
-        )
-        response = {"error": message}
-        call.response = response
-        return [
-            ToUpstream(function_response_content(call_id, call.name, response)),
-            SendEvent(ErrorEvent("tool_timeout", f"tool call {call_id!r}: {message}")),
-        ]
-
-    @property
-    def pending_tool_calls(self) -> list[str]:
-        return [i for i, c in self.tools.items() if c.state is ToolState.PENDING]
-
-    @property
-    def call_owed(self) -> bool:
-        """The current connection made a call that has not been answered on it yet."""
-        epoch = self.epoch
-        return any(
-            c.epoch == epoch and c.sent_epoch != epoch and c.state is not ToolState.CANCELLED
-            for c in self.tools.values()
-        )
-
-    def _update_hold(self) -> None:
-        """`holds_realtime`: realtime input must wait, since this model takes none
-        while a call is owed. Kept current where calls are made, answered,
-        cancelled, or their connection replaced (read per model message)."""
-        self.holds_realtime = not self.family.realtime_input_while_call_owed and self.call_owed
 
     @property
     def at_safe_point(self) -> bool:
@@ -733,21 +652,6 @@ class SessionCore(Handover):
         """The model owes a reply (to a user turn or a tool result) for too long."""
         since = self.awaiting_reply_since
         return since is not None and now - since > timeout
-
-    def _forget_closed_calls(self, keep: int = 256) -> None:
-        """Bound the call table: closed calls are kept only to explain late results."""
-        if len(self.tools) <= 2 * keep:
-            return
-        # Never a call whose response is queued or uncovered (it may still have to
-        # be told to a new connection), unless the table is far past its bound.
-        far_past = len(self.tools) > 4 * keep
-        closed = [
-            i
-            for i, c in self.tools.items()
-            if c.state is not ToolState.PENDING and (c.covered or far_past)
-        ]
-        for call_id in closed[: len(closed) - keep]:
-            del self.tools[call_id]
 
     def _end_interruption(self) -> None:
         if self.turn is TurnState.INTERRUPTED:

@@ -360,6 +360,26 @@ class Fleet:
             return
         self._store_answered()
 
+    async def park(self, session_id: str, state: dict[str, Any], seconds: float) -> bool:
+        """A session whose client left and may come back for `seconds` (a Live
+        API app, within the service's two hours): its facts are kept that long,
+        and its lease and slot let go; whichever server the client comes back
+        to takes it over. False when the store failed (the session is lost)."""
+        self._saved.pop(session_id, None)
+        self._changed.discard(session_id)
+        self._gone.discard(session_id)
+        store = self.store
+        try:
+            await store.save_state(session_id, json.loads(json.dumps(state, default=str)), seconds)
+            await store.release(session_id, self.server_id)
+            if self.max_sessions_global is not None:
+                await store.release_slot(session_id)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return False
+        self._store_answered()
+        return True
+
     async def _let_go(self, session_id: str, keep_state: bool) -> None:
         store = self.store
         released = await store.release(session_id, self.server_id, delete_state=not keep_state)

@@ -18,7 +18,7 @@ from typing import Any
 
 import websockets.asyncio.server
 
-__all__ = ["LAYERS", "serve_with"]
+__all__ = ["LAYERS", "limit_messages", "serve_with"]
 
 log = logging.getLogger("live.server")
 
@@ -40,6 +40,17 @@ def serve_with(layer: str) -> tuple[str, Callable[..., contextlib.AbstractAsyncC
         else:
             return "picows", serve
     return "websockets", _serve_websockets
+
+
+def limit_messages(connection: Any, max_size: int) -> None:
+    """The largest message `connection` takes from now on (set at its handshake,
+    for the path it asked for, within what its server listens with): a larger
+    one closes it with 1009, as `serve`'s `max_size` would."""
+    protocol = getattr(connection, "protocol", None)
+    if protocol is not None and hasattr(protocol, "max_message_size"):  # websockets
+        protocol.max_message_size = max_size
+    elif hasattr(connection, "_max_size"):  # live.net.websocket
+        connection._max_size = max_size
 
 
 class _ServerConnection(websockets.asyncio.server.ServerConnection):

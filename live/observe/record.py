@@ -43,7 +43,7 @@ from typing import IO, Any
 
 from google.genai import types
 
-from live.llm import AudioStreamEnd, LlmResponse, RealtimeInput
+from live.llm import AudioStreamEnd, ClientTurns, LlmResponse, RealtimeInput, RealtimeText
 
 __all__ = [
     "Record",
@@ -63,7 +63,8 @@ WAV_HEADER = 44
 MIN_ROOM = 4096  # a record with less room than this would say nothing
 SECRET_KEYS = frozenset(
     # newHandle: a Live API app's resumption handle carries its resume token.
-    {"token", "resume_token", "newhandle", "api_key", "apikey", "key", "password", "secret", "authorization"}
+    # new_handle: the model service's own resumption handle (resumes its session).
+    {"token", "resume_token", "newhandle", "new_handle", "handle", "api_key", "apikey", "key", "password", "secret", "authorization"}
 )
 REDACTED = "<redacted>"
 
@@ -167,9 +168,14 @@ def _bare_audio(response: LlmResponse) -> types.Blob | None:
     return blob
 
 
-def _sent_to_json(item: types.Content | RealtimeInput | list[types.Content]) -> dict[str, Any]:
+def _sent_to_json(item: types.Content | RealtimeInput | list[types.Content] | ClientTurns | RealtimeText) -> dict[str, Any]:
     if isinstance(item, list):
         return {"history": [redact(c.model_dump(mode="json", exclude_none=True)) for c in item]}
+    if isinstance(item, ClientTurns):
+        turns = [redact(c.model_dump(mode="json", exclude_none=True)) for c in item.turns]
+        return {"turns": turns, "turn_complete": item.turn_complete}
+    if isinstance(item, RealtimeText):
+        return {"text": item.text}
     if isinstance(item, types.Content):
         return {"content": item.model_dump(mode="json", exclude_none=True)}
     if isinstance(item, types.Blob):
@@ -319,7 +325,7 @@ class SessionRecord:
             self._line({"t": self._t(), "kind": "model.connect", "conn": self._connections, **request_summary})
         return self._connections
 
-    def model_sent(self, conn: int, item: types.Content | RealtimeInput | list[types.Content]) -> None:
+    def model_sent(self, conn: int, item: types.Content | RealtimeInput | list[types.Content] | ClientTurns | RealtimeText) -> None:
         if not self.open:
             return
         if type(item) is types.Blob and (item.mime_type or "").startswith("audio/"):

@@ -20,7 +20,7 @@ from typing import Any
 from google.genai import types
 
 from live.errors import LiveError
-from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, LlmResponse, RealtimeInput
+from live.llm import BaseLlm, BaseLlmConnection, ClientTurns, LlmRequest, LlmResponse, RealtimeInput, RealtimeText
 from live.observe.metrics import Metrics, end_reason_code
 from live.protocol import (
     ErrorEvent,
@@ -48,6 +48,17 @@ class WrappedConnection(BaseLlmConnection):
 
     async def send_content(self, content: types.Content) -> None:
         await self.inner.send_content(content)
+
+    async def send_turns(self, turns: Sequence[types.Content], *, turn_complete: bool) -> None:
+        await self.inner.send_turns(turns, turn_complete=turn_complete)
+
+    async def send_realtime_text(self, text: str) -> None:
+        await self.inner.send_realtime_text(text)
+
+    async def send_context_update(
+        self, *, system_instruction: types.Content | None = None, tools: Sequence[types.Tool] | None = None
+    ) -> None:
+        await self.inner.send_context_update(system_instruction=system_instruction, tools=tools)
 
     async def send_realtime(self, input: RealtimeInput) -> None:
         await self.inner.send_realtime(input)
@@ -99,6 +110,14 @@ class _MeasuredConnection(WrappedConnection):
 
     async def send_content(self, content: types.Content) -> None:
         await self.inner.send_content(content)
+        self._count_sent()
+
+    async def send_turns(self, turns: Sequence[types.Content], *, turn_complete: bool) -> None:
+        await self.inner.send_turns(turns, turn_complete=turn_complete)
+        self._count_sent()
+
+    async def send_realtime_text(self, text: str) -> None:
+        await self.inner.send_realtime_text(text)
         self._count_sent()
 
     async def send_realtime(self, input: RealtimeInput) -> None:
@@ -384,6 +403,14 @@ class _RecordedConnection(WrappedConnection):
     async def send_content(self, content: types.Content) -> None:
         await self.inner.send_content(content)
         self._record.model_sent(self._conn, content)
+
+    async def send_turns(self, turns: Sequence[types.Content], *, turn_complete: bool) -> None:
+        await self.inner.send_turns(turns, turn_complete=turn_complete)
+        self._record.model_sent(self._conn, ClientTurns(tuple(turns), turn_complete))
+
+    async def send_realtime_text(self, text: str) -> None:
+        await self.inner.send_realtime_text(text)
+        self._record.model_sent(self._conn, RealtimeText(text))
 
     async def send_realtime(self, input: RealtimeInput) -> None:
         await self.inner.send_realtime(input)

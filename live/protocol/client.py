@@ -26,7 +26,9 @@ __all__ = [
     "ActivityEnd",
     "ActivityStart",
     "AudioEnd",
+    "ClientContent",
     "ClientMessage",
+    "ContextUpdate",
     "DEFAULT_INPUT_RATE",
     "Image",
     "image_bytes_fitting",
@@ -54,14 +56,16 @@ class ProtocolError(Exception):
     """A client frame that cannot be acted on.
 
     `code` is stable and machine-readable; `message` says what was wrong and what
-    to send instead; `fatal` is true when the session cannot go on.
+    to send instead; `fatal` is true when the session cannot go on. `hint`, for
+    the server's log only (never the client): what the operator could change.
     """
 
-    def __init__(self, code: str, message: str, *, fatal: bool = False) -> None:
+    def __init__(self, code: str, message: str, *, fatal: bool = False, hint: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.fatal = fatal
+        self.hint = hint
 
 
 # ---------------------------------------------------------------- client -> server
@@ -109,10 +113,48 @@ class SessionStart:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Text:
-    """A typed user turn."""
+    """A typed user turn. `realtime`: text in the realtime input stream instead
+    (a door for Live API apps), answered as the model's activity detection
+    decides; not on this protocol's wire."""
 
     type: ClassVar[str] = "text"
     text: str
+    realtime: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClientContent:
+    """Turns of either role, with any parts, appended to the conversation
+    (the Live API's `clientContent`, read by its door; not on this protocol's
+    wire). `turn_complete`: the model answers what it now has. `initial`: the
+    app's initial history, never answered."""
+
+    type: ClassVar[str] = "client.content"
+    turns: tuple[types.Content, ...]
+    turn_complete: bool
+    initial: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "turns": [turn.model_dump(mode="json", exclude_none=True) for turn in self.turns],
+            "turn_complete": self.turn_complete,
+            **({"initial": True} if self.initial else {}),
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContextUpdate:
+    """The client's own system instruction or tools change mid-session (the
+    Live API's `contextUpdate`, read by its door; not on this protocol's wire).
+    `config` holds what changes: `system_instruction`, `tools` (which replace
+    the client's earlier ones)."""
+
+    type: ClassVar[str] = "context.update"
+    config: types.LiveConnectConfig
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "config": self.config.model_dump(mode="json", exclude_none=True)}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -144,6 +186,23 @@ class ToolResult:
     id: str
     name: str
     response: dict[str, Any]
+    # The Live API's own fields of a result (its door reads them; not on this
+    # protocol's wire): how a non-blocking call's result is taken
+    # (SILENT, WHEN_IDLE, INTERRUPT), whether more results follow for the same
+    # call, and media parts (FunctionResponsePart objects, as JSON).
+    scheduling: str | None = None
+    will_continue: bool | None = None
+    parts: tuple[dict[str, Any], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "id": self.id, "name": self.name, "response": self.response}
+        if self.scheduling is not None:
+            out["scheduling"] = self.scheduling
+        if self.will_continue is not None:
+            out["will_continue"] = self.will_continue
+        if self.parts:
+            out["parts"] = list(self.parts)
+        return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -208,6 +267,8 @@ ClientMessage: TypeAlias = (
     SessionStart
     | SessionResume
     | Text
+    | ClientContent
+    | ContextUpdate
     | ActivityStart
     | ActivityEnd
     | AudioEnd

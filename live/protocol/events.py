@@ -24,6 +24,7 @@ __all__ = [
     "ErrorEvent",
     "GenerationComplete",
     "Grounding",
+    "ModelSignal",
     "parse_server_event",
     "parse_server_frame",
     "ServerEvent",
@@ -36,6 +37,7 @@ __all__ = [
     "TextEvent",
     "ToolCallEvent",
     "ToolCancelled",
+    "ResumptionPoint",
     "ToolResultEvent",
     "TranscriptInput",
     "TranscriptOutput",
@@ -144,11 +146,14 @@ class TranscriptOutput:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TextEvent:
-    """A text reply (models asked for text instead of, or besides, audio)."""
+    """A text reply (models asked for text instead of, or besides, audio).
+    `thought`: a summary of the model's thinking, not its reply (sent only to
+    a door that passes thoughts on; never on this protocol's wire)."""
 
     type: ClassVar[str] = "text"
     text: str
     partial: bool = False
+    thought: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -226,11 +231,14 @@ class GenerationComplete:
 class TurnComplete:
     """The model's turn is over; it listens. `usage`: what the turn cost, when
     the session tells it with the turn's end (for a door whose clients expect
-    both in one message; never on this protocol's wire, where `usage` follows)."""
+    both in one message; never on this protocol's wire, where `usage` follows).
+    `interaction`: the model's interaction status sent with it (IN_PROGRESS:
+    more is coming; IDLE), for a door that passes it on; not on this wire."""
 
     type: ClassVar[str] = "turn.complete"
     reason: str | None = None
     usage: Usage | None = None
+    interaction: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.type, "reason": self.reason} if self.reason is not None else {"type": self.type}
@@ -286,6 +294,30 @@ class DataEvent:
     type: ClassVar[str] = "data"
     mime_type: str
     data: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelSignal:
+    """What the model's service said that the session takes no action on (voice
+    activity, waiting for input, URL context, interim transcripts, a
+    transcript's own fields), as that service's message fields, for a door that
+    speaks its protocol (the Live API's passes them on). Never on this
+    protocol's wire."""
+
+    type: ClassVar[str] = "model.signal"
+    fields: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResumptionPoint:
+    """Whether the client could resume its session now, should its socket go:
+    `resume_token` a new token to resume with (the one before it stops
+    working), None while the model is busy (generating, or a call is
+    unanswered). For a door that tells its clients as the session goes (the
+    Live API's `sessionResumptionUpdate`); never on this protocol's wire."""
+
+    type: ClassVar[str] = "session.resumable"
+    resume_token: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -372,6 +404,8 @@ ServerEvent: TypeAlias = (
     | CodeEvent
     | CodeResultEvent
     | DataEvent
+    | ModelSignal
+    | ResumptionPoint
     | SessionGoAway
     | SessionReconnecting
     | SessionResumed

@@ -29,6 +29,7 @@ from live.doors.base import FrontDoor
 from live.protocol import (
     ErrorEvent,
     ProtocolError,
+    ResumptionPoint,
     ServerEvent,
     SessionClose,
     SessionReattached,
@@ -71,6 +72,7 @@ class AttachmentHost(Protocol):
     obs: SessionObserver
     record: SessionRecord | None
     outbox: ClientOutbox
+    frame_limit: int
     heard: HeardTracker
     end_reason: str | None
     spent_tokens: TokenUses
@@ -81,6 +83,8 @@ class AttachmentHost(Protocol):
     def peer_of(self, ws: Any) -> str: ...
 
     def finish(self, reason: str, close_code: int = ..., error: ErrorEvent | None = None) -> None: ...
+
+    def leave_parked(self, reason: str) -> None: ...
 
     def frame_too_large(self, size: int) -> None: ...
 
@@ -114,6 +118,12 @@ class ClientAttachment:
             max_events=config.reattach_events if reattach else 0,
         )
         self.resume_digest: str | None = None
+        # A client told as the session goes whether it could resume now (a Live
+        # API app's sessionResumptionUpdate): the token it would resume with,
+        # and what it was told last.
+        self.tells_resumption = False
+        self._resume_token: str | None = None
+        self._told_resumable: bool | None = None
         # Where the stream was when the socket was lost: a client whose frames
         # are not numbered gets what came after it when it comes back.
         self.seq_at_loss: int | None = None
@@ -153,7 +163,9 @@ class ClientAttachment:
 
     def keep_for_reattach(self) -> None:
         """The client may come back (its door said so once its opening was
-        read): keep the stream for a replay, as for a door that always may."""
+        read): keep the stream for a replay, as for a door that always may, and
+        tell it as the session goes whether it could resume now."""
+        self.tells_resumption = True
         config = self._runner.config
         self.replay.max_audio_bytes = int(config.reattach_audio_seconds * BYTES_PER_SECOND_OUT)
         self.replay.max_events = config.reattach_events
@@ -235,7 +247,7 @@ class ClientAttachment:
                     return None
                 self.last_client_frame = runner.clock()
                 runner.obs.frames_in(1)
-                if len(frame) > config.max_frame_bytes:
+                if len(frame) > runner.frame_limit:
                     runner.frame_too_large(len(frame))
                     return None
                 try:
@@ -247,7 +259,7 @@ class ClientAttachment:
                         refusal = await self.authorize(self.door.credential(), spend=False)
                         if refusal is not None:
                             exc = ProtocolError("unauthorized", refusal, fatal=True)
-                        log.warning("session %s refused from %s: %s", runner.id, self.peer, exc.code)
+                        log.warning("session %s refused from %s: %s%s", runner.id, self.peer, exc.code, _hint(exc))
                         runner.finish(exc.message, CLOSE_POLICY, ErrorEvent(exc.code, exc.message, True))
                         return None
                     await self.send_now(ErrorEvent(exc.code, exc.message))
@@ -276,7 +288,7 @@ class ClientAttachment:
                 try:
                     opening = self.door.admitted(opening, grant)
                 except ProtocolError as exc:
-                    log.warning("session %s refused from %s: %s", runner.id, self.peer, exc.code)
+                    log.warning("session %s refused from %s: %s%s", runner.id, self.peer, exc.code, _hint(exc))
                     runner.finish(exc.message, CLOSE_POLICY, ErrorEvent(exc.code, exc.message, True))
                     return None
                 if grant is not None:
@@ -352,7 +364,19 @@ class ClientAttachment:
         """A new resume token for this session; the one before it stops working now."""
         token = new_resume_token()
         self.resume_digest = token_digest(token)
+        self._resume_token = token
+        self._told_resumable = True  # it goes to the client with the session's start
         return token
+
+    def resumption_point(self, idle: bool) -> None:
+        """Whether the session could be resumed now changed (`idle`: nothing is
+        generated and no call is unanswered): tell a client that is told as
+        the session goes (the Live API's sessionResumptionUpdate), with the
+        token it would resume with when it could."""
+        if idle is self._told_resumable or self._resume_token is None:
+            return
+        self._told_resumable = idle
+        self._runner.event(ResumptionPoint(self._resume_token if idle else None))
 
     # ------------------------------------------------------------------ reading
 
@@ -365,7 +389,7 @@ class ClientAttachment:
         waking this task.
         """
         runner = self._runner
-        max_frame = runner.config.max_frame_bytes
+        max_frame = runner.frame_limit
         said_goodbye = False
         waiting = _frames_waiting(ws)
         raw_audio = self.door.capabilities.raw_audio
@@ -415,7 +439,7 @@ class ClientAttachment:
         reader's would, not escape into the socket (which would close with 1011).
         """
         runner = self._runner
-        if len(frame) > runner.config.max_frame_bytes or runner.end_reason is not None:
+        if len(frame) > runner.frame_limit or runner.end_reason is not None:
             return False
         self.frames_read += 1
         try:
@@ -453,8 +477,11 @@ class ClientAttachment:
         grace = runner.config.reattach_grace
         if said_goodbye:
             grace = min(grace, AFTER_GOODBYE_GRACE)
-        if grace <= 0 or runner.server_stopping or self.resume_digest is None:
+        if runner.server_stopping or self.resume_digest is None:
             runner.finish("client disconnected")
+            return
+        if grace <= 0:
+            runner.leave_parked("client disconnected")
             return
         self.ws = None
         self.seq_at_loss = self.replay.last_seq if unsent is None else unsent - 1
@@ -466,7 +493,7 @@ class ClientAttachment:
     async def _await_return(self, scope: anyio.CancelScope, grace: float) -> None:
         with scope:
             await anyio.sleep(grace)
-            self._runner.finish(f"the client did not come back within {grace:g} s")
+            self._runner.leave_parked(f"the client did not come back within {grace:g} s")
 
     async def attach(self, ws: WebSocket, last_seq: int, resume_token: str | None = None) -> None:
         """A new socket takes the session over: the frames it missed, then the
@@ -511,6 +538,11 @@ class ClientAttachment:
     def let_go(self) -> None:
         """The session ended: a handler waiting in `serve_socket` returns."""
         self._socket_done.set()
+
+
+def _hint(exc: ProtocolError) -> str:
+    """What the operator could change about a refusal, for the log line."""
+    return f" ({exc.hint})" if exc.hint else ""
 
 
 def _frames_waiting(ws: WebSocket) -> Callable[[], int]:

@@ -169,6 +169,11 @@ class ServerConfig:
     @property
     def image_limit(self) -> int:
         """The largest image accepted: `max_image_bytes`, or what fits in a frame."""
-        fitting = image_bytes_fitting(self.max_frame_bytes)
+        return self.image_limit_within(self.max_frame_bytes)
+
+    def image_limit_within(self, message_bytes: int) -> int:
+        """The largest image accepted from a client whose messages may be this
+        large (a door's own limit): `max_image_bytes`, or what fits in one."""
+        fitting = image_bytes_fitting(message_bytes)
         return fitting if self.max_image_bytes is None else min(self.max_image_bytes, fitting)
 

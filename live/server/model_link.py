@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, cast
 
 import anyio
+import pydantic
 from anyio.abc import TaskStatus
 from google.genai import types
 
@@ -35,7 +36,7 @@ from live.errors import (
     RecoverableConnectionError,
 )
 from live.families import family_of
-from live.llm import BaseLlm, BaseLlmConnection, LlmRequest, RealtimeInput
+from live.llm import BaseLlm, BaseLlmConnection, ClientTurns, ContextChange, LlmRequest, RealtimeInput, RealtimeText
 from live.protocol import ErrorEvent, SessionReconnecting, SessionResumed
 from live.engine.supervisor import ReconnectPolicy
 from live.engine.supervisor import (
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from live.server.config import ServerConfig
     from live.server.queues import UpstreamQueue
 
-__all__ = ["Connection", "LinkHost", "ModelLink"]
+__all__ = ["Connection", "LinkHost", "ModelLink", "stored_client_config", "with_client_config"]
 
 
 class LinkHost(Protocol):
@@ -74,7 +75,7 @@ class LinkHost(Protocol):
     core: SessionCore
     tg: TaskGroup
     obs: SessionObserver
-    upstream: UpstreamQueue[types.Content | RealtimeInput]
+    upstream: UpstreamQueue[types.Content | ClientTurns | ContextChange | RealtimeText | RealtimeInput]
     manual_activity: bool
     client_config: types.LiveConnectConfig | None
     clock: Callable[[], float]
@@ -514,6 +515,25 @@ class ModelLink:
                                 )
                             core.content_sent(content)
                             runner.facts_changed()
+                        elif isinstance(items[0], ContextChange):
+                            await self._change_context(conn, items[0])
+                        elif isinstance(items[0], (ClientTurns, RealtimeText)):
+                            # The Live API's client content and realtime text,
+                            # whole or not at all, as a typed turn goes.
+                            item = items[0]
+                            with anyio.CancelScope(
+                                shield=True, deadline=anyio.current_time() + CONTROL_SEND_TIMEOUT
+                            ) as sending:
+                                if isinstance(item, RealtimeText):
+                                    await conn.send_realtime_text(item.text)
+                                else:
+                                    await conn.send_turns(item.turns, turn_complete=item.turn_complete)
+                            if sending.cancelled_caught:
+                                raise RecoverableConnectionError(
+                                    f"the model did not take a message within {CONTROL_SEND_TIMEOUT:g} s"
+                                )
+                            core.content_sent(item)
+                            runner.facts_changed()
                         else:
                             await send_realtime(items[0])
                     except BaseException:
@@ -529,6 +549,26 @@ class ModelLink:
             link.end(exc)
         finally:
             link.sender_done.set()
+
+    async def _change_context(self, conn: BaseLlmConnection, change: ContextChange) -> None:
+        """The client's own instruction or tools change: the session's config
+        takes them (every later connection opens with them), and this
+        connection is told the whole instruction or tools that now hold."""
+        runner = self._runner
+        new = change.config
+        update = {name: getattr(new, name) for name in ("system_instruction", "tools") if getattr(new, name) is not None}
+        if not update:
+            return
+        runner.client_config = (runner.client_config or types.LiveConnectConfig()).model_copy(update=update)
+        runner.facts_changed()  # a session carried on elsewhere opens with them too
+        merged = self._request().live_connect_config
+        instruction = merged.system_instruction if "system_instruction" in update else None
+        if isinstance(instruction, str):
+            instruction = types.Content(role="user", parts=[types.Part(text=instruction)])
+        await conn.send_context_update(
+            system_instruction=instruction,
+            tools=(merged.tools or []) if "tools" in update else None,
+        )
 
     async def _receive_upstream(self, link: Connection) -> None:
         runner = self._runner
@@ -614,3 +654,15 @@ def _instruction_text(value: Any) -> str:
     if isinstance(value, list):
         return "".join(_instruction_text(item) for item in value)
     return str(value)
+
+
+def stored_client_config(stored: Any, session_id: str) -> types.LiveConnectConfig | None:
+    """A client's config as the fleet stored it; None (and a warning) if this
+    server cannot read it (another version of google-genai wrote it)."""
+    if not isinstance(stored, dict):
+        return None
+    try:
+        return types.LiveConnectConfig.model_validate(stored)
+    except pydantic.ValidationError as exc:
+        log.warning("session %s: the client's stored config is unreadable here (%d errors); going on without it", session_id, exc.error_count())
+        return None

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import gc
 import http
 import json
 import logging
@@ -60,9 +59,11 @@ from live.access.reattach import token_matches
 from live.observe.record import Recorder
 from live.server.backends import Backends
 from live.server.detection import EndOfTurnChecks, VoiceDetection
+from live.server.parking import ParkedSessions, park, say_going_away
 from live.server.runner import SessionRunner
 from live.fleet.store import StoreError
-from live.net.sockets import serve_with
+from live.net.loop import tune_gc_for_serving
+from live.net.sockets import limit_messages, serve_with
 
 if TYPE_CHECKING:
     from live.net.websocket import Server, WebSocket
@@ -155,9 +156,12 @@ class LiveServer:
         self.per_address: Counter[str] = Counter()
         # Sessions counted against the limits, with the address they count under
         # (a reattaching socket hands its count back).
-        self._counted: dict[SessionRunner, str] = {}
+        # (None: a token's own limit counts it instead: `token_admitted`).
+        self._counted: dict[SessionRunner, str | None] = {}
         # The uses of each token: in this process, and in a fleet's store too.
         self.spent_tokens = TokenUses(lambda: self.fleet)
+        # Sessions whose client left and may come back later (without a fleet).
+        self.parked = ParkedSessions()
         self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
         self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
         self.port: int | None = None
@@ -274,6 +278,7 @@ class LiveServer:
                 "if this is the server's name, start it with --allow-host NAME\n",
             )
         if path in self.doors:
+            limit_messages(connection, self._message_limit(self.doors[path]))
             origins = request.headers.get_all("Origin")
             if len(origins) > 1:
                 why = f"{len(origins)} Origin headers"
@@ -311,6 +316,10 @@ class LiveServer:
         if path == "/metrics" and self.config.metrics_on_serving_port:
             return self._metrics_for(connection, request)
         return _response(http.HTTPStatus.NOT_FOUND, b"not found\n")
+
+    def _message_limit(self, door: DoorFactory) -> int:
+        """Where a door's sockets cut a client's message off (1009)."""
+        return getattr(door, "max_message_bytes", None) or self.config.max_frame_bytes * 2
 
     def record_header(self, start: SessionStart) -> dict[str, Any]:
         """What a record says about its session: enough to replay it."""
@@ -412,7 +421,21 @@ class LiveServer:
         self.sessions.discard(session)
         if session not in self._counted:
             return
-        _decrement(self.per_address, self._counted.pop(session))
+        key = self._counted.pop(session)
+        if key is not None:
+            _decrement(self.per_address, key)
+
+    def token_admitted(self, session: SessionRunner) -> None:
+        """A session opened with a signed token no longer counts against its
+        client's address: the token, minted by the operator's backend for one
+        session (or a few), is its limit. A server-side app (a bot server
+        reaching the Live API endpoint for its callers) opens many sessions
+        from one address."""
+        key = self._counted.get(session)
+        if key is None:
+            return
+        self._counted[session] = None
+        _decrement(self.per_address, key)
 
     def _unnamed_hint(self, session: SessionRunner) -> str:
         """For the log: a socket from a trusted proxy that named no client
@@ -454,6 +477,15 @@ class LiveServer:
             return None
         if self.fleet is not None and not self.stopping:
             return await self._reattach_in_fleet(temporary, message)
+        state = self.parked.get(message.session_id)
+        if state is not None and not self.stopping:
+            if not token_matches(message.resume_token, str(state.get("resume_digest") or "")) or not _same_principal(
+                state.get("principal"), temporary.client.principal
+            ):
+                self._resume_unauthorized(temporary, message)
+                return None
+            self.parked.discard(message.session_id)
+            return state
         self._resume_expired(temporary, message)
         return None
 
@@ -481,6 +513,11 @@ class LiveServer:
         self._release(temporary)  # the conversation is counted once, as it was
         await session.client.attach(ws, message.last_seq, resume_token)
         await session.client.serve_socket(ws)
+
+    async def park(self, session: SessionRunner, seconds: float) -> None:
+        """Keep a session whose client left and may come back within `seconds`
+        (`live.server.parking`): in the fleet's store, or here."""
+        await park(session, seconds, self.fleet, self.parked)
 
     async def _reattach_in_fleet(
         self, temporary: SessionRunner, message: SessionResume
@@ -742,8 +779,9 @@ class LiveServer:
             ssl=tls_context(config.certfile, config.keyfile) if config.certfile else None,
             process_request=self._process_request,
             # Frames up to 2x the limit are read and refused with a clear error;
-            # larger ones are cut off by the socket itself (also 1009).
-            max_size=config.max_frame_bytes * 2,
+            # larger ones are cut off by the socket itself (also 1009); a door
+            # with a limit of its own has its sockets cut off there.
+            max_size=max(self._message_limit(door) for door in (NativeDoor, *self.doors.values())),
             max_queue=WS_QUEUE_FRAMES,
             server_header="live",
             # Browsers offer permessage-deflate; it is never accepted: PCM does
@@ -787,6 +825,8 @@ class LiveServer:
                 if self.fleet is not None:
                     await self.drain()
                     await self.fleet.retire()
+                else:
+                    await say_going_away(self.sessions, config.shutdown_grace)
                 tg.cancel_scope.cancel()
             for session in list(self.sessions):
                 session.shutdown()
@@ -865,25 +905,6 @@ def tls_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(certfile, keyfile)
     return context
-
-
-def tune_gc_for_serving(young: int = 10_000) -> None:
-    """Garbage-collector settings for a process that serves sessions; call once, loaded.
-
-    Every audio frame allocates a few short-lived objects, and with hundreds of
-    sessions the objects in flight cross CPython's default young-generation
-    threshold (700) dozens of times a second; each crossing collects, and every
-    tenth promotes into a full collection of the whole heap, which stops every
-    session at once (140 ms pauses at 200 sessions). A threshold of `young`
-    net allocations is rarely crossed by objects in flight, only by garbage
-    that accumulates, and freezing what was loaded before serving keeps it out
-    of every full collection. Process-wide, hence for entry points, not for a
-    library: `live serve` calls it.
-    """
-    gc.collect()
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(young, middle, old)
 
 
 def _bound_port(server: Server) -> int:

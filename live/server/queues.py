@@ -9,12 +9,16 @@ happens when it is reached, and both are event-driven (no polling).
 from __future__ import annotations
 
 import collections
+import json
 import time
 from typing import Generic, TypeVar
 
 import anyio
+from google.genai import types
 
-__all__ = ["AudioPacer", "ClientOutbox", "OutboxOverflow", "UpstreamQueue"]
+from live.llm import ClientTurns, RealtimeInput, RealtimeText
+
+__all__ = ["AudioPacer", "ClientOutbox", "OutboxOverflow", "UpstreamQueue", "control_size"]
 
 T = TypeVar("T")
 BYTES_PER_SECOND_OUT = 24_000 * 2  # PCM16 mono at 24 kHz
@@ -481,3 +485,22 @@ class ClientOutbox:
                 continue
             self._wake = self._new_event()
             await self._wake.wait()
+
+
+def control_size(item: types.Content | ClientTurns | RealtimeText | RealtimeInput) -> int:
+    """About what a control item holds in memory: its text, media and tool-result payloads."""
+    if isinstance(item, RealtimeText):
+        return len(item.text)
+    if isinstance(item, ClientTurns):
+        return sum(control_size(turn) for turn in item.turns)
+    if not isinstance(item, types.Content):
+        return 0
+    size = 0
+    for part in item.parts or ():
+        if part.inline_data is not None:
+            size += len(part.inline_data.data or b"")
+        if part.text:
+            size += len(part.text)
+        if part.function_response is not None and part.function_response.response:
+            size += len(json.dumps(part.function_response.response, default=str))
+    return size

@@ -14,7 +14,6 @@ The runner never knows which front door its client came through: the door
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -23,7 +22,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
-import pydantic
 from google.genai import types
 
 from live.engine.actions import (
@@ -71,9 +69,9 @@ from live.engine.turns.controller import (
     TurnController,
     UserSpeaking as SpeechHeard,
 )
-from live.llm import RealtimeInput
+from live.llm import ClientTurns, ContextChange, RealtimeInput, RealtimeText
 from live.observe.logs import current_session
-from live.server.model_link import Connection, ModelLink
+from live.server.model_link import Connection, ModelLink, stored_client_config
 from live.observe.watch import SessionObserver
 from live.protocol import (
     DEFAULT_INPUT_RATE,
@@ -95,7 +93,7 @@ from live.protocol import (
     encode,
 )
 from live.server.policies import SessionPolicies, plan_for, session_ends_at
-from live.server.queues import ClientOutbox, OutboxOverflow, UpstreamQueue
+from live.server.queues import ClientOutbox, OutboxOverflow, UpstreamQueue, control_size
 from live.observe.record import SessionRecord, current_record
 from live.engine.session import SessionCore
 from live.server.tool_tasks import ToolTasks
@@ -146,6 +144,10 @@ class SessionServer(Protocol):
 
     async def reattach(self, session: SessionRunner, message: SessionResume) -> dict[str, Any] | None: ...
 
+    def token_admitted(self, session: SessionRunner) -> None: ...
+
+    async def park(self, session: SessionRunner, seconds: float) -> None: ...
+
 log = logging.getLogger("live.server")
 
 # How long a client that reports its playback has, after `turn.interrupted`, to say
@@ -168,12 +170,15 @@ class SessionRunner:
         self.model = server.agent.model
         self.clock = server.clock
         self.door = door
+        # The largest message its client may send, and the largest image in one.
+        self.frame_limit = door.max_message_bytes or config.max_frame_bytes
+        self.image_limit = config.image_limit_within(self.frame_limit)
         self.outbox = ClientOutbox(
             max_audio_seconds=config.outbound_audio_seconds,
             lead=config.audio_lead,
             clock=server.clock,
         )
-        self.upstream: UpstreamQueue[types.Content | RealtimeInput] = UpstreamQueue(
+        self.upstream: UpstreamQueue[types.Content | ClientTurns | RealtimeText | RealtimeInput] = UpstreamQueue(
             max_audio=config.audio_queue_frames,
             max_audio_bytes=config.audio_queue_bytes,
             max_control_bytes=config.control_queue_bytes,
@@ -189,6 +194,7 @@ class SessionRunner:
         self.handed_off = False  # this socket's handler gave it to another session
         self.adopted: dict[str, Any] | None = None  # facts of a session taken over from the fleet
         self.to_fleet = False  # handed to another server of the fleet: its state stays stored
+        self.parked = False  # its client left and may come back: its facts are kept (`park`)
         self.ends_at: float | None = None  # wall-clock end its token sets (max_duration, ends_at)
         self.end_reason: str | None = None
         self.close_code = CLOSE_NORMAL
@@ -272,7 +278,7 @@ class SessionRunner:
         )
 
     def frame_too_large(self, size: int) -> None:
-        message = f"frame of {size} bytes exceeds the {self.config.max_frame_bytes}-byte limit"
+        message = f"frame of {size} bytes exceeds the {self.frame_limit}-byte limit"
         self.finish(message, CLOSE_TOO_BIG, ErrorEvent("frame_too_large", message, True))
 
     def _model_failed(self, exc: LiveError) -> None:
@@ -295,6 +301,8 @@ class SessionRunner:
                     start = await client.await_opening()
                 finally:
                     self.server.not_pending(self)
+                if client.grant is not None:
+                    self.server.token_admitted(self)
             if self.end_reason is not None or start is None:
                 return
             if isinstance(start, SessionResume):
@@ -308,17 +316,20 @@ class SessionRunner:
             self._start_record(start)
             self.reports_playback = start.reports_playback
             agent = self.server.agent
+            caps = self.door.capabilities
             self.core = SessionCore(
                 input_rate=start.input_rate,
                 server_tools=frozenset(agent.tools_by_name),
-                client_tool_timeout=agent.client_tool_timeout,
+                client_tool_timeout=agent.client_tool_timeout if caps.client_tool_deadline else None,
+                results_by_id=caps.results_by_id,
+                cut_replies_repeated=caps.cut_replies_repeated,
                 manual_activity=self.manual_activity,
                 server_turns=self.turn_taking == "server",
-                max_image_bytes=self.config.image_limit,
+                max_image_bytes=self.image_limit,
                 max_image_rate=self.config.max_image_rate,
                 video_capped=not agent.context_compression,
                 family=family_of(self.model),
-                usage_with_turn_end=self.door.capabilities.usage_with_turn_end,
+                usage_with_turn_end=caps.usage_with_turn_end,
             )
             self.core.scheduling.update(agent.tool_scheduling)
             if self.adopted is not None:
@@ -385,7 +396,9 @@ class SessionRunner:
                     # A close frame carries at most 123 bytes of reason.
                     await ws.close(code, text.encode()[:123].decode("utf-8", "ignore"))
             fleet = self.server.fleet
-            if fleet is not None and self.core is not None:
+            if self.parked and self.core is not None:
+                await self.server.park(self, self.door.kept_after_leaving or 0.0)
+            elif fleet is not None and self.core is not None:
                 await fleet.ended(self.id, keep_state=self.to_fleet)
         client.let_go()
         if self.record is not None:
@@ -494,7 +507,7 @@ class SessionRunner:
                     self.model,
                     start.input_rate,
                     resume_token=resume_token,
-                    max_image_bytes=self.config.image_limit,
+                    max_image_bytes=self.image_limit,
                     max_image_rate=self.config.max_image_rate,
                 )
             )
@@ -584,6 +597,12 @@ class SessionRunner:
         if fleet is not None and self.core is not None and self.id in self.server.live_sessions:
             fleet.changed(self.id)
 
+    def leave_parked(self, reason: str) -> None:
+        """The client left and may come back later than the session waits with
+        its model connection open: end it here, its facts kept (`park`)."""
+        self.parked = bool(self.door.kept_after_leaving) and self.door.resumable() and self.core is not None
+        self.finish(reason)
+
     def let_go_to_fleet(self, reason: str) -> None:
         """Stop serving the session here, its facts left to the fleet: its
         client is told to reattach (1012), and reaches whoever carries it on."""
@@ -606,7 +625,7 @@ class SessionRunner:
             input_rate=int(state.get("input_rate") or DEFAULT_INPUT_RATE),
             turn_taking=str(state.get("turn_taking") or "auto"),
             # What the app's own setup asked of the model (its door reads one).
-            config=_stored_client_config(client_config, self.id),
+            config=stored_client_config(client_config, self.id),
         )
 
     async def hand_to_fleet(self, time_left: float) -> None:
@@ -623,7 +642,11 @@ class SessionRunner:
         with anyio.move_on_after(time_left):
             while not core.at_safe_point:
                 await anyio.sleep(0.05)
-        await fleet.save(self.id, self.durable_state())
+        kept = self.door.kept_after_leaving if self.door.resumable() else None
+        if kept:  # its client may come back for as long: kept that long in the store
+            await self.server.park(self, kept)
+        else:
+            await fleet.save(self.id, self.durable_state())
         self.to_fleet = True
         self.finish("handed to another server of the fleet (this one is stopping)")
 
@@ -844,8 +867,8 @@ class SessionRunner:
         config = self.config
         return ErrorEvent(
             "image_too_large",
-            f"an image message of {message_size} bytes exceeds the {config.max_frame_bytes}-byte "
-            f"frame limit (images up to {config.image_limit} bytes fit); the frame was "
+            f"an image message of {message_size} bytes exceeds the {self.frame_limit}-byte "
+            f"frame limit (images up to {self.image_limit} bytes fit); the frame was "
             "dropped (send a smaller or more compressed image, e.g. 768 px on the long side)",
         )
 
@@ -869,7 +892,8 @@ class SessionRunner:
         if frame is None:
             return
         try:
-            self.outbox.put_event(frame)
+            for each in frame if isinstance(frame, tuple) else (frame,):
+                self.outbox.put_event(each)
         except OutboxOverflow as exc:
             self.finish(f"client too slow: {exc}", CLOSE_POLICY)
 
@@ -902,7 +926,9 @@ class SessionRunner:
                     self.event(event)
             elif isinstance(action, ToUpstream):
                 item = action.item
-                await self.upstream.put_control(item, _control_size(item), realtime=not isinstance(item, types.Content))
+                await self.upstream.put_control(
+                    item, control_size(item), realtime=not isinstance(item, (types.Content, ClientTurns, ContextChange))
+                )
             elif isinstance(action, ImageUpstream):
                 if self.upstream.put_image(action.blob, len(action.blob.data or b"")):
                     self._report_image_drops()
@@ -919,6 +945,8 @@ class SessionRunner:
                 self.tools.cancel(action.call_id)
             elif isinstance(action, CloseSession):
                 self.finish(action.reason)
+        if self.client.tells_resumption:
+            self.client.resumption_point(self.core.at_safe_point)
 
     # ------------------------------------------------------------------ what the user heard
 
@@ -968,28 +996,3 @@ def _error_code(exc: LiveError) -> str:
 
 def _heard_event(heard: tuple[str, float]) -> TranscriptOutput:
     return TranscriptOutput(heard[0], True, heard=True, played=round(heard[1], 3))
-
-
-def _control_size(item: types.Content | RealtimeInput) -> int:
-    """About what a control item holds in memory: its text and tool-result payloads."""
-    if not isinstance(item, types.Content):
-        return 0
-    size = 0
-    for part in item.parts or ():
-        if part.text:
-            size += len(part.text)
-        if part.function_response is not None and part.function_response.response:
-            size += len(json.dumps(part.function_response.response, default=str))
-    return size
-
-
-def _stored_client_config(stored: Any, session_id: str) -> types.LiveConnectConfig | None:
-    """A client's config as the fleet stored it; None (and a warning) if this
-    server cannot read it (another version of google-genai wrote it)."""
-    if not isinstance(stored, dict):
-        return None
-    try:
-        return types.LiveConnectConfig.model_validate(stored)
-    except pydantic.ValidationError as exc:
-        log.warning("session %s: the client's stored config is unreadable here (%d errors); going on without it", session_id, exc.error_count())
-        return None

@@ -382,7 +382,7 @@ async def replay(
     # opened with the setup it ran with; others through /live.
     live_api = record.header.get("door") == "gemini"
     setup = record.header.get("client_setup") or {}
-    doors = {**DEFAULT_DOORS, **gemini_doors(["*"])} if live_api else None
+    doors = {**DEFAULT_DOORS, **gemini_doors(["*"], model=record.header.get("model"))} if live_api else None
     server = LiveServer(the_agent, llm, config, doors=doors)
     path = GEMINI_PATHS[0] if live_api else "/live"
     expected = _collapse(

@@ -4,8 +4,13 @@ against the server's Live API endpoint. Runs in its own virtual environment
 
     python pipecat_gemini_live.py BASE_URL KEY MODEL TEXT CA_FILE
 
+TEXT is the user's message, or a JSON list of messages (`{"role", "content"}`)
+the context starts with, as an app seeds it.
+
 Prints one JSON line: what the bot said (its transcript), how much reply audio
-came, and the errors the pipeline reported or logged.
+came, how many times its reply was interrupted, and the errors the pipeline
+reported or logged. After the reply ends (or is interrupted) it listens one
+second more, so what would follow it (a reply said again) is seen too.
 """
 
 import asyncio
@@ -17,6 +22,7 @@ from google.genai.types import HttpOptions
 from loguru import logger
 from pipecat.frames.frames import (
     ErrorFrame,
+    InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     TTSAudioRawFrame,
@@ -31,7 +37,7 @@ from pipecat.services.google.gemini_live.llm import GeminiLiveLLMService
 
 
 async def main(base_url: str, key: str, model: str, text: str, ca_file: str) -> dict:
-    result = {"said": "", "audio_bytes": 0, "errors": [], "responses": 0}
+    result = {"said": "", "audio_bytes": 0, "errors": [], "responses": 0, "interruptions": 0}
     done = asyncio.Event()
 
     def logged(message) -> None:
@@ -54,6 +60,9 @@ async def main(base_url: str, key: str, model: str, text: str, ca_file: str) -> 
             elif isinstance(frame, LLMFullResponseEndFrame):
                 result["responses"] += 1
                 done.set()
+            elif isinstance(frame, InterruptionFrame) and direction == FrameDirection.DOWNSTREAM:
+                result["interruptions"] += 1
+                done.set()
             await self.push_frame(frame, direction)
 
     context = ssl.create_default_context(cafile=ca_file)
@@ -67,11 +76,13 @@ async def main(base_url: str, key: str, model: str, text: str, ca_file: str) -> 
     task = PipelineTask(Pipeline([Collect(), llm, Collect()]), idle_timeout_secs=None)
     runner = PipelineRunner(handle_sigint=False)
     running = asyncio.create_task(runner.run(task))
-    await task.queue_frame(LLMContextFrame(LLMContext(messages=[{"role": "user", "content": text}])))
+    messages = json.loads(text) if text.startswith("[") else [{"role": "user", "content": text}]
+    await task.queue_frame(LLMContextFrame(LLMContext(messages=messages)))
     try:
         await asyncio.wait_for(done.wait(), timeout=20)
     except TimeoutError:
         result["errors"].append("no response within 20 s")
+    await asyncio.sleep(1.0)  # what follows the reply's end, if anything
     await task.cancel()
     await asyncio.wait_for(running, timeout=10)
     return result
