@@ -348,6 +348,21 @@ def _one(values: Sequence[str]) -> str | None:
     return ", ".join(values) if values else None
 
 
+def _model_name(model: Any, where: Route) -> str | None:
+    """The model's name without its prefix: `models/NAME` on the Gemini API,
+    `[projects/P/locations/L/]publishers/google/models/NAME` on Vertex AI."""
+    if not isinstance(model, str):
+        return None
+    if where.vertex:
+        head, found, name = model.rpartition("models/")
+        if found and name and (head == "" or head.endswith("publishers/google/")):
+            return name
+        return None
+    if model.startswith("models/") and len(model) > len("models/"):
+        return model.removeprefix("models/")
+    return None
+
+
 def _message(frame: str | bytes) -> dict[str, Any]:
     """A client frame as the service reads it: one JSON object (binary frames too)."""
     try:
