@@ -103,7 +103,7 @@ async def word_errors() -> None:
     wide, phone = [], []
     for said in EVERYDAY:
         pcm24 = bytes(14_400) + speech_24k(said) + bytes(72_000)
-        direct = await heard(Resampler(24_000, 16_000, "HQ")(pcm24) + bytes(32_000))
+        direct = await heard(Resampler(24_000, 16_000)(pcm24) + bytes(32_000))
         called = await heard(phone_to_session(to_phone(pcm24)) + bytes(32_000))
         wide.append(word_error_rate(said, direct))
         phone.append(word_error_rate(said, called))
@@ -202,7 +202,7 @@ async def main() -> None:
         await word_errors()
     pcm24 = speech_24k(QUESTION)
     ulaw = to_phone(pcm24)
-    pcm16 = Resampler(24_000, 16_000, "HQ")(pcm24) + bytes(6400)
+    pcm16 = Resampler(24_000, 16_000)(pcm24) + bytes(6400)
     double = TwilioDouble(AUTH_TOKEN)
     async with running_emulator(Script(replies=[REPLY] * 1000, speed=1)) as emu:
         server = Server(emu)

@@ -54,10 +54,17 @@ class CallRefused(Exception):
         self.body = body
 
 
-def twilio_signature(auth_token: str, url: str, params: Mapping[str, str]) -> str:
-    """`X-Twilio-Signature` as Twilio's security documentation defines it."""
+def twilio_signature(auth_token: str, url: str, params: Mapping[str, str], *, algorithm: str = "HMAC_SHA1") -> str:
+    """`X-Twilio-Signature` as Twilio's security documentation defines it: "Twilio
+    uses the parameters sent in the webhook (either GET or POST) and the exact
+    URL your application supplied to Twilio to create this signature. The
+    signature uses the HMAC-SHA1 hashing algorithm with your Twilio account's
+    auth token as the secret key." With a Webhooks Rule (`HMAC_SHA256`): "Only
+    the hash changes. The signed string is still the full URL followed by the
+    sorted POST parameters." """
     data = url + "".join(name + params[name] for name in sorted(params))
-    digest = hmac.new(auth_token.encode(), data.encode(), hashlib.sha1).digest()
+    hash_ = {"HMAC_SHA1": hashlib.sha1, "HMAC_SHA256": hashlib.sha256}[algorithm]
+    digest = hmac.new(auth_token.encode(), data.encode(), hash_).digest()
     return base64.b64encode(digest).decode()
 
 
@@ -114,6 +121,9 @@ class TwilioCall:
         self.closed: tuple[int | None, str] | None = None
         self._sequence = 2
         self._chunk = 0
+        # The caller's side of the line: 20 ms frames of μ-law (Twilio's only format).
+        self.frame_bytes = FRAME
+        self.line_silence = ULAW_SILENCE
         self._outgoing: collections.deque[bytes] = collections.deque()
         # The caller's playback buffer: frames and marks in the order received.
         self._buffer: list[tuple[str, bytes | str]] = []
@@ -121,6 +131,13 @@ class TwilioCall:
         self._sent_speech_end: float | None = None
         self._got_audio = anyio.Event()
         self.new_twiml: str | None = None  # what the REST API moved the call to
+        # The TwiML after </Connect>: "Twilio executes the remaining TwiML
+        # instructions only after your server closes the WebSocket connection."
+        self.rest_of_twiml: list[tuple[str, str]] = []
+        # What the caller heard after the stream ended: those verbs, run when
+        # the server closed the stream (not when the call left it, or hung up).
+        self.after_stream: list[tuple[str, str]] = []
+        self.hung_up_by_caller = False
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -139,6 +156,10 @@ class TwilioCall:
         """Twilio's messages to Twilio name the stream they are for."""
         return message.get("streamSid") == self.stream_sid
 
+    async def _send_frame(self, audio: bytes) -> None:
+        """One frame of the caller's line (a double that reorders them overrides this)."""
+        await self._media(audio)
+
     async def _media(self, ulaw: bytes) -> None:
         self._chunk += 1
         await self._send({
@@ -148,10 +169,12 @@ class TwilioCall:
         })
 
     async def speak(self, ulaw: bytes, *, silence_after: float = 0.0) -> None:
-        """Say `ulaw` (the line sends it in 20 ms frames at real time); return when it is said."""
-        frames = [ulaw[i : i + FRAME] for i in range(0, len(ulaw), FRAME)]
+        """Say `ulaw` (the line's own encoding: μ-law on Twilio; the line sends it
+        in 20 ms frames at real time); return when it is said."""
+        size = self.frame_bytes
+        frames = [ulaw[i : i + size] for i in range(0, len(ulaw), size)]
         if frames:
-            frames[-1] += ULAW_SILENCE[len(frames[-1]):]
+            frames[-1] += self.line_silence[len(frames[-1]):]
         self._outgoing.extend(frames)
         while self._outgoing:
             await anyio.sleep(FRAME_SECONDS / 2)
@@ -168,7 +191,7 @@ class TwilioCall:
         deadline = time.monotonic()
         while self.closed is None:
             try:
-                await self._media(self._outgoing.popleft() if self._outgoing else ULAW_SILENCE)
+                await self._send_frame(self._outgoing.popleft() if self._outgoing else self.line_silence)
             except ConnectionClosed:
                 return  # the server hung up: _receive records how
             deadline += FRAME_SECONDS
@@ -189,6 +212,10 @@ class TwilioCall:
             await self.ws.close()
 
     async def hang_up(self) -> None:
+        """The caller hangs up (or the call left the stream): "Twilio sends a stop
+        message when the Stream has stopped or the call has ended." """
+        if self.closed is None and self.new_twiml is None:
+            self.hung_up_by_caller = True
         with contextlib.suppress(ConnectionClosed):
             await self._send({"event": "stop",
                               "stop": {"accountSid": "AC", "callSid": self.call_sid}})
@@ -234,6 +261,8 @@ class TwilioCall:
                     raise AssertionError(f"a message for another stream: {message!r}")
                 if event == "media":
                     ulaw = base64.b64decode(message["media"]["payload"], validate=True)
+                    if not self._heard_media(ulaw):
+                        continue
                     self.heard.media.append((self.now(), ulaw))
                     self._buffer.append(("media", ulaw))
                     self._got_audio.set()
@@ -252,6 +281,18 @@ class TwilioCall:
         else:
             rcvd = getattr(self.ws, "close_rcvd", None)
             self.closed = (rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+        self._stream_ended()
+
+    def _stream_ended(self) -> None:
+        """The server closed the stream: unless the call left it (REST) or the
+        caller hung up, Twilio goes on with the TwiML after </Connect> ("If there
+        is no further verb, Twilio will end the phone call.")."""
+        if self.new_twiml is None and not self.hung_up_by_caller:
+            self.after_stream = list(self.rest_of_twiml)
+
+    def _heard_media(self, payload: bytes) -> bool:
+        """Whether the carrier plays this payload ("The audio can be of any size.")."""
+        return True
 
     async def _echo_mark(self, name: str) -> None:
         self.heard.marks_echoed.append(name)
@@ -335,25 +376,40 @@ class TwilioRestDouble:
 class TwilioDouble:
     """Twilio's side of calls to one account (its auth token signs every webhook)."""
 
-    def __init__(self, auth_token: str, account_sid: str | None = None) -> None:
+    def __init__(self, auth_token: str, account_sid: str | None = None, *, shared_key: str | None = None) -> None:
         self.auth_token = auth_token
         self.account_sid = account_sid or _sid("AC")
+        # A Webhooks Rule's SharedKey: when set, every request (webhooks and the
+        # stream's handshake) is signed with it and HMAC-SHA256, and says so.
+        self.shared_key = shared_key
         self.calls: dict[str, TwilioCall] = {}  # calls on a stream now, by CallSid
         self.placed: list[dict] = []  # outbound calls asked for through the REST API
         self.rest = TwilioRestDouble(self)
 
+    def signed(self, url: str, params: Mapping[str, str], signed_with: str | None = None) -> dict[str, str]:
+        """The signature headers of a request to `url` with `params`."""
+        if self.shared_key is not None and signed_with is None:
+            return {"X-Twilio-Signature": twilio_signature(self.shared_key, url, params, algorithm="HMAC_SHA256"),
+                    "X-Twilio-Webhooks-Signature-Settings": "key=webhooks_sharedkey_double,algorithm=HMAC_SHA256"}
+        return {"X-Twilio-Signature": twilio_signature(signed_with or self.auth_token, url, params)}
+
     async def ring(self, webhook_url: str, *, signed_with: str | None = None, caller: str = "+15550100001",
-                   called: str = "+15550100002", call_sid: str | None = None) -> tuple[int, str, str]:
+                   called: str = "+15550100002", call_sid: str | None = None, extra: Mapping[str, str] | None = None,
+                   direction: str = "inbound") -> tuple[int, str, str]:
         """POST the voice webhook; (status, body, CallSid)."""
         call_sid = call_sid or _sid("CA")
         form = {
             "AccountSid": self.account_sid, "ApiVersion": "2010-04-01", "CallSid": call_sid,
-            "CallStatus": "ringing", "Called": called, "Caller": caller, "Direction": "inbound",
-            "From": caller, "To": called,
+            "CallStatus": "ringing" if direction == "inbound" else "in-progress", "Called": called, "Caller": caller,
+            "Direction": direction, "From": caller, "To": called, **(extra or {}),
         }
-        signature = twilio_signature(signed_with or self.auth_token, webhook_url, form)
-        status, body = await http_post(webhook_url, form, {"X-Twilio-Signature": signature})
+        status, body = await http_post(webhook_url, form, self.signed(webhook_url, form, signed_with))
         return status, body.decode("utf-8", "replace"), call_sid
+
+    async def post(self, url: str, form: Mapping[str, str]) -> tuple[int, str]:
+        """A signed POST of `form` to `url` (a status callback, a <Dial> action)."""
+        status, body = await http_post(url, form, self.signed(url, form))
+        return status, body.decode("utf-8", "replace")
 
     @staticmethod
     def stream_of(twiml: str) -> tuple[str, dict[str, str]]:
@@ -363,25 +419,58 @@ class TwilioDouble:
         if root.tag != "Response" or stream is None:
             raise CallRefused(200, f"no <Connect><Stream> in the answer: {twiml[:200]}")
         params = {p.get("name", ""): p.get("value", "") for p in stream.findall("Parameter")}
+        for name, value in params.items():
+            # "The combined length of each <Parameter> name and value attributes must be under 500 characters."
+            if len(name) + len(value) >= 500:
+                raise CallRefused(200, f"a <Parameter> of {len(name) + len(value)} characters: {name}")
         return stream.get("url", ""), params
+
+    @staticmethod
+    def verbs(twiml: str) -> list[tuple[str, str]]:
+        """The TwiML document's verbs in order, as (verb, its text or its reason/url)."""
+        root = ET.fromstring(twiml)
+        return [(verb.tag, (verb.text or verb.get("reason") or verb.get("url") or "").strip()) for verb in root]
+
+    @staticmethod
+    def after_connect(twiml: str) -> list[tuple[str, str]]:
+        """The verbs after `<Connect>`: what runs once the stream ends from the server's side."""
+        verbs = TwilioDouble.verbs(twiml)
+        names = [v for v, _ in verbs]
+        return verbs[names.index("Connect") + 1 :] if "Connect" in names else []
 
     @contextlib.asynccontextmanager
     async def call(self, webhook_url: str, *, stream_url: str | None = None,
-                   parameters: Mapping[str, str] | None = None) -> AsyncIterator[TwilioCall]:
+                   parameters: Mapping[str, str] | None = None, ring: Mapping[str, str] | None = None,
+                   handshake: Mapping[str, str] | None = None, answer: str | None = None,
+                   call_sid: str | None = None) -> AsyncIterator[TwilioCall]:
         """A call answered by the server's webhook, its media stream open, until hang-up.
 
         `stream_url` replaces the TwiML's address (the server's public one is
-        a tunnel's; a test reaches the server at its local port); `parameters`
-        replace what the TwiML gave (to present a forged token).
+        a tunnel's; a test reaches the server at its local port): the
+        handshake is still signed for the TwiML's URL, as Twilio would.
+        `parameters` replace what the TwiML gave (to present a forged token);
+        `handshake` replaces the handshake's signature headers; `ring` adds
+        fields to the webhook's form; `answer` is a webhook answer already
+        got (a call placed with `place` rings the server itself).
         """
-        status, body, call_sid = await self.ring(webhook_url)
-        if status != 200:
-            raise CallRefused(status, body)
-        url, params = self.stream_of(body)
+        if answer is None:
+            status, answer, call_sid = await self.ring(webhook_url, extra=ring, call_sid=call_sid)
+            if status != 200:
+                raise CallRefused(status, answer)
+        assert call_sid is not None
+        url, params = self.stream_of(answer)
+        if stream_url is None and urlsplit(url).scheme != "wss":
+            # "wss is the only supported protocol."
+            raise CallRefused(200, f"Twilio opens streams on wss:// only, not {url!r}")
+        if urlsplit(url).query:
+            raise CallRefused(200, f"\"The url does not support query string parameters\": {url!r}")
         if parameters is not None:
             params = dict(parameters)
+        # "When validating the signature on a WebSocket request, note that the
+        # header parameter name will be all lowercase: x-twilio-signature."
+        signed = {k.lower(): v for k, v in (self.signed(url, {}) if handshake is None else handshake).items()}
         stream_sid = _sid("MZ")
-        async with ws_connect(stream_url or url, compression=None, max_size=1 << 20) as ws:
+        async with ws_connect(stream_url or url, compression=None, max_size=1 << 20, additional_headers=signed) as ws:
             await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
             await ws.send(json.dumps({
                 "event": "start", "sequenceNumber": "1", "streamSid": stream_sid,
@@ -390,5 +479,6 @@ class TwilioDouble:
                           "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}},
             }))
             call = TwilioCall(ws, stream_sid, call_sid, time.monotonic())
+            call.rest_of_twiml = self.after_connect(answer)
             async with on_the_line(call, self.calls, call_sid):
                 yield call

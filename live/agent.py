@@ -25,7 +25,7 @@ from google.genai import types
 
 from live.llm import LlmRequest
 
-__all__ = ["Agent", "agent_at", "run_tool", "tool"]
+__all__ = ["Agent", "KeyEntry", "agent_at", "run_tool", "tool"]
 
 ToolFunction = Callable[..., Any]
 
@@ -78,6 +78,26 @@ def _options(function: ToolFunction) -> ToolOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class KeyEntry:
+    """How a phone caller's keys reach the model.
+
+    Keys are gathered until one of `terminators` is pressed (it ends the entry
+    and is part of it), `pause` seconds pass without a key, or `max_keys` were
+    pressed; the entry is then one turn for the model ("The caller entered
+    1234# on their keypad."). A PIN is one turn, not four. `pause=0` tells
+    the model of each key as it comes, as a turn of its own.
+    """
+
+    terminators: str = "#"
+    pause: float = 2.0
+    max_keys: int = 32
+
+    def __post_init__(self) -> None:
+        if not self.pause >= 0 or self.max_keys < 1:
+            raise ValueError("key_entry: pause must be 0 or more seconds, and max_keys at least 1")
+
+
+@dataclasses.dataclass(frozen=True)
 class Agent:
     """A conversational agent served by `live serve --agent module:attr`.
 
@@ -91,7 +111,10 @@ class Agent:
       capped at 15 minutes of audio (on by default).
     - `config`: a `types.LiveConnectConfig` whose set fields override the rest.
     - `on_key_press`: on phone calls, `(call id, digit)` for each key the
-      caller presses (the model is told too, as text).
+      caller presses, a plain or an `async` function (the model is told too:
+      see `key_entry`).
+    - `key_entry`: on phone calls, how keys reach the model (`KeyEntry`):
+      gathered into one turn until a terminator or a pause, by default.
 
     Session resumption is always requested: it is what lets a conversation
     survive the model closing its connection.
@@ -110,9 +133,10 @@ class Agent:
     client_tool_timeout: float = 30.0
     config: types.LiveConnectConfig | None = None
     # Phone calls: called with (the call's id, the digit) when a caller presses
-    # a key, before the model is told. Called from the session's own task: it
-    # must not block (record the key; a tool can read it).
+    # a key. A plain function is called in the session's own task (it must
+    # not block); an `async` one runs as a task of the session.
     on_key_press: Callable[[str, str], object] | None = None
+    key_entry: KeyEntry = dataclasses.field(default_factory=lambda: KeyEntry())
 
     def __post_init__(self) -> None:
         names = [t.__name__ for t in self.tools] + [d.name or "" for d in self.client_tools]

@@ -149,19 +149,27 @@ async def test_a_caller_who_talks_over_the_reply_gets_clear_at_once_and_the_tran
     assert not after or after[0] - clear_at > 0.5, after[:3]
 
 
-async def test_a_key_press_reaches_the_model_and_the_agents_handler():
+async def test_a_pin_reaches_the_model_as_one_turn_and_an_async_handler_sees_each_key():
     pressed = []
-    agent = Agent(name="menu", model="gemini-live-2.5-flash-preview",
-                  on_key_press=lambda call_id, digit: pressed.append((call_id, digit)))
-    async with running_emulator(Script(replies=["You chose billing."])) as emu, running_phone(agent, gemini_for(emu)) as phone:
+
+    async def on_key_press(call_id: str, digit: str) -> None:
+        await anyio.sleep(0)  # an agent's handler may await (a lookup, a database)
+        pressed.append((call_id, digit))
+
+    agent = Agent(name="menu", model="gemini-live-2.5-flash-preview", on_key_press=on_key_press)
+    async with running_emulator(Script(replies=["Thank you, your PIN is noted."])) as emu, running_phone(
+        agent, gemini_for(emu)
+    ) as phone:
         async with phone.call() as call:
             await call.silence(0.3)
-            await call.press("2")
+            for digit in "1234#":
+                await call.press(digit)
+                await call.silence(0.15)
             await call.wait_for_audio(timeout=10)
         [session] = emu.sessions
     turns = [json.dumps(f) for f in session.frames if "clientContent" in f or "client_content" in f]
-    assert any("pressed the key 2" in turn for turn in turns), turns
-    assert pressed == [(call.call_sid, "2")]
+    assert len(turns) == 1 and "entered 1234#" in turns[0], turns  # one turn, not five
+    assert pressed == [(call.call_sid, d) for d in "1234#"]
 
 
 async def test_a_bad_frame_from_the_carrier_is_logged_and_the_call_goes_on(question, caplog):
@@ -180,26 +188,27 @@ async def test_a_bad_frame_from_the_carrier_is_logged_and_the_call_goes_on(quest
 
 
 @pytest.mark.parametrize(("said", "twiml"), [
-    ("please transfer_call to sales", "<Dial>+15551234567</Dial>"),
+    ("please transfer_call to sales", "<Dial"),
     ("thanks, end_call now", "<Hangup />"),
 ])
 async def test_the_agent_transfers_or_ends_the_call_through_the_carriers_rest_api(question, said, twiml):
-    from live.phone.control import TwilioCallControl, end_call, transfer_call
+    from live.phone.control import end_call, transfer_to
 
-    agent = Agent(name="desk", model="gemini-live-2.5-flash-preview", tools=[end_call, transfer_call])
-    script = Script(user_says=[said], tool_args={"transfer_call": {"number": "+15551234567"}, "end_call": {}})
-    async with running_emulator(script) as emu, running_phone(agent, gemini_for(emu)) as phone:
-        control = TwilioCallControl(phone.double.account_sid, phone.double.auth_token, http_client=phone.double.rest)
-        for door in phone.lines.doors.values():
-            door.keywords["control"] = control
+    agent = Agent(name="desk", model="gemini-live-2.5-flash-preview",
+                  tools=[end_call, transfer_to({"sales": "+15551234567"})])
+    script = Script(user_says=[said], tool_args={"transfer_call": {"destination": "sales"}, "end_call": {}})
+    async with running_emulator(script) as emu, running_phone(agent, gemini_for(emu), control="double") as phone:
         async with phone.call() as call:
             await call.speak(question, silence_after=0.2)
             with anyio.fail_after(10):
                 while call.closed is None:  # the call left the stream, which closed
                     await anyio.sleep(0.05)
     assert twiml in (call.new_twiml or "")
+    assert call.after_stream == []  # it left the stream: the sentence after </Connect> is not said
     [(method, uri, _)] = phone.double.rest.requests
     assert method == "POST" and uri.endswith(f"/Accounts/{phone.double.account_sid}/Calls/{call.call_sid}.json")
+    if "Dial" in twiml:
+        assert ">+15551234567</Dial>" in call.new_twiml
 
 
 async def test_local_voice_answers_a_call_offline(question, told):
@@ -261,14 +270,33 @@ async def test_a_call_is_recorded_like_any_session(question, tmp_path):
     assert "eyJ" not in (folder / "events.jsonl").read_text()  # no call token (a JWT) in the record
 
 
-async def test_the_session_limit_holds_for_calls():
+async def test_a_full_server_answers_the_call_with_words_never_a_dead_stream():
+    from clients.phone_double import TwilioDouble
+
     agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
     async with running_emulator(Script()) as emu, running_phone(agent, gemini_for(emu), max_sessions=1) as phone:
+        # An answer got while a line was free, for a stream that comes once it is not.
+        status, early, early_sid = await phone.double.ring(phone.webhook_url)
+        assert status == 200 and "<Stream" in early
         async with phone.call() as first:
             await first.silence(0.3)
-            async with phone.call() as second:
+            # Full: the webhook says so. Twilio: "Any other response will result in
+            # an answered call", so a sentence, then <Hangup/>.
+            status, twiml, _ = await phone.double.ring(phone.webhook_url)
+            assert status == 200 and TwilioDouble.verbs(twiml) == [
+                ("Say", "Sorry, all our lines are busy. Please call again later."), ("Hangup", "")]
+            # Or, as the operator chose: "Selecting busy will play a busy signal to the caller".
+            phone.lines.twilio_webhook.busy = "reject"
+            status, twiml, _ = await phone.double.ring(phone.webhook_url)
+            assert TwilioDouble.verbs(twiml) == [("Reject", "busy")]
+            # The stream of the earlier answer is refused (1013); "Twilio executes the
+            # remaining TwiML instructions only after your server closes the WebSocket
+            # connection": the caller hears the sentence after </Connect>.
+            async with phone.double.call(phone.webhook_url, stream_url=phone.media_url, answer=early,
+                                         call_sid=early_sid) as late:
                 with anyio.fail_after(3):
-                    while second.closed is None:
+                    while late.closed is None:
                         await anyio.sleep(0.02)
-            assert second.closed[0] == 1013  # try again later: the carrier's caller hears the call end
+            assert late.closed[0] == 1013
+            assert [verb for verb, _ in late.after_stream] == ["Say"] and late.after_stream[0][1]
             assert first.closed is None

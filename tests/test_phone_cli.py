@@ -63,7 +63,7 @@ async def test_live_serve_twilio_answers_a_call_and_never_logs_a_secret():
         assert status == 403
         status, twiml, _ = await double.ring(f"{public}/twilio/voice")
         _, params = double.stream_of(twiml)
-        async with double.call(f"{public}/twilio/voice") as call:
+        async with double.call(f"{public}/twilio/voice", stream_url=f"ws://127.0.0.1:{port}/twilio/media") as call:
             await call.speak(synthetic_ulaw(1.0), silence_after=0.3)
             await call.wait_for_audio(timeout=10)  # local/echo says it back
         proc.send_signal(signal.SIGTERM)
@@ -108,8 +108,8 @@ async def test_live_serve_telnyx_answers_a_call_through_the_rest_api_and_never_l
                 proc.wait()
             tg.cancel_scope.cancel()
     assert "telnyx" in log and double.api_key not in log
-    [(_, _, params)] = double.actions
-    assert params["client_state"] not in log
+    [(_, answer, params)] = double.actions
+    assert answer == "answer" and params["client_state"] not in log
 
 
 @pytest.mark.parametrize(("argv", "words"), [

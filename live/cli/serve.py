@@ -181,7 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     phone.add_argument("--telnyx", action="store_true", help="answer Telnyx calls: the Call Control webhook POST /telnyx/call (on --post-port) answers with the media stream /telnyx/media; keys from $TELNYX_API_KEY and $TELNYX_PUBLIC_KEY")
     phone.add_argument("--public-url", metavar="URL", help="the https:// address carriers reach this server at (a tunnel's in development); webhooks' signatures are checked against it")
     phone.add_argument("--post-port", "--phone-port", dest="post_port", type=int, metavar="PORT", help="port of the POST routes: carriers' webhooks, the Live API's auth_tokens (the WebSocket port reads only GET) (default: --port + 1)")
-    phone.add_argument("--stream-url", metavar="URL", help="the wss:// address of the media stream, when it is not --public-url's host with /twilio/media")
+    phone.add_argument("--stream-url", metavar="URL", help="the wss:// address of the media stream, when it is not --public-url with /twilio/media (or /telnyx/media) after its path")
+    phone.add_argument("--twilio-shared-key", default=os.environ.get("TWILIO_WEBHOOKS_SHARED_KEY"), metavar="SECRET", help="the secret of a Twilio Webhooks Rule's SharedKey: webhooks that carry X-Twilio-Webhooks-Signature-Settings are checked with it and the algorithm it names (HMAC_SHA256) (default: $TWILIO_WEBHOOKS_SHARED_KEY)")
+    phone.add_argument("--telnyx-codec", choices=("PCMU", "PCMA", "L16"), default="PCMU", help="what Telnyx streams the caller in and plays the agent's replies in: PCMU or PCMA (8 kHz), or L16 (16 kHz: wideband, started with streaming_start, the command that can say the rate) (default PCMU)")
+    phone.add_argument("--transfers", metavar="FILE", help="a TOML file of the destinations transfer_call may send a caller to: [destinations] name = \"+15551234567\"; any other is refused")
+    phone.add_argument("--busy", choices=("say", "reject", "fallback"), default="say", help="what a caller hears when the server is full or stopping: say (a sentence, then hang up), reject (a busy tone; Twilio does not bill it), fallback (503: the carrier's fallback / failover URL) (default say)")
+    phone.add_argument("--busy-message", default="Sorry, all our lines are busy. Please call again later.", metavar="TEXT", help="the sentence of --busy say")
+    phone.add_argument("--call-drain-timeout", type=_non_negative, default=600.0, metavar="SECONDS", help="on SIGTERM, how long calls may go on (new ones are refused) before the agent says goodbye and hangs up (default 600)")
     tls = parser.add_argument_group("TLS (so browsers on other machines may use the microphone)")
     tls.add_argument("--certfile", help="PEM certificate chain: serve https:// and wss:// directly")
     tls.add_argument("--keyfile", help="PEM private key of --certfile (if not in the same file)")
@@ -300,6 +306,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         sockets=args.sockets,
         certfile=args.certfile,
         keyfile=args.keyfile,
+        call_drain_timeout=args.call_drain_timeout,
     )
     recorder = None
     if args.record:
@@ -343,7 +350,10 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
     if posts and args.post_port is None:
         args.post_port = args.port + 1 if args.port else 0
     args.post_routes = posts
-    return LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors)
+    server = LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors)
+    if lines is not None:
+        lines.refuse_when(server.call_refusal)
+    return server
 
 
 # A secret that signs the tokens of calls, shared by the worker processes (a
@@ -369,27 +379,43 @@ def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | Non
     if secret is None:
         secret = os.environ[CALL_SECRET_ENV] = secrets.token_urlsafe(32)
     from live.phone.calls import CallTokens
+    from live.phone.control import TransferRefused, load_destinations
     from live.phone.lines import PhoneLines
 
-    lines = PhoneLines(tokens=CallTokens(secret, agent=agent.name))
-    if args.twilio:
-        auth_token = os.environ.get("TWILIO_AUTH_TOKEN", "")
-        if not auth_token:
-            raise UsageError("--twilio needs the account's auth token in $TWILIO_AUTH_TOKEN (Twilio console, Account Info)")
-        from live.phone.control import TwilioCallControl
+    destinations: dict[str, str] = {}
+    if args.transfers:
+        try:
+            destinations = load_destinations(args.transfers)
+        except TransferRefused as exc:
+            raise UsageError(f"--transfers {exc}") from None
+    lines = PhoneLines(tokens=CallTokens(secret, agent=agent.name), on_key_press=agent.on_key_press,
+                       key_entry=agent.key_entry, destinations=destinations, busy=args.busy)
+    try:
+        if args.twilio:
+            auth_token = os.environ.get("TWILIO_AUTH_TOKEN", "")
+            if not auth_token:
+                raise UsageError("--twilio needs the account's auth token in $TWILIO_AUTH_TOKEN (Twilio console, Account Info)")
+            from live.phone.control import TwilioCallControl
 
-        # With the account's id the agent's call-control tools can act (end_call, transfer_call).
-        account_sid = os.environ.get("TWILIO_ACCOUNT_SID")
-        control = TwilioCallControl(account_sid, auth_token) if account_sid else None
-        lines.add_twilio(auth_token, args.public_url, stream_url=args.stream_url, control=control, on_dtmf=agent.on_key_press)
-    if args.telnyx:
-        api_key, public_key = os.environ.get("TELNYX_API_KEY", ""), os.environ.get("TELNYX_PUBLIC_KEY", "")
-        if not api_key or not public_key:
-            raise UsageError("--telnyx needs $TELNYX_API_KEY (answers calls) and $TELNYX_PUBLIC_KEY (checks webhooks), "
-                             "both from the Telnyx portal")
-        lines.add_telnyx(public_key, api_key, args.public_url, stream_url=args.stream_url,
-                         api_base_url=os.environ.get("TELNYX_API_BASE_URL", "https://api.telnyx.com/v2"),
-                         on_dtmf=agent.on_key_press)
+            # With the account's id the agent's call-control tools can act (end_call,
+            # transfer_call), and a session that ends here hangs its call up.
+            account_sid = os.environ.get("TWILIO_ACCOUNT_SID")
+            control = TwilioCallControl(account_sid, auth_token) if account_sid else None
+            lines.add_twilio(auth_token, args.public_url, stream_url=args.stream_url, control=control,
+                             shared_key=args.twilio_shared_key or None)
+        if args.telnyx:
+            api_key, public_key = os.environ.get("TELNYX_API_KEY", ""), os.environ.get("TELNYX_PUBLIC_KEY", "")
+            if not api_key or not public_key:
+                raise UsageError("--telnyx needs $TELNYX_API_KEY (answers calls) and $TELNYX_PUBLIC_KEY (checks webhooks), "
+                                 "both from the Telnyx portal")
+            lines.add_telnyx(public_key, api_key, args.public_url, stream_url=args.stream_url,
+                             api_base_url=os.environ.get("TELNYX_API_BASE_URL", "https://api.telnyx.com/v2"),
+                             codec=args.telnyx_codec, connection_id=os.environ.get("TELNYX_CONNECTION_ID") or None)
+    except ValueError as exc:  # a public or stream URL no carrier can open a stream on
+        raise UsageError(f"{'--stream-url' if args.stream_url else '--public-url'}: {exc}") from None
+    for webhook in (lines.twilio_webhook, lines.telnyx_webhook):
+        if webhook is not None:
+            webhook.busy_message = args.busy_message
     return lines
 
 
@@ -404,6 +430,9 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
             reattach_grace=args.reattach_grace,
             max_sessions_global=args.max_sessions_global,
         )
+        lines = getattr(args, "phone_lines", None)
+        if lines is not None:
+            lines.tokens.store = store  # a call's token is minted and spent once across the fleet
         try:
             await _serve_now(server, args, argv)
         finally:
@@ -433,6 +462,8 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         tg.start_soon(stop_on_signal)
         port = await tg.start(serve)
         lines = getattr(args, "phone_lines", None)
+        if lines is not None:
+            await tg.start(lines.run)  # the carriers' commands the webhooks decided on
         posts = getattr(args, "post_routes", None)
         webhooks = None
         if posts:
@@ -536,7 +567,8 @@ async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[
             for worker in workers:
                 if worker.poll() is None:
                     worker.terminate()
-            deadline = anyio.current_time() + server.config.shutdown_grace + 5
+            config = server.config
+            deadline = anyio.current_time() + config.shutdown_grace + config.call_drain_timeout + config.goodbye_timeout + 5
             for worker in workers:
                 while worker.poll() is None and anyio.current_time() < deadline:
                     await anyio.sleep(0.05)

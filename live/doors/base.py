@@ -23,18 +23,40 @@ nothing more:
 - `going_away(time_left)`: how the client is told its server is stopping;
 - `admitted(start, grant)`: the start as the client's token lets it be;
 - `closing(code, reason, error)`: the close code and reason this client is
-  told its session ended with (by default the server's own).
+  told its session ended with (by default the server's own);
+- `in_step_events`: the events whose frames depend on the reply audio before
+  them (a carrier's last frame of a reply and its mark): the session asks for
+  their frames when their turn comes in the paced stream, not when queued;
+- `end(reason)`: the session ended on the server's side; end what the client
+  is on (a phone call: hang up through the carrier). The one thing a door may
+  do with I/O, awaited (within a bound) before its socket is closed.
 
 A door holds per-connection state (a carrier's stream id, a resampler), so the
-server makes one per socket, from the door's route. It does no I/O: a test
-drives it with frames and reads what it returns.
+server makes one per socket, from the door's route. It does no I/O but `end`:
+a test drives it with frames and reads what it returns.
+
+Besides the client's own messages, a door may give the session two signals
+among its inputs:
+
+- `PlayedOut`: everything the session sent before it has been played at the
+  client's end (a carrier echoes a mark sent after a reply's last frame once
+  that frame has played; `Capabilities.reports_played_out`). A policy that
+  hangs up after a goodbye waits for it, then ends the session, and `end`
+  hangs up.
+- `SessionTask`: an awaitable the door asks the session to run as one of its
+  own tasks (an agent's `async` key handler): it ends with the session, and
+  what it raises is logged, never the session's end.
+
+Capabilities a phone call has (`Capabilities.call`): it cannot come back on
+another socket; a stopping server lets it finish (up to its drain timeout)
+and then has the agent say goodbye, since ending it hangs up on a person.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, ClassVar, TypeAlias
 
 from websockets.http11 import Request
@@ -51,12 +73,29 @@ from live.protocol import (
     SessionStart,
 )
 
-__all__ = ["Capabilities", "FrontDoor", "Input", "Opening"]
+__all__ = ["Capabilities", "FrontDoor", "Input", "Opening", "PlayedOut", "SessionTask"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlayedOut:
+    """The client played everything the session sent before this signal
+    (see the module's docstring)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionTask:
+    """Something the door asks the session to run as a task of its own: `run()`
+    is awaited in the session's task group; `name` says what it is in the log."""
+
+    run: Callable[[], Awaitable[object]]
+    name: str
+
 
 # What opens a session (or ends the socket before one).
 Opening: TypeAlias = SessionStart | SessionResume | SessionClose
-# One session input: client audio (PCM16 at the session's input rate) or a message.
-Input: TypeAlias = bytes | ClientMessage
+# One session input: client audio (PCM16 at the session's input rate), a
+# message, or a door's signal to the session.
+Input: TypeAlias = bytes | ClientMessage | PlayedOut | SessionTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +111,11 @@ class Capabilities:
     - `raw_audio`: binary frames in are PCM16 at the session's rate as they are,
       and reply audio goes out as binary PCM16 frames as it is: the session then
       takes the fast lane (no call into the door per audio frame).
+    - `call`: a phone call. It cannot come back on another socket; a stopping
+      server lets it finish, up to a drain timeout, and then has the agent say
+      goodbye; ending its session ends the call (`FrontDoor.end`).
+    - `reports_played_out`: the door gives the session `PlayedOut` once the
+      audio queued before a reply's end has been played at the client's end.
     """
 
     reattach: bool = False
@@ -79,6 +123,8 @@ class Capabilities:
     images: bool = False
     raw_audio: bool = False
     usage_with_turn_end: bool = False
+    call: bool = False
+    reports_played_out: bool = False
 
 
 class FrontDoor(abc.ABC):
@@ -90,7 +136,12 @@ class FrontDoor(abc.ABC):
     # True: the door checks its clients' credentials itself (`authorize`), in
     # place of the server's token check (a carrier cannot present the
     # server's token; its call does, signed by the server's own webhook).
+    # A socket it authorizes is a carrier's stream for a real call: it does not
+    # count against the limit of sockets per client address.
     checks_own_credentials: ClassVar[bool] = False
+    # The events whose frames depend on the reply audio before them: written
+    # when their turn comes in the paced stream (see the module's docstring).
+    in_step_events: ClassVar[tuple[type[ServerEvent], ...]] = ()
 
     def __init__(self, request: Request | None = None) -> None:
         # The socket's handshake: its headers and query may carry what the
@@ -123,6 +174,12 @@ class FrontDoor(abc.ABC):
     def authorize(self, token: str | None) -> str | None:
         """With `checks_own_credentials`: None if the start's `token` opens a
         session, else why not (never the token itself)."""
+        return None
+
+    async def redeem(self) -> str | None:
+        """With `checks_own_credentials`, once `authorize` let the start in: spend
+        its credential where its uses are counted (a fleet's store, shared by
+        every server); None, or why it opens nothing more."""
         return None
 
     @abc.abstractmethod
@@ -169,6 +226,12 @@ class FrontDoor(abc.ABC):
         """The client's token as its handshake carries it, if the door reads one
         there (None: in its opening, or `Authorization: Bearer`)."""
         return None
+
+    async def end(self, reason: str) -> None:
+        """The session ended on the server's side (`reason`): end what the
+        client is on, e.g. hang up its phone call. By default nothing: closing
+        the socket says it. Awaited before the socket closes, within the
+        server's shutdown grace; it must not raise."""
 
     def closing(self, code: int, reason: str, error: ErrorEvent | None) -> tuple[int, str]:
         """The close code and reason that tell this client how its session

@@ -180,6 +180,9 @@ class ClientAttachment:
             if type(frame) is str:
                 if numbered:
                     frame = with_seq(frame, replay.last_seq + 1)
+            elif type(frame) is not bytes:  # an event the door writes in step with the audio before it
+                await self.send_in_step(frame)
+                continue
             elif not raw_audio:
                 await self._write_audio(frame)
                 continue
@@ -198,6 +201,11 @@ class ClientAttachment:
                 heard.audio_sent(len(frame))
             if runner.record is not None:
                 runner.record.server_frame(frame)
+
+    async def send_in_step(self, event: Any) -> None:
+        """An event of the door's `in_step_events`, written now that its turn came."""
+        async with self.send_lock:
+            await self.send_frames(self.door.event(event))
 
     async def _write_audio(self, pcm: bytes) -> None:
         """Reply audio in the door's own frames (a door without `raw_audio`)."""
@@ -263,6 +271,8 @@ class ClientAttachment:
                 if isinstance(opening, SessionResume):
                     return opening
                 refusal = await self.authorize(opening.token, spend=True)
+                if refusal is None and self.door.checks_own_credentials:
+                    refusal = await self.door.redeem()
                 if refusal is not None:
                     log.warning("session %s refused from %s: unauthorized: %s", runner.id, self.peer, refusal)
                     runner.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))

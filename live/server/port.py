@@ -73,6 +73,12 @@ WEB_ROOT = Path(__file__).resolve().parents[2] / "clients" / "web"  # the checko
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
+# What the agent is told when its server stops with a call still on.
+GOODBYE_INSTRUCTION = (
+    "[This call has to end now: the service is restarting. Tell the caller, in one short sentence, "
+    "that you have to go and that they can call back, and say goodbye.]"
+)
+
 # A front door for each WebSocket path: made per socket, from its handshake.
 DoorFactory = Callable[[Request], FrontDoor]
 DEFAULT_DOORS: Final[Mapping[str, DoorFactory]] = {"/live": NativeDoor}
@@ -137,6 +143,8 @@ class LiveServer:
         # Sessions counted against the limits, with the address they count under
         # (a reattaching socket hands its count back).
         self._counted: dict[SessionRunner, str] = {}
+        # Sockets a door vouched for (a carrier's stream): not counted per address.
+        self._uncounted: set[SessionRunner] = set()
         # The uses of each token: in this process, and in a fleet's store too.
         self.spent_tokens = TokenUses(lambda: self.fleet)
         self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
@@ -354,7 +362,53 @@ class LiveServer:
         self.sessions.discard(session)
         if session not in self._counted:
             return
-        _decrement(self.per_address, self._counted.pop(session))
+        key = self._counted.pop(session)
+        if session in self._uncounted:
+            self._uncounted.discard(session)
+        else:
+            _decrement(self.per_address, key)
+
+    def vouched(self, session: SessionRunner) -> None:
+        """A socket its door authorized as a carrier's stream for a real call:
+        it stops counting against its address (a carrier's media server
+        brings every call on it from the same few addresses)."""
+        key = self._counted.get(session)
+        if key is None or session in self._uncounted:
+            return
+        self._uncounted.add(session)
+        _decrement(self.per_address, key)
+
+    def call_refusal(self) -> str | None:
+        """None while a new phone call would be taken, else why not: `draining`
+        (the server is stopping) or `full`. Asked by the carriers' webhooks, so
+        a caller hears a sentence (or a busy tone) rather than a stream refused."""
+        if self._draining or self.stopping:
+            return "draining"
+        if len(self.sessions) >= self.config.max_sessions:
+            return "full"
+        return None
+
+    async def drain_calls(self) -> None:
+        """Stopping: phone calls cannot move to another server, and ending one
+        hangs up on a person. No new session is taken; the calls on this
+        server go on until they end, for `call_drain_timeout` at most; then
+        the agent says goodbye to each caller still on (`goodbye_timeout` at
+        most), and the call is hung up."""
+        self._draining = True
+        config = self.config
+        calls = [s for s in self.sessions if s.door.capabilities.call and s.core is not None and s.end_reason is None]
+        if not calls:
+            return
+        log.info("stopping: %d call(s) go on for up to %g s before a goodbye", len(calls), config.call_drain_timeout)
+        with anyio.move_on_after(config.call_drain_timeout):
+            while any(s in self.sessions for s in calls):
+                await anyio.sleep(0.1)
+        still = [s for s in calls if s in self.sessions and s.end_reason is None]
+        if still:
+            log.info("stopping: saying goodbye on %d call(s)", len(still))
+        async with anyio.create_task_group() as tg:
+            for session in still:
+                tg.start_soon(session.say_goodbye, GOODBYE_INSTRUCTION, config.goodbye_timeout)
 
     def _unnamed_hint(self, session: SessionRunner) -> str:
         """For the log: a socket from a trusted proxy that named no client
@@ -724,8 +778,14 @@ class LiveServer:
                         )
                     )
                 await self._stop.wait()
+                self._draining = True
                 if self.fleet is not None:
                     await self.drain()
+                for session in list(self.sessions):
+                    if not session.door.capabilities.call or session.core is None:
+                        session.shutdown()
+                await self.drain_calls()
+                if self.fleet is not None:
                     await self.fleet.retire()
                 tg.cancel_scope.cancel()
             for session in list(self.sessions):

@@ -48,7 +48,7 @@ from live.protocol.closes import (
     CLOSE_TOO_BIG,
     CLOSE_TRY_LATER,
 )
-from live.doors.base import FrontDoor
+from live.doors.base import FrontDoor, PlayedOut, SessionTask
 from live.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -74,6 +74,7 @@ from live.protocol import (
     SessionResume,
     SessionStart,
     SessionStarted,
+    Text,
     TranscriptOutput,
     TurnComplete,
     TurnInterrupted,
@@ -122,6 +123,8 @@ class SessionServer(Protocol):
     def record_header(self, start: SessionStart) -> dict[str, Any]: ...
 
     async def reattach(self, session: SessionRunner, message: SessionResume) -> dict[str, Any] | None: ...
+
+    def vouched(self, session: SessionRunner) -> None: ...
 
 log = logging.getLogger("live.server")
 
@@ -174,6 +177,11 @@ class SessionRunner:
         self.heard = HeardTracker()
         self._heard_event: TranscriptOutput | None = None
         self.reports_playback = False  # set from session.start
+        # Replies the model completed, and the door's reports that what was sent
+        # before them has played (`PlayedOut`): what a goodbye waits for.
+        self.turns_completed = 0
+        self.played_out = 0
+        self._played = anyio.Event()
         self._awaiting_playback = anyio.CancelScope()
         self._awaited_reply: InterruptedReply | None = None
         agent = server.agent
@@ -262,6 +270,9 @@ class SessionRunner:
                     self.server.not_pending(self)
             if self.end_reason is not None or start is None:
                 return
+            if self.door.checks_own_credentials and isinstance(start, SessionStart):
+                # A carrier's stream for a real call: not a client address's socket.
+                self.server.vouched(self)
             if isinstance(start, SessionResume):
                 adopted = await self.server.reattach(self, start)
                 if adopted is None:
@@ -330,6 +341,9 @@ class SessionRunner:
                 if ws is not None:
                     await ws.close(CLOSE_SERVICE_RESTART, "server restarting: reattach")
             else:
+                if self.core is not None:
+                    # Ended here, not by the client: end what it is on (a call is hung up).
+                    await self.door.end(reason)
                 if self._final_error is not None:
                     await client.send_now(self._final_error)
                 await client.send_now(SessionClosed(reason))
@@ -633,6 +647,12 @@ class SessionRunner:
             if type(item) is bytes:
                 self.client_audio(item, behind=behind)
                 continue
+            if type(item) is PlayedOut:
+                self._played_out()
+                continue
+            if type(item) is SessionTask:
+                self.tg.start_soon(self._door_task, item)
+                continue
             if not native and self.record is not None:
                 self.record.client_text(encode(item))
             await self.apply(self.core.client_message(item, self.clock()))
@@ -674,10 +694,18 @@ class SessionRunner:
     # ------------------------------------------------------------------ actions
 
     def event(self, event: ServerEvent) -> None:
-        """An event for the client, in order with the stream."""
+        """An event for the client, in order with the stream.
+
+        An event whose frames depend on the audio before it (the door's
+        `in_step_events`) waits in the outbox as itself; the writer asks the
+        door for its frames when its turn comes in the paced stream."""
         self.obs.event(event)
-        frame = self.door.event(event)
+        if type(event) is TurnComplete:
+            self.turns_completed += 1
+        frame: object = event if type(event) in self.door.in_step_events else self.door.event(event)
         if frame is None:
+            if self.record is not None:
+                self.record.unsent_event(encode(event))  # what a phone cannot show, kept (a heard transcript)
             return
         try:
             self.outbox.put_event(frame)
@@ -728,6 +756,42 @@ class SessionRunner:
                 self.tools.cancel(action.call_id)
             elif isinstance(action, CloseSession):
                 self.finish(action.reason)
+
+    # ------------------------------------------------------------------ the door's signals
+
+    def _played_out(self) -> None:
+        """The door says the client played everything sent so far."""
+        self.played_out += 1
+        self._played.set()
+        self._played = anyio.Event()
+
+    async def _door_task(self, task: SessionTask) -> None:
+        """What a door asked the session to run (an agent's async key handler):
+        its failure is logged, never the session's end."""
+        try:
+            await task.run()
+        except Exception:
+            log.exception("session %s: %s failed", self.id, task.name)
+
+    async def wait_played_out(self) -> None:
+        """Until the door next says the client played all it was sent."""
+        await self._played.wait()
+
+    async def say_goodbye(self, instruction: str, timeout: float) -> None:
+        """Have the agent say goodbye (`instruction` tells it so), wait until the
+        client has heard it (or `timeout`), then end the session: for a phone
+        call, the door hangs up."""
+        if self.core is None or self.end_reason is not None:
+            return
+        with anyio.move_on_after(timeout):
+            done = self.turns_completed
+            await self.apply(self.core.client_message(Text(instruction), self.clock()))
+            self.poke()
+            while self.turns_completed <= done and self.end_reason is None:
+                await anyio.sleep(0.05)
+            if self.door.capabilities.reports_played_out:
+                await self.wait_played_out()
+        self.finish("server stopping: the call ended with a goodbye", CLOSE_GOING_AWAY)
 
     # ------------------------------------------------------------------ what the user heard
 
