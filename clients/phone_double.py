@@ -348,11 +348,15 @@ class TwilioRestDouble:
         self.logger = None
         self._test_only_last_request = None
         self._test_only_last_response = None
+        self.fail_next: int | None = None
 
     def request(self, method, uri, params=None, data=None, headers=None, auth=None, timeout=None, allow_redirects=False):
         from twilio.http.response import Response
 
         self.requests.append((method, uri, dict(data or {})))
+        if self.fail_next is not None:  # Twilio's API failing (a test asks for it)
+            status, self.fail_next = self.fail_next, None
+            return Response(status, json.dumps({"code": 20500, "message": "Internal Server Error", "status": status}))
         if auth != (self.double.account_sid, self.double.auth_token):
             return Response(401, json.dumps({"code": 20003, "message": "Authenticate", "status": 401}))
         path = urlsplit(uri).path

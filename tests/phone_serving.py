@@ -41,7 +41,8 @@ class PhoneServer:
 
 
 @contextlib.asynccontextmanager
-async def running_phone(agent: Agent, llm: BaseLlm, *, recorder=None, control=None, **config) -> AsyncIterator[PhoneServer]:
+async def running_phone(agent: Agent, llm: BaseLlm, *, recorder=None, control=None, twilio_shared_key: str | None = None,
+                        **config) -> AsyncIterator[PhoneServer]:
     config.setdefault("audio_lead", 0.2)
     config.setdefault("sockets", os.environ.get("LIVE_SOCKETS", "auto"))
     config.setdefault("call_drain_timeout", 0.0)
@@ -67,8 +68,9 @@ async def running_phone(agent: Agent, llm: BaseLlm, *, recorder=None, control=No
 
         webhook_port = await tg.start(serve_webhooks)
         public = f"http://127.0.0.1:{webhook_port}"
-        lines = PhoneLines.twilio(AUTH_TOKEN, public, agent=agent.name, on_dtmf=agent.on_key_press,
-                                  key_entry=agent.key_entry, control=control)
+        lines = PhoneLines(tokens=CallTokens(config.get("token_secret"), agent=agent.name),
+                           on_key_press=agent.on_key_press, key_entry=agent.key_entry)
+        lines.add_twilio(AUTH_TOKEN, public, control=control, shared_key=twilio_shared_key)
         listener.routes.update(lines.webhooks)
         server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}),
                             recorder=recorder)
