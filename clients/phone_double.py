@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlencode, urlsplit
 
 import anyio
+import anyio.abc
 import h11
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
@@ -138,6 +139,7 @@ class TwilioCall:
         # the server closed the stream (not when the call left it, or hung up).
         self.after_stream: list[tuple[str, str]] = []
         self.hung_up_by_caller = False
+        self._tasks: anyio.abc.TaskGroup | None = None
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -203,6 +205,12 @@ class TwilioCall:
     async def send_raw(self, frame: str | bytes) -> None:
         """A frame as is (for tests of what a server does with a bad one)."""
         await self.ws.send(frame)
+
+    def leave_soon(self, twiml: str) -> None:
+        """`leave_stream`, as a task of the call's own (the REST request does not wait for it)."""
+        self.new_twiml = twiml
+        if self._tasks is not None:
+            self._tasks.start_soon(self.leave_stream, twiml)
 
     async def leave_stream(self, twiml: str) -> None:
         """The call was given new TwiML (REST): it leaves the stream, which stops."""
@@ -319,6 +327,7 @@ async def on_the_line(call: TwilioCall, calls: dict, key: str) -> AsyncIterator[
     `calls` under `key` until it hangs up."""
     calls[key] = call
     async with anyio.create_task_group() as tg:
+        call._tasks = tg
         tg.start_soon(call._receive)
         tg.start_soon(call._play)
         tg.start_soon(call._line)
@@ -367,7 +376,8 @@ class TwilioRestDouble:
             if call is None:
                 return Response(404, json.dumps({"code": 20404, "message": "not found", "status": 404}))
             if "Twiml" in (data or {}):
-                anyio.from_thread.run(call.leave_stream, data["Twiml"])
+                # Twilio answers the request at once; the call leaves its stream meanwhile.
+                anyio.from_thread.run_sync(call.leave_soon, data["Twiml"])
             return Response(200, json.dumps({"sid": call_sid, "account_sid": self.double.account_sid, "status": "in-progress"}))
         if method == "POST" and path == prefix + ".json":
             call_sid = _sid("CA")

@@ -791,6 +791,7 @@ class SessionRunner:
                 await anyio.sleep(0.05)
             if self.door.capabilities.reports_played_out:
                 await self.wait_played_out()
+
         self.finish("server stopping: the call ended with a goodbye", CLOSE_GOING_AWAY)
 
     # ------------------------------------------------------------------ what the user heard
