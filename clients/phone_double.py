@@ -453,6 +453,46 @@ class TwilioDouble:
         return verbs[names.index("Connect") + 1 :] if "Connect" in names else []
 
     @contextlib.asynccontextmanager
+    async def pick_up(self, placed: dict, *, answered_by: str | None = None,
+                      stream_url: str | None = None) -> AsyncIterator[TwilioCall | None]:
+        """The person (or machine) `placed` called answers (a call placed through the REST API).
+
+        Status callbacks go where `StatusCallback` says, for the events
+        `StatusCallbackEvent` names ("If no event is specified, we send the
+        completed status"). With `MachineDetection`, detection blocks the call
+        ("Default, blocks the execution of the call until Answering Machine
+        Detection is completed") and the webhook then carries `AnsweredBy`.
+        Yields the call on its stream, or None when the server's answer has no
+        stream (it hung up on a machine)."""
+        sid = placed["sid"]
+        events = placed.get("StatusCallbackEvent") or []
+        events = [events] if isinstance(events, str) else list(events)
+        status_url = placed.get("StatusCallback")
+
+        async def status(event: str, call_status: str, **extra: str) -> None:
+            if status_url and (event in events or (event == "completed" and not events)):
+                form = {"AccountSid": self.account_sid, "CallSid": sid, "CallStatus": call_status,
+                        "Direction": "outbound-api", "To": placed["To"], "From": placed["From"], **extra}
+                await self.post(status_url, form)
+
+        await status("initiated", "queued")
+        await status("ringing", "ringing")
+        extra = {"AnsweredBy": answered_by} if placed.get("MachineDetection") and answered_by else {}
+        status_code, answer, _ = await self.ring(placed["Url"], call_sid=sid, caller=placed["From"], called=placed["To"],
+                                                 direction="outbound-api", extra=extra)
+        if status_code != 200:
+            raise CallRefused(status_code, answer)
+        await status("answered", "in-progress", **extra)
+        try:
+            if "<Stream" not in answer:
+                yield None
+            else:
+                async with self.call(placed["Url"], stream_url=stream_url, answer=answer, call_sid=sid) as call:
+                    yield call
+        finally:
+            await status("completed", "completed", **extra)
+
+    @contextlib.asynccontextmanager
     async def call(self, webhook_url: str, *, stream_url: str | None = None,
                    parameters: Mapping[str, str] | None = None, ring: Mapping[str, str] | None = None,
                    handshake: Mapping[str, str] | None = None, answer: str | None = None,

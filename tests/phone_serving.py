@@ -33,6 +33,7 @@ class PhoneServer:
     webhook_url: str
     media_url: str
     double: TwilioDouble
+    control: object = None  # the agent's call control (the double's REST API), when asked for
 
     def call(self, **kwargs):
         """A call from the double, its stream sent to the server's local port."""
@@ -79,7 +80,7 @@ async def running_phone(agent: Agent, llm: BaseLlm, *, recorder=None, control=No
         port = await tg.start(server.serve)
         try:
             yield PhoneServer(server, lines, public + TWILIO_VOICE_PATH, f"ws://127.0.0.1:{port}/twilio/media",
-                              double)
+                              double, control)
         finally:
             server.stop()
             listener_scope.cancel()

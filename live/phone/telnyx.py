@@ -364,6 +364,10 @@ class TelnyxCallWebhook:
         if not call_id:
             return HttpAnswer(http.HTTPStatus.OK.value, b"ok\n")
         state = _client_state(payload)
+        asked = self.outbound.get(call_id)
+        if asked is not None and kind in ("call.initiated", "call.answered", "call.hangup") and callable(asked.get("report")):
+            asked["report"]({"call": call_id, "status": kind,
+                             **({"cause": str(payload.get("hangup_cause"))[:40]} if kind == "call.hangup" else {})})
         queued = True
         if kind == "call.initiated" and payload.get("direction") == "incoming":
             queued = await self._incoming(call_id)
