@@ -76,6 +76,7 @@ async def running_phone(agent: Agent, llm: BaseLlm, *, recorder=None, control=No
         server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}),
                             recorder=recorder)
         lines.refuse_when(server.call_refusal)
+        lines.count_with(server.metrics)
         await tg.start(serve_lines, lines)
         port = await tg.start(server.serve)
         try:
@@ -154,6 +155,7 @@ async def running_telnyx(agent: Agent, llm: BaseLlm, *, codec: str = "PCMU", rec
         server = LiveServer(agent, llm, ServerConfig(port=0, **config), doors=lines.mounted_on({"/live": NativeDoor}),
                             recorder=recorder)
         lines.refuse_when(server.call_refusal)
+        lines.count_with(server.metrics)
         ready.set()
         port = await tg.start(server.serve)
         media = f"ws://127.0.0.1:{port}/telnyx/media"

@@ -36,6 +36,9 @@ async def test_a_replayed_signed_webhook_mints_no_second_token():
             await call.silence(0.5)
             assert call.closed is None
         assert len(emu.sessions) == 1
+        exposition = phone.server.metrics.exposition()[0].decode()
+        assert 'live_phone_webhooks_total{answer="replayed",carrier="twilio"} 3.0' in exposition
+        assert 'live_phone_webhooks_total{answer="stream",carrier="twilio"} 1.0' in exposition
 
 
 async def test_a_calls_token_is_refused_on_live_even_with_the_servers_token_secret():

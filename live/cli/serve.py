@@ -353,6 +353,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
     server = LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors)
     if lines is not None:
         lines.refuse_when(server.call_refusal)
+        lines.count_with(server.metrics)
     return server
 
 

@@ -52,6 +52,13 @@ TELNYX_MEDIA_PATH = "/telnyx/media"
 COMMAND_QUEUE = 256
 # Carrier commands in flight at once.
 COMMANDS_AT_ONCE = 16
+# What a call's progress is counted as (Twilio's call statuses; Telnyx's call events).
+TWILIO_STATUSES = frozenset({"queued", "initiated", "ringing", "in-progress", "completed", "busy", "failed",
+                             "no-answer", "canceled"})
+TELNYX_EVENTS = frozenset({"call.initiated", "call.answered", "call.hangup", "streaming.started", "streaming.stopped",
+                           "streaming.failed", "call.machine.detection.ended", "call.machine.greeting.ended",
+                           "call.machine.premium.detection.ended", "call.machine.premium.greeting.ended",
+                           "call.speak.ended"})
 
 
 @dataclasses.dataclass
@@ -104,6 +111,20 @@ class PhoneLines:
         for webhook in (self.twilio_webhook, self.telnyx_webhook):
             if webhook is not None:
                 webhook.refusal = refusal
+
+    def count_with(self, metrics: object) -> None:
+        """Count the webhooks' answers and the calls' progress in `metrics`
+        (`live.observe.metrics.Metrics`), by carrier: closed sets of labels."""
+        answers = metrics.phone_webhooks
+        statuses = metrics.phone_call_status
+        if self.twilio_webhook is not None:
+            self.twilio_webhook.counted = lambda answer: answers.labels("twilio", answer).inc()
+            self.twilio_webhook.count_status = lambda status: statuses.labels(
+                "twilio", status if status in TWILIO_STATUSES else "other").inc()
+        if self.telnyx_webhook is not None:
+            self.telnyx_webhook.counted = lambda answer: answers.labels("telnyx", answer).inc()
+            self.telnyx_webhook.count_status = lambda status: statuses.labels(
+                "telnyx", status if status in TELNYX_EVENTS else "other").inc()
 
     # ------------------------------------------------------------------ carriers
 

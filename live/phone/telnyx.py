@@ -323,6 +323,9 @@ class TelnyxCallWebhook:
         self.busy = "reject"
         self.busy_message = "Sorry, all our lines are busy. Please call again later."
         self.outbound: dict[str, Any] = {}  # call id -> what `live call` asked for (its AMD policy)
+        self.counted: Callable[[str], None] = lambda answer: None  # metrics: how each webhook was answered
+        self.count_status: Callable[[str], None] = lambda status: None  # metrics: calls' progress
+        self._ended: dict[str, None] = {}  # calls Telnyx said ended (newest last, bounded): nothing to hang up
         self.events: list[tuple[str, str]] = []  # (event type, call id) taken, newest last (bounded)
 
     def __repr__(self) -> str:
@@ -347,6 +350,7 @@ class TelnyxCallWebhook:
         )
         if problem is not None:
             log.warning("telnyx webhook refused: %s", problem)
+            self.counted("forbidden")
             return HttpAnswer(http.HTTPStatus.FORBIDDEN.value, b"forbidden\n")
         try:
             data = json.loads(body)["data"]
@@ -359,8 +363,10 @@ class TelnyxCallWebhook:
         call_id = str(payload.get("call_control_id") or "")
         # "Do not depend on single delivery": an event is acted on once.
         if event_id and not await self.tokens.once(f"telnyx-event:{event_id}", 3600.0):
+            self.counted("duplicate")
             return HttpAnswer(http.HTTPStatus.OK.value, b"ok (seen)\n")
         self.events = [*self.events[-255:], (kind, call_id)]
+        self.count_status(kind)
         if not call_id:
             return HttpAnswer(http.HTTPStatus.OK.value, b"ok\n")
         state = _client_state(payload)
@@ -376,7 +382,7 @@ class TelnyxCallWebhook:
         elif kind in ("call.machine.detection.ended", "call.machine.premium.detection.ended",
                       "call.machine.greeting.ended", "call.machine.premium.greeting.ended"):
             queued = await self._machine(kind, call_id, str(payload.get("result") or ""))
-        elif kind in ("streaming.failed", "streaming.stopped"):
+        elif kind in ("streaming.failed", "streaming.stopped") and call_id not in self._ended:
             # The stream is the conversation: without it the caller would sit in
             # billed silence (closing the socket does not end a Telnyx call).
             if kind == "streaming.failed":
@@ -387,6 +393,9 @@ class TelnyxCallWebhook:
             queued = self._queue("hangup", lambda: self.control.hang_up(call_id))
         elif kind == "call.hangup":
             self.outbound.pop(call_id, None)
+            self._ended[call_id] = None
+            while len(self._ended) > 4096:
+                del self._ended[next(iter(self._ended))]
             log.info("telnyx call %s ended (%s, by %s)", call_id[:60], str(payload.get("hangup_cause"))[:40],
                      str(payload.get("hangup_source"))[:20])
         if not queued:
@@ -397,6 +406,7 @@ class TelnyxCallWebhook:
         why = self.refusal()
         if why is not None:
             log.warning("telnyx call %s not taken: %s (%s)", call_id[:60], why, self.busy)
+            self.counted(self.busy)
             if self.busy == "fallback":
                 return False  # a non-200: Telnyx re-delivers to the failover URL
             if self.busy == "say":
@@ -406,7 +416,9 @@ class TelnyxCallWebhook:
         token = await self.tokens.mint_once(call_id)
         if token is None:
             log.warning("telnyx call %s: its call.initiated came again; the call was answered already", call_id[:60])
+            self.counted("replayed")
             return True
+        self.counted("stream")
         return self._answer_later(call_id, token)
 
     def _answer_later(self, call_id: str, token: str) -> bool:

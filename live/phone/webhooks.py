@@ -158,6 +158,7 @@ class TwilioVoiceWebhook:
         self.on_status: Callable[[dict[str, str]], object] | None = None  # status callbacks, as they come
         self.outbound: dict[str, dict[str, Any]] = {}  # CallSid -> what `live call` asked for (AMD policy)
         self.counted: Callable[[str], None] = lambda answer: None  # metrics: how each webhook was answered
+        self.count_status: Callable[[str], None] = lambda status: None  # metrics: calls' progress
 
     def __repr__(self) -> str:  # never the auth token
         return f"TwilioVoiceWebhook(public_url={self.public_url!r})"
@@ -271,6 +272,7 @@ class TwilioVoiceWebhook:
         fields = {k: form[k] for k in ("CallSid", "CallStatus", "AnsweredBy", "CallDuration", "Direction") if k in form}
         log.info("twilio call %s: %s%s", fields.get("CallSid", "?")[:40], fields.get("CallStatus", "?")[:20],
                  f" (answered by {fields['AnsweredBy'][:20]})" if "AnsweredBy" in fields else "")
+        self.count_status(fields.get("CallStatus", ""))
         if self.on_status is not None:
             self.on_status(fields)
         return HttpAnswer(http.HTTPStatus.OK.value, b"ok\n")
