@@ -104,7 +104,8 @@ def _sid(prefix: str) -> str:
 class Heard:
     """What reached the caller's side, with the double's clock (seconds since the call began)."""
 
-    media: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)  # received frames
+    media: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)  # received audio, in 20 ms frames
+    messages: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)  # received media messages' payloads
     clears: list[float] = dataclasses.field(default_factory=list)
     marks_echoed: list[str] = dataclasses.field(default_factory=list)
     frames: list[dict] = dataclasses.field(default_factory=list)  # every message, as received
@@ -125,6 +126,7 @@ class TwilioCall:
         # The caller's side of the line: 20 ms frames of μ-law (Twilio's only format).
         self.frame_bytes = FRAME
         self.line_silence = ULAW_SILENCE
+        self.reply_frame_bytes = FRAME  # what the handset plays per 20 ms of what it gets
         self._outgoing: collections.deque[bytes] = collections.deque()
         # The caller's playback buffer: frames and marks in the order received.
         self._buffer: list[tuple[str, bytes | str]] = []
@@ -268,11 +270,17 @@ class TwilioCall:
                 if not self._addressed(message):
                     raise AssertionError(f"a message for another stream: {message!r}")
                 if event == "media":
-                    ulaw = base64.b64decode(message["media"]["payload"], validate=True)
-                    if not self._heard_media(ulaw):
+                    payload = base64.b64decode(message["media"]["payload"], validate=True)
+                    if not self._heard_media(payload):
                         continue
-                    self.heard.media.append((self.now(), ulaw))
-                    self._buffer.append(("media", ulaw))
+                    # "The audio can be of any size"; "The media messages are buffered
+                    # and played in the order received": the handset plays 20 ms at a time.
+                    now = self.now()
+                    self.heard.messages.append((now, payload))
+                    size = self.reply_frame_bytes
+                    for i in range(0, len(payload), size):
+                        self.heard.media.append((now, payload[i : i + size]))
+                        self._buffer.append(("media", payload[i : i + size]))
                     self._got_audio.set()
                 elif event == "mark":
                     self._buffer.append(("mark", message["mark"]["name"]))

@@ -105,6 +105,7 @@ class TelnyxCall(TwilioCall):
         self.frame_bytes = rate // 50 * width  # the caller's line: 20 ms in the call's codec
         self.line_silence = {"PCMU": b"\xff", "PCMA": b"\xd5", "L16": b"\x00"}[encoding] * self.frame_bytes
         self.reorder = reorder
+        self.reply_frame_bytes = reply_rate // 50 * (2 if reply_codec == "L16" else 1)
         self._held_frame: bytes | None = None
         self.short_chunks = 0  # reply payloads under 20 ms: Telnyx refuses them
         self.errors_sent: list[int] = []

@@ -193,7 +193,7 @@ def reply_frames(frames) -> list[dict]:
     return [json.loads(f) for f in frames or ()]
 
 
-def test_reply_audio_leaves_as_20_ms_ulaw_frames_and_one_mark_after_its_end(tokens):
+def test_reply_audio_leaves_as_ulaw_in_few_messages_and_one_mark_after_its_end(tokens):
     door = started(tokens)
     second = (6000 * np.sin(2 * np.pi * 440 * np.arange(24_000) / 24_000)).astype("<i2").tobytes()
     out = []
@@ -210,8 +210,10 @@ def test_reply_audio_leaves_as_20_ms_ulaw_frames_and_one_mark_after_its_end(toke
     media = [m for m in out if m["event"] == "media"]
     assert all(m["streamSid"] == STREAM for m in out)
     payloads = [pybase64.b64decode(m["media"]["payload"]) for m in media]
-    # "The payload must be encoded audio/x-mulaw with a sample rate of 8000 and must be base64 encoded."
-    assert {len(x) for x in payloads} == {160}
+    # "The payload must be encoded audio/x-mulaw with a sample rate of 8000 and must
+    # be base64 encoded. The audio can be of any size": a message per chunk the
+    # session paces out (40 ms here), not one per 20 ms.
+    assert len(media) <= 26
     assert abs(sum(map(len, payloads)) - 8000) <= 160  # one second, to a frame
     decoded = np.frombuffer(ulaw_decode(b"".join(payloads)), "<i2")
     peak = np.argmax(np.abs(np.fft.rfft(decoded))) * 8000 / len(decoded)

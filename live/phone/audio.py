@@ -18,6 +18,10 @@ import math
 import numpy as np
 
 __all__ = [
+    "alaw_from_samples",
+    "alaw_samples",
+    "ulaw_from_samples",
+    "ulaw_samples",
     "CARRIER_RATE",
     "FRAME_BYTES",
     "FrameCutter",
@@ -79,6 +83,28 @@ _ALAW_DECODE = _alaw_decode_table()
 _ALAW_ENCODE = _alaw_encode_table()
 
 
+_ULAW_FLOAT = _ULAW_DECODE.astype(np.float32)
+_ALAW_FLOAT = _ALAW_DECODE.astype(np.float32)
+
+
+def ulaw_samples(data: bytes) -> np.ndarray:
+    """G.711 μ-law bytes as samples (float32), for a resampler."""
+    return _ULAW_FLOAT[np.frombuffer(data, np.uint8)]
+
+
+def alaw_samples(data: bytes) -> np.ndarray:
+    return _ALAW_FLOAT[np.frombuffer(data, np.uint8)]
+
+
+def ulaw_from_samples(pcm: np.ndarray) -> bytes:
+    """PCM16 samples as G.711 μ-law bytes."""
+    return _ULAW_ENCODE[pcm.view("<u2")].tobytes()
+
+
+def alaw_from_samples(pcm: np.ndarray) -> bytes:
+    return _ALAW_ENCODE[pcm.view("<u2")].tobytes()
+
+
 def ulaw_decode(data: bytes) -> bytes:
     """G.711 μ-law bytes as PCM16 little-endian."""
     return _ULAW_DECODE[np.frombuffer(data, np.uint8)].tobytes()
@@ -110,12 +136,13 @@ class Resampler:
     their output in blocks of 60-110 ms (latency at the end of every turn),
     and the preset fast enough for a call ("LQ") cut 3.4 kHz by 7.9 dB.
 
-    The filter runs on 20 ms of input at a time, the carrier's frame, as one
-    matrix-vector product (`_block_matrix`, shared by every call at the same
-    rates): about soxr's CPU per frame. Input short of a whole block waits for
-    the next call (`flush` pads it out); the filter's state (the last input
-    samples) is kept between blocks, so nothing is dropped or clicks at chunk
-    edges.
+    The filter runs on blocks of `BLOCK_MS` of output at a time, every block
+    of a chunk in one matrix product (`_block_matrix`, shared by every call at
+    the same rates). Input short of a whole block waits for the next chunk
+    (`flush` pads it out at the end of a reply); the filter's state (the last
+    input samples) is kept between chunks, so nothing is dropped or clicks at
+    chunk edges. `samples` takes and gives numpy arrays, so a codec's table
+    lookup feeds it with no bytes in between.
     """
 
     def __init__(self, in_rate: int, out_rate: int) -> None:
@@ -125,6 +152,8 @@ class Resampler:
         self._matrix = None if in_rate == out_rate else _block_matrix(in_rate, out_rate)
         if self._matrix is not None:
             self._block = self._matrix.shape[1] * in_rate // out_rate
+            self._history = self._matrix.shape[0] - self._block
+            self._frame_in = self._history + in_rate // 50
         self.reset()
 
     def reset(self) -> None:
@@ -132,7 +161,7 @@ class Resampler:
         self._odd = b""
         if self._matrix is not None:
             # The input not yet filtered, after the last `taps - 1` samples that were.
-            self._input = np.zeros(self._matrix.shape[0] - self._block, np.float32)
+            self._input = np.zeros(self._history, np.float32)
 
     def __call__(self, pcm: bytes) -> bytes:
         if self._odd:
@@ -141,33 +170,48 @@ class Resampler:
             pcm, self._odd = pcm[:-1], pcm[-1:]
         if self._matrix is None or not pcm:
             return pcm
-        self._input = np.concatenate((self._input, np.frombuffer(pcm, "<i2")), dtype=np.float32)
+        return self.samples(np.frombuffer(pcm, "<i2")).tobytes()
+
+    def samples(self, x: np.ndarray) -> np.ndarray:
+        """Samples (any numeric array) in, PCM16 samples out (as many as whole blocks allow)."""
+        if self._matrix is None:
+            return x.astype("<i2", copy=False)
+        data = self._input = np.concatenate((self._input, x), dtype=np.float32)
+        if len(data) == self._frame_in:
+            # A carrier's 20 ms frame and nothing waiting (the caller's side, frame
+            # after frame): one matrix-vector product over the input as it lies.
+            out = _frame_matrix(self.in_rate, self.out_rate) @ data
+            self._input = data[len(data) - self._history :]
+            np.minimum(np.maximum(out, -32768, out=out), 32767, out=out)
+            return out.astype("<i2")
         return self._filter()
 
     def flush(self) -> bytes:
         """The input still short of a block, padded with silence to one (at the end of a reply)."""
         if self._matrix is None:
             return b""
-        kept = len(self._input) - (self._matrix.shape[0] - self._block)
+        kept = len(self._input) - self._history
         if kept <= 0:
             return b""
         self._input = np.concatenate((self._input, np.zeros(self._block - kept, np.float32)))
-        return self._filter()
+        return self._filter().tobytes()
 
-    def _filter(self) -> bytes:
+    def _filter(self) -> np.ndarray:
         matrix, block, data = self._matrix, self._block, self._input
-        width = matrix.shape[0]
-        blocks = (len(data) - width) // block + 1
+        blocks = (len(data) - self._history) // block
         if blocks <= 0:
-            return b""
+            return _NO_SAMPLES
         # Every block's window of input as a row (copied: the windows overlap),
         # then one matrix product for the whole chunk.
         step = data.strides[0]
-        windows = np.ndarray((blocks, width), np.float32, data, 0, (block * step, step)).copy()
-        out = windows @ matrix
-        self._input = data[blocks * block :].copy()
-        np.minimum(np.maximum(out, -32768, out=out), 32767, out=out)
-        return out.astype("<i2").tobytes()
+        out = np.ndarray((blocks, matrix.shape[0]), np.float32, data, 0, (block * step, step)).copy() @ matrix
+        self._input = data[blocks * block :]
+        out = out.ravel()
+        np.minimum(np.maximum(out, -32768, out=out), 32767, out=out)  # (np.clip: more overhead per call)
+        return out.astype("<i2")
+
+
+_NO_SAMPLES = np.zeros(0, "<i2")
 
 
 # Output samples per block: the filter runs on a few milliseconds of input at a
@@ -191,6 +235,23 @@ def _block_matrix(in_rate: int, out_rate: int) -> np.ndarray:
         newest = taps - 1 + position // up
         matrix[row, newest - np.arange(taps)] = phases[position % up]
     matrix = np.ascontiguousarray(matrix.T)  # input samples by output samples: (window @ matrix)
+    matrix.setflags(write=False)
+    return matrix
+
+
+@functools.cache
+def _frame_matrix(in_rate: int, out_rate: int) -> np.ndarray:
+    """The filter for one 20 ms frame, as one matrix: output samples by the
+    frame's input and the `taps - 1` samples before it (`_block_matrix`'s
+    blocks, laid along its diagonal)."""
+    block = _block_matrix(in_rate, out_rate)
+    width, outputs = block.shape
+    step = width - (block.shape[0] - (outputs * in_rate // out_rate))  # input samples per block
+    step = outputs * in_rate // out_rate
+    count = out_rate // 50 // outputs
+    matrix = np.zeros((count * outputs, (count - 1) * step + width), np.float32)
+    for k in range(count):
+        matrix[k * outputs : (k + 1) * outputs, k * step : k * step + width] = block.T
     matrix.setflags(write=False)
     return matrix
 
@@ -235,6 +296,15 @@ class FrameCutter:
         frames = [bytes(rest[i : i + size]) for i in range(0, whole, size)]
         del rest[:whole]
         return frames
+
+    def whole(self, data: bytes) -> bytes:
+        """The whole frames `data` completes, as one run of bytes; the remainder waits."""
+        rest = self._rest
+        rest += data
+        whole = len(rest) - len(rest) % self.size
+        out = bytes(rest[:whole])
+        del rest[:whole]
+        return out
 
     def flush(self, fill: bytes | int) -> bytes | None:
         """The remainder padded to a whole frame with `fill` (one sample of silence), or None."""

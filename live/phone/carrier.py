@@ -22,6 +22,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 import orjson
 import pybase64
 from google.genai import types
@@ -29,7 +30,18 @@ from google.genai import types
 from live.agent import KeyEntry
 from live.doors.base import Capabilities, FrontDoor, Input, Opening, PlayedOut, SessionTask
 from live.observe.logs import current_call_id
-from live.phone.audio import FrameCutter, Resampler, alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from live.phone.audio import (
+    FrameCutter,
+    Resampler,
+    alaw_decode,
+    alaw_encode,
+    alaw_from_samples,
+    alaw_samples,
+    ulaw_decode,
+    ulaw_encode,
+    ulaw_from_samples,
+    ulaw_samples,
+)
 from live.phone.calls import CallTokens
 from live.phone.control import CallControl, PhoneCall, current_call
 from live.phone.keys import KeyEntries, key_text
@@ -58,20 +70,25 @@ dtmf_text = key_text  # what the model is told of one key (kept for the name)
 
 def _l16_decode(data: bytes) -> bytes:
     """L16 is big-endian (RFC 3551: network byte order); the session's PCM is little-endian."""
-    import numpy as np
-
     return np.frombuffer(data[: len(data) // 2 * 2], ">i2").astype("<i2").tobytes()
 
 
 def _l16_encode(pcm: bytes) -> bytes:
-    import numpy as np
-
     return np.frombuffer(pcm, "<i2").astype(">i2").tobytes()
+
+
+def _l16_samples(data: bytes) -> np.ndarray:
+    return np.frombuffer(data[: len(data) // 2 * 2], ">i2")
+
+
+def _l16_from_samples(pcm: np.ndarray) -> bytes:
+    return pcm.astype(">i2").tobytes()
 
 
 @dataclasses.dataclass(frozen=True)
 class Codec:
-    """A carrier's audio format: how its bytes become PCM16 and back, at what rate."""
+    """A carrier's audio format: how its bytes become PCM16 and back, at what rate
+    (`samples` and `from_samples`: the same with numpy arrays, for a resampler)."""
 
     name: str
     rate: int
@@ -79,19 +96,21 @@ class Codec:
     decode: Callable[[bytes], bytes]
     encode: Callable[[bytes], bytes]
     silence: bytes  # one sample of silence
+    samples: Callable[[bytes], np.ndarray]
+    from_samples: Callable[[np.ndarray], bytes]
 
     @property
     def frame_bytes(self) -> int:
         return self.rate // 50 * self.sample_bytes  # 20 ms
 
 
-PCMU = Codec("PCMU", 8_000, 1, ulaw_decode, ulaw_encode, b"\xff")
-PCMA = Codec("PCMA", 8_000, 1, alaw_decode, alaw_encode, b"\xd5")
+PCMU = Codec("PCMU", 8_000, 1, ulaw_decode, ulaw_encode, b"\xff", ulaw_samples, ulaw_from_samples)
+PCMA = Codec("PCMA", 8_000, 1, alaw_decode, alaw_encode, b"\xd5", alaw_samples, alaw_from_samples)
 CODECS: dict[str, Codec] = {"PCMU": PCMU, "PCMA": PCMA}
 
 
 def l16(rate: int) -> Codec:
-    return Codec("L16", rate, 2, _l16_decode, _l16_encode, b"\x00\x00")
+    return Codec("L16", rate, 2, _l16_decode, _l16_encode, b"\x00\x00", _l16_samples, _l16_from_samples)
 
 
 def codec_named(name: str, rate: int = 8_000) -> Codec:
@@ -282,7 +301,7 @@ class CarrierDoor(FrontDoor):
         except (binascii.Error, ValueError):
             raise ProtocolError("bad_audio", "a 'media' payload that is not base64") from None
         out: list[Input] = []
-        pcm = self._inbound(self.codec.decode(audio))
+        pcm = self._inbound.samples(self.codec.samples(audio)).tobytes()
         if pcm:
             out.append(pcm)
         # The call's clock moves with the caller's audio: a pause between keys
@@ -359,14 +378,14 @@ class CarrierDoor(FrontDoor):
         if not self._replying:
             return None
         self._replying = False
-        frames = self._frames(self.reply_codec.encode(self._outbound.flush()))
+        tail = self._frames.whole(self.reply_codec.from_samples(np.frombuffer(self._outbound.flush(), "<i2")))
         last = self._frames.flush(self.reply_codec.silence)
         if last is not None:
-            frames.append(last)
+            tail += last
         self._marks_sent += 1
         self._sent_since_mark = False
         mark = self._encode(self._envelope({"event": "mark", "mark": {"name": f"end:{self._marks_sent}"}}))
-        return (*(self._media_frame(f) for f in frames), mark)
+        return (self._media_frame(tail), mark) if tail else (mark,)
 
     def _log_error(self, event: ErrorEvent) -> None:
         """A carrier cannot read an error: the operator's log says it, a few times per kind."""
@@ -378,11 +397,15 @@ class CarrierDoor(FrontDoor):
             )
 
     def audio(self, pcm: bytes) -> Sequence[str]:
-        frames = self._frames(self.reply_codec.encode(self._outbound(pcm)))
-        if frames:
-            self._replying = True
-            self._sent_since_mark = True
-        return [self._media_frame(frame) for frame in frames]
+        # Whole 20 ms frames in one message: Twilio takes audio "of any size",
+        # Telnyx "20 milliseconds to 30 seconds"; a message per frame was 50 a
+        # second of JSON and base64 for nothing. The remainder waits for the next.
+        audio = self._frames.whole(self.reply_codec.from_samples(self._outbound.samples(np.frombuffer(pcm, "<i2"))))
+        if not audio:
+            return ()
+        self._replying = True
+        self._sent_since_mark = True
+        return (self._media_frame(audio),)
 
     def _media_frame(self, audio: bytes) -> str:
         return self._encode(self._envelope({"event": "media", "media": {"payload": pybase64.b64encode(audio).decode("ascii")}}))

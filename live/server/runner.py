@@ -643,10 +643,12 @@ class SessionRunner:
             log.info("session %s: a frame the %s door could not read (%s)", self.id, self.door.name, type(exc).__name__)
             await self.apply([SendEvent(ErrorEvent("invalid_frame", "a frame this session could not read was dropped"))])
             return
+        news = False  # audio alone changes nothing the model link's supervisor watches
         for item in inputs:
             if type(item) is bytes:
                 self.client_audio(item, behind=behind)
                 continue
+            news = True
             if type(item) is PlayedOut:
                 self._played_out()
                 continue
@@ -656,7 +658,8 @@ class SessionRunner:
             if not native and self.record is not None:
                 self.record.client_text(encode(item))
             await self.apply(self.core.client_message(item, self.clock()))
-        self.poke()
+        if news:
+            self.poke()
 
     def _report_drops(self) -> None:
         dropped = self.upstream.dropped_audio
