@@ -16,8 +16,8 @@ frames as sent and received, `InvalidStatus`, `InvalidURI`, `InvalidHandshake`),
 so code written against websockets reads it unchanged. Additions for the hot
 path: `can_send_now()` (a frame sent now goes out at once), `send_nowait()`
 (the send itself, synchronous), `frames_waiting()` (frames read and not yet
-taken), and `take_binary`, a callback that takes binary messages as they
-arrive while a reader waits with nothing queued: a relay forwards a frame
+taken), and `take_binary` (`take_text`), a callback that takes binary (text)
+messages as they arrive while a reader waits with nothing queued: a relay forwards a frame
 inside the socket's own callback, with no task switch, and order is kept
 (anything queued, or in the reader's hands, goes first). Frames that arrive
 in one read (the process fell behind) all go to the reader, which can join them. `connect()` dials,

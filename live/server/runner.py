@@ -622,27 +622,15 @@ class SessionRunner:
                 self.obs.audio_overflow()
                 self._report_drops()
 
-    async def client_frame(self, frame: str | bytes, *, behind: bool) -> None:
+    async def client_frame(self, frame: str | bytes, *, behind: bool, inputs: list | None = None) -> None:
         """A frame the door reads (every text frame; binary ones too for a door
-        that does not take audio as is)."""
+        that does not take audio as is); `inputs`: what the door already read
+        of it (`read_frame`, in the socket's callback)."""
+        if inputs is None:
+            inputs = self.read_frame(frame)
+            if inputs is None or self.take_now(inputs, behind=behind):
+                return
         native = self.door.capabilities.raw_audio
-        if native and self.record is not None and isinstance(frame, str):
-            self.record.client_text(frame)
-        try:
-            inputs = list(self.door.inputs(frame))
-        except ProtocolError as exc:
-            error = ErrorEvent(exc.code, exc.message, exc.fatal)
-            if exc.fatal:
-                self.finish(exc.message, CLOSE_POLICY, error)
-            else:
-                await self.apply([SendEvent(error)])
-            return
-        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
-            # A frame of a shape the door did not foresee: bad input, not a
-            # broken session (the door's own checks name what they refuse).
-            log.info("session %s: a frame the %s door could not read (%s)", self.id, self.door.name, type(exc).__name__)
-            await self.apply([SendEvent(ErrorEvent("invalid_frame", "a frame this session could not read was dropped"))])
-            return
         news = False  # audio alone changes nothing the model link's supervisor watches
         for item in inputs:
             if type(item) is bytes:
@@ -660,6 +648,41 @@ class SessionRunner:
             await self.apply(self.core.client_message(item, self.clock()))
         if news:
             self.poke()
+
+    def read_frame(self, frame: str | bytes) -> list | None:
+        """What the door reads in a frame, or None when it could not be read
+        (the client is told, or the session ends for a fatal error). No waiting."""
+        if self.door.capabilities.raw_audio and self.record is not None and isinstance(frame, str):
+            self.record.client_text(frame)
+        try:
+            return list(self.door.inputs(frame))
+        except ProtocolError as exc:
+            error = ErrorEvent(exc.code, exc.message, exc.fatal)
+            if exc.fatal:
+                self.finish(exc.message, CLOSE_POLICY, error)
+            else:
+                self.event(error)
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            # A frame of a shape the door did not foresee: bad input, not a
+            # broken session (the door's own checks name what they refuse).
+            log.info("session %s: a frame the %s door could not read (%s)", self.id, self.door.name, type(exc).__name__)
+            self.event(ErrorEvent("invalid_frame", "a frame this session could not read was dropped"))
+        return None
+
+    def take_now(self, inputs: list, *, behind: bool = False) -> bool:
+        """A frame's inputs when they are audio alone (or a door's report that
+        the client played out): done now, with nothing to wait for; False
+        (nothing done) when one needs `client_frame`."""
+        for item in inputs:
+            kind = type(item)
+            if kind is not bytes and kind is not PlayedOut:
+                return False
+        for item in inputs:
+            if type(item) is bytes:
+                self.client_audio(item, behind=behind)
+            else:
+                self._played_out()
+        return True
 
     def _report_drops(self) -> None:
         dropped = self.upstream.dropped_audio
