@@ -102,8 +102,10 @@ class PostListener:
             while True:
                 try:
                     event = conn.next_event()
-                except h11.RemoteProtocolError:
-                    await self._send(stream, conn, plain(http.HTTPStatus.BAD_REQUEST, "bad request"))
+                except h11.RemoteProtocolError as exc:
+                    # h11's hint: 431 for a head past its bound, 400 for the rest.
+                    status = http.HTTPStatus(exc.error_status_hint)
+                    await self._send(stream, conn, plain(status, status.phrase.lower()))
                     return
                 if event is h11.NEED_DATA:
                     conn.receive_data(await stream.receive(16 << 10))

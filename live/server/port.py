@@ -60,6 +60,8 @@ from live.access.reattach import token_matches
 from live.observe.record import Recorder
 from live.server.runner import SessionRunner
 from live.fleet.store import StoreError
+from live.net.http_post import Handler
+from live.server.posts import PortPosts
 from live.net.sockets import serve_with
 
 if TYPE_CHECKING:
@@ -94,8 +96,10 @@ class LiveServer:
     `recorder` what records every session, `agent_spec` the agent's
     `MODULE:ATTR` (kept in records, for `live replay`), `clock` what every
     deadline reads, `doors` the WebSocket paths and their front doors (default:
-    `/live`). `serve()` listens until `stop()`; `url()` and `serving_line()`
-    say where (docs/embedding.md).
+    `/live`), `posts` POST routes served on the same port (carriers' webhooks,
+    the Live API's `auth_tokens`: handlers as `live.net.http_post` takes them;
+    None: the port reads GETs only). `serve()` listens until `stop()`; `url()`
+    and `serving_line()` say where (docs/embedding.md).
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class LiveServer:
         *,
         clock: Callable[[], float] = time.monotonic,
         doors: Mapping[str, DoorFactory] | None = None,
+        posts: Mapping[str, Handler] | None = None,
     ) -> None:
         self.agent = agent
         # The WebSocket paths clients reach a session on, each with its front door.
@@ -148,6 +153,8 @@ class LiveServer:
         # The uses of each token: in this process, and in a fleet's store too.
         self.spent_tokens = TokenUses(lambda: self.fleet)
         self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
+        # POST routes on this port (`live.server.posts`): None, GETs only.
+        self.post_routes = None if posts is None else PortPosts(posts, self.trusted_proxies)
         self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
         self.port: int | None = None
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
@@ -747,6 +754,7 @@ class LiveServer:
             reuse_port=config.reuse_port or None,
             ping_interval=20,
             ping_timeout=20,
+            post=self.post_routes.serve if self.post_routes is not None else None,
         ) as server, contextlib.AsyncExitStack() as stack:
             self.port = _bound_port(server)
             if config.metrics_port is not None:
