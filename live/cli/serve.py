@@ -175,12 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     gemini.add_argument("--gemini-endpoint", action="store_true", help="also serve the Live API's WebSocket paths (/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent and the v1alpha ones), so google-genai and @google/genai apps connect with only their base URL changed; the key they send is one of this server's tokens (serve it over TLS: --certfile)")
     gemini.add_argument("--gemini-model", action="append", default=[], metavar="PATTERN", help="with --gemini-endpoint: a model name (fnmatch pattern, without models/) a client may ask for in its setup; the session runs the server's model whichever it names (repeatable; default: the server's model)")
     gemini.add_argument("--gemini-policy", metavar="FILE", help="with --gemini-endpoint: a TOML file of what apps may ask: models, an instruction said before theirs, tools removed (see docs/gemini-endpoint.md)")
-    gemini.add_argument("--mint-key", default=os.environ.get("LIVE_MINT_KEY"), help="with --gemini-endpoint and --token-secret: the key a backend presents to POST /v1alpha/auth_tokens (on --post-port), google-genai's client.auth_tokens.create, to mint ephemeral tokens for its apps (default: $LIVE_MINT_KEY; none: the route is not served)")
+    gemini.add_argument("--mint-key", default=os.environ.get("LIVE_MINT_KEY"), help="with --gemini-endpoint and --token-secret: the key a backend presents to POST /v1alpha/auth_tokens (on --port, and --post-port if given), google-genai's client.auth_tokens.create, to mint ephemeral tokens for its apps (default: $LIVE_MINT_KEY; none: the route is not served)")
     phone = parser.add_argument_group("phone calls (see docs/phone.md)")
-    phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice (on --post-port) and the media stream /twilio/media; the auth token comes from $TWILIO_AUTH_TOKEN")
-    phone.add_argument("--telnyx", action="store_true", help="answer Telnyx calls: the Call Control webhook POST /telnyx/call (on --post-port) answers with the media stream /telnyx/media; keys from $TELNYX_API_KEY and $TELNYX_PUBLIC_KEY")
+    phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice and the media stream /twilio/media, both on --port; the auth token comes from $TWILIO_AUTH_TOKEN")
+    phone.add_argument("--telnyx", action="store_true", help="answer Telnyx calls: the Call Control webhook POST /telnyx/call answers with the media stream /telnyx/media, both on --port; keys from $TELNYX_API_KEY and $TELNYX_PUBLIC_KEY")
     phone.add_argument("--public-url", metavar="URL", help="the https:// address carriers reach this server at (a tunnel's in development); webhooks' signatures are checked against it")
-    phone.add_argument("--post-port", "--phone-port", dest="post_port", type=int, metavar="PORT", help="port of the POST routes: carriers' webhooks, the Live API's auth_tokens (the WebSocket port reads only GET) (default: --port + 1)")
+    phone.add_argument("--post-port", "--phone-port", dest="post_port", type=int, metavar="PORT", help="also serve the POST routes (carriers' webhooks, the Live API's auth_tokens) on this port, for those who route them apart; they are served on --port either way (default: none)")
     phone.add_argument("--stream-url", metavar="URL", help="the wss:// address of the media stream, when it is not --public-url with /twilio/media (or /telnyx/media) after its path")
     phone.add_argument("--twilio-shared-key", default=os.environ.get("TWILIO_WEBHOOKS_SHARED_KEY"), metavar="SECRET", help="the secret of a Twilio Webhooks Rule's SharedKey: webhooks that carry X-Twilio-Webhooks-Signature-Settings are checked with it and the algorithm it names (HMAC_SHA256) (default: $TWILIO_WEBHOOKS_SHARED_KEY)")
     phone.add_argument("--telnyx-codec", choices=("PCMU", "PCMA", "L16"), default="PCMU", help="what Telnyx streams the caller in and plays the agent's replies in: PCMU or PCMA (8 kHz), or L16 (16 kHz: wideband, started with streaming_start, the command that can say the rate) (default PCMU)")
@@ -347,10 +347,11 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         raise UsageError("--gemini-model and --gemini-policy need --gemini-endpoint")
     if not posts and args.post_port is not None:
         raise UsageError("--post-port serves phone webhooks (--twilio, --telnyx) and auth_tokens (--gemini-endpoint --mint-key): add one")
-    if posts and args.post_port is None:
-        args.post_port = args.port + 1 if args.port else 0
     args.post_routes = posts
-    server = LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors)
+    # The POST routes are served on the WebSocket port itself (one address for a
+    # carrier's webhook and its stream), and on --post-port too when given.
+    server = LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors,
+                        posts=posts or None)
     if lines is not None:
         lines.refuse_when(server.call_refusal)
         lines.count_with(server.metrics)
@@ -467,7 +468,7 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
             await tg.start(lines.run)  # the carriers' commands the webhooks decided on
         posts = getattr(args, "post_routes", None)
         webhooks = None
-        if posts:
+        if posts and args.post_port is not None:
             webhooks = PostListener(
                 posts, server.config.host, args.post_port, reuse_port=args.workers > 1,
                 ssl_context=tls_context(args.certfile, args.keyfile) if args.certfile else None,
@@ -502,22 +503,23 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
             metrics_host = server.config.metrics_host
             metrics_shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host
             print(f"live: metrics on http://{metrics_shown}:{server.metrics_port}/metrics", flush=True)
+        ports = f"{port} and {args.post_port}" if webhooks is not None else f"{port}"
         if lines is not None and lines.twilio_webhook is not None:
             print(
-                f"live: Twilio voice webhook {lines.twilio_webhook.public_url}/twilio/voice (served on "
-                f"{web}://{shown}:{args.post_port}/twilio/voice), media stream {lines.twilio_webhook.stream_url}",
+                f"live: Twilio voice webhook {lines.twilio_webhook.public_url}/twilio/voice (served on port "
+                f"{ports}), media stream {lines.twilio_webhook.stream_url}",
                 flush=True,
             )
         if lines is not None and lines.telnyx_webhook is not None:
             print(
-                f"live: Telnyx call webhook {args.public_url.rstrip('/')}/telnyx/call (served on "
-                f"{web}://{shown}:{args.post_port}/telnyx/call), media stream {lines.telnyx_webhook.stream_url}",
+                f"live: Telnyx call webhook {args.public_url.rstrip('/')}/telnyx/call (served on port "
+                f"{ports}), media stream {lines.telnyx_webhook.stream_url}",
                 flush=True,
             )
         if posts and "/v1alpha/auth_tokens" in posts:
             print(
-                f"live: Live API auth_tokens on {web}://{shown}:{args.post_port}/v1alpha/auth_tokens "
-                "(google-genai's client.auth_tokens.create, with the --mint-key)",
+                f"live: Live API auth_tokens on {web}://{shown}:{args.post_port if webhooks is not None else port}"
+                "/v1alpha/auth_tokens (google-genai's client.auth_tokens.create, with the --mint-key)",
                 flush=True,
             )
         tg.start_soon(_stop_workers_with, server, workers)
