@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import ssl
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator, Mapping
@@ -69,19 +70,26 @@ def twilio_signature(auth_token: str, url: str, params: Mapping[str, str], *, al
     return base64.b64encode(digest).decode()
 
 
-async def http_post(url: str, form: Mapping[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
+async def http_post(url: str, form: Mapping[str, str], headers: Mapping[str, str], *,
+                    local_host: str | None = None, ssl_context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
     """One POST of a form over HTTP/1.1 (Twilio's webhooks)."""
-    return await http_post_raw(url, urlencode(form).encode(), {"Content-Type": "application/x-www-form-urlencoded", **headers})
+    return await http_post_raw(url, urlencode(form).encode(), {"Content-Type": "application/x-www-form-urlencoded", **headers},
+                               local_host=local_host, ssl_context=ssl_context)
 
 
-async def http_post_raw(url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
-    """One POST over HTTP/1.1; (status, body)."""
+async def http_post_raw(url: str, body: bytes, headers: Mapping[str, str], *,
+                        local_host: str | None = None, ssl_context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    """One POST over HTTP/1.1, or HTTPS for an https:// `url` (trusting
+    `ssl_context`'s authorities), from `local_host` (an address of this
+    machine) if given; (status, body)."""
     parts = urlsplit(url)
     conn = h11.Connection(h11.CLIENT)
     request = h11.Request(method="POST", target=(parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=[
         ("Host", parts.netloc), ("Content-Length", str(len(body))), ("User-Agent", "carrier-double/1.0"), *headers.items(),
     ])
-    async with await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 80) as stream:
+    tls = parts.scheme == "https"
+    async with await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80), local_host=local_host,
+                                       tls=tls, ssl_context=ssl_context, tls_standard_compatible=False) as stream:
         await stream.send(conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
         status, answer = 0, bytearray()
         while True:
@@ -398,8 +406,11 @@ class TwilioRestDouble:
 class TwilioDouble:
     """Twilio's side of calls to one account (its auth token signs every webhook)."""
 
-    def __init__(self, auth_token: str, account_sid: str | None = None, *, shared_key: str | None = None) -> None:
+    def __init__(self, auth_token: str, account_sid: str | None = None, *, shared_key: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.auth_token = auth_token
+        # The authorities Twilio's side trusts for https:// webhooks and wss:// streams.
+        self.ssl_context = ssl_context
         self.account_sid = account_sid or _sid("AC")
         # A Webhooks Rule's SharedKey: when set, every request (webhooks and the
         # stream's handshake) is signed with it and HMAC-SHA256, and says so.
@@ -417,7 +428,7 @@ class TwilioDouble:
 
     async def ring(self, webhook_url: str, *, signed_with: str | None = None, caller: str = "+15550100001",
                    called: str = "+15550100002", call_sid: str | None = None, extra: Mapping[str, str] | None = None,
-                   direction: str = "inbound") -> tuple[int, str, str]:
+                   direction: str = "inbound", local_host: str | None = None) -> tuple[int, str, str]:
         """POST the voice webhook; (status, body, CallSid)."""
         call_sid = call_sid or _sid("CA")
         form = {
@@ -425,12 +436,13 @@ class TwilioDouble:
             "CallStatus": "ringing" if direction == "inbound" else "in-progress", "Called": called, "Caller": caller,
             "Direction": direction, "From": caller, "To": called, **(extra or {}),
         }
-        status, body = await http_post(webhook_url, form, self.signed(webhook_url, form, signed_with))
+        status, body = await http_post(webhook_url, form, self.signed(webhook_url, form, signed_with), local_host=local_host,
+                                       ssl_context=self.ssl_context)
         return status, body.decode("utf-8", "replace"), call_sid
 
     async def post(self, url: str, form: Mapping[str, str]) -> tuple[int, str]:
         """A signed POST of `form` to `url` (a status callback, a <Dial> action)."""
-        status, body = await http_post(url, form, self.signed(url, form))
+        status, body = await http_post(url, form, self.signed(url, form), ssl_context=self.ssl_context)
         return status, body.decode("utf-8", "replace")
 
     @staticmethod
@@ -532,7 +544,9 @@ class TwilioDouble:
         # header parameter name will be all lowercase: x-twilio-signature."
         signed = {k.lower(): v for k, v in (self.signed(url, {}) if handshake is None else handshake).items()}
         stream_sid = _sid("MZ")
-        async with ws_connect(stream_url or url, compression=None, max_size=1 << 20, additional_headers=signed) as ws:
+        target = stream_url or url
+        tls = {"ssl": self.ssl_context} if urlsplit(target).scheme == "wss" and self.ssl_context is not None else {}
+        async with ws_connect(target, compression=None, max_size=1 << 20, additional_headers=signed, **tls) as ws:
             await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
             await ws.send(json.dumps({
                 "event": "start", "sequenceNumber": "1", "streamSid": stream_sid,
