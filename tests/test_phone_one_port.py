@@ -10,7 +10,9 @@ webhook an https URL: one address, one tunnel or one load-balancer rule.
 from __future__ import annotations
 
 import contextlib
+import signal
 import ssl
+import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,7 +22,7 @@ import trustme
 from emulated import gemini_for
 from phone_serving import running_phone, synthetic_ulaw
 
-from clients.phone_double import http_post_raw
+from clients.phone_double import TwilioDouble, http_post_raw
 from connections.emulator import Script, running_emulator
 from live.agent import Agent
 from live.server.posts import PER_ADDRESS
@@ -140,3 +142,33 @@ async def test_half_sent_requests_from_one_address_do_not_starve_the_carriers_we
                     refused += (await stream.receive()).startswith(b"HTTP/1.1 429")
         assert refused == 64 - PER_ADDRESS
         del emu
+
+
+async def test_live_serve_twilio_answers_on_its_one_port_over_tls(tls):
+    # As docs/phone.md sets it up: `live serve --twilio --public-url https://…`
+    # with no second port; Twilio reaches the webhook and the stream at the
+    # public URL's one address.
+    from phone_serving import AUTH_TOKEN
+    from test_phone_cli import LIVE, env, free_port
+
+    files, trust = tls
+    port = free_port()
+    public = f"https://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [*LIVE, "serve", "--port", str(port), "--twilio", "--public-url", public,
+         "--certfile", files["certfile"], "--keyfile", files["keyfile"]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(TWILIO_AUTH_TOKEN=AUTH_TOKEN),
+    )
+    try:
+        lines = [await anyio.to_thread.run_sync(proc.stdout.readline) for _ in range(2)]
+        assert any(f"{public}/twilio/voice (served on port {port})" in line for line in lines), lines
+        double = TwilioDouble(AUTH_TOKEN, ssl_context=trust)
+        async with double.call(f"{public}/twilio/voice") as call:  # the stream at the TwiML's wss:// URL
+            await call.speak(synthetic_ulaw(1.0), silence_after=0.3)
+            await call.wait_for_audio(timeout=10)  # local/echo says it back
+        proc.send_signal(signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=10)) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
