@@ -4,7 +4,8 @@ Neither of the server's WebSocket layers reads a request other than a GET
 upgrade, and some callers must POST: a carrier telling the server a call came
 in, an app's backend minting a token with google-genai's
 `client.auth_tokens.create`. `PostListener` is the little HTTP/1.1 they need
-(h11), on a port of its own: POST routes only, one request per connection,
+(h11), on a port of its own (`serve`) or on the connections the WebSocket port
+hands it (`handle`, `live.server.posts`): POST routes only, one request per connection,
 bounded in size, time and count. A route's handler is a plain function of
 (target, headers, body) to an `HttpAnswer`: the decision without I/O.
 """
@@ -80,6 +81,10 @@ class PostListener:
         task_status.started(self.bound_port)
         async with listener, anyio.create_task_group() as tg:
             await listener.serve(self._connection, task_group=tg)
+
+    async def handle(self, stream: anyio.abc.ByteStream) -> None:
+        """One connection from its first byte: read within the bounds, answered, closed."""
+        await self._connection(stream)
 
     async def _connection(self, stream: anyio.abc.ByteStream) -> None:
         async with stream:

@@ -59,7 +59,7 @@ class PortPosts:
         if key is not None:
             self._open[key] += 1
         try:
-            await self.listener._connection(stream)
+            await self.listener.handle(stream)
         finally:
             if key is not None:
                 self._open[key] -= 1
