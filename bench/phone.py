@@ -2,6 +2,7 @@
 
     python -m bench.phone                       # about 2 minutes
     python -m bench.phone --calls 10 --seconds 30 --skip-wer
+    python -m bench.phone --skip-wer --baseline main --repeat 2   # beside another version
 
 Three parts, each printed as it finishes:
 
@@ -24,6 +25,7 @@ Three parts, each printed as it finishes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -51,9 +53,21 @@ def speech_24k(text: str) -> bytes:
     return synthesize(text, voice="en-us", wpm=140).audio
 
 
+# Silence after the question, the same on both paths: the latency is timed from
+# the end of what was sent, and the model's end of turn from the end of speech.
+TRAILING_SILENCE = 0.2
+
+
 def to_phone(pcm24: bytes) -> bytes:
-    """What the caller's handset sends: 8 kHz μ-law."""
-    return ulaw_encode(Resampler(24_000, 8_000)(pcm24 + bytes(4800)))
+    """What the caller's handset sends: 8 kHz μ-law, with `TRAILING_SILENCE` after the speech."""
+    down = Resampler(24_000, 8_000)
+    return ulaw_encode(down(pcm24) + down.flush() + bytes(int(16_000 * TRAILING_SILENCE)))
+
+
+def to_live(pcm24: bytes) -> bytes:
+    """What `/live` gets of the same speech: 16 kHz PCM, the same silence after it."""
+    down = Resampler(24_000, 16_000)
+    return down(pcm24) + down.flush() + bytes(int(32_000 * TRAILING_SILENCE))
 
 
 def phone_to_session(ulaw: bytes) -> bytes:
@@ -103,7 +117,7 @@ async def word_errors() -> None:
     wide, phone = [], []
     for said in EVERYDAY:
         pcm24 = bytes(14_400) + speech_24k(said) + bytes(72_000)
-        direct = await heard(Resampler(24_000, 16_000, "HQ")(pcm24) + bytes(32_000))
+        direct = await heard(Resampler(24_000, 16_000)(pcm24) + bytes(32_000))
         called = await heard(phone_to_session(to_phone(pcm24)) + bytes(32_000))
         wide.append(word_error_rate(said, direct))
         phone.append(word_error_rate(said, called))
@@ -115,17 +129,19 @@ async def word_errors() -> None:
 
 
 class Server:
-    def __init__(self, emu) -> None:
+    def __init__(self, emu, *, pythonpath: str | None = None, cwd: str | None = None) -> None:
         self.port, self.phone_port = free_port(), free_port()
         self.public = f"http://127.0.0.1:{self.phone_port}"
         env = dict(os.environ, GOOGLE_GEMINI_BASE_URL=emu.base_url, SSL_CERT_FILE=str(emu.ca_file),
                    GOOGLE_API_KEY=emu.api_key, TWILIO_AUTH_TOKEN=AUTH_TOKEN, NO_PROXY="127.0.0.1,localhost")
+        if pythonpath:  # another version of the server (--baseline), on this environment's packages
+            env["PYTHONPATH"] = pythonpath
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "live.cli", "serve", "--model", MODEL, "--port", str(self.port), "--twilio",
              "--public-url", self.public, "--phone-port", str(self.phone_port),
              "--stream-url", f"ws://127.0.0.1:{self.port}/twilio/media", "--log-level", "WARNING",
              "--max-sessions", "200", "--max-sessions-per-ip", "200"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=cwd,
         )
 
     async def ready(self) -> None:
@@ -192,46 +208,72 @@ async def live_turn(server: Server, pcm16: bytes, turns: int = 1) -> list[float]
     return waits
 
 
+async def measure(emu, label: str, args: argparse.Namespace, ulaw: bytes, pcm16: bytes, **server: str) -> dict:
+    """Latency and CPU of the phone path and `/live` on one server."""
+    double = TwilioDouble(AUTH_TOKEN)
+    proc = Server(emu, **server)
+    out: dict = {}
+    try:
+        await proc.ready()
+        phone, live = [], []
+        for _ in range(5):
+            phone += await phone_turn(double, proc, ulaw)
+            live += await live_turn(proc, pcm16)
+        out["phone_ms"], out["live_ms"] = statistics.median(phone) * 1000, statistics.median(live) * 1000
+        for path in ("phone", "live"):
+            start_cpu, start = cpu_of(proc.proc.pid), time.monotonic()
+            with anyio.move_on_after(args.seconds):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(args.calls):
+                        if path == "phone":
+                            tg.start_soon(phone_turn, double, proc, ulaw, 1000)
+                        else:
+                            tg.start_soon(live_turn, proc, pcm16, 1000)
+                        await anyio.sleep(0.1)
+            cpu, wall = cpu_of(proc.proc.pid) - start_cpu, time.monotonic() - start
+            out[f"{path}_cpu"] = cpu / (args.calls * wall / 60)
+            await anyio.sleep(1.0)
+    finally:
+        proc.stop()
+    print(f"{label}: end of speech to first reply frame, median of 5 (includes the emulator's 0.5 s end of turn): "
+          f"phone {out['phone_ms']:.0f} ms, /live {out['live_ms']:.0f} ms (the phone path adds "
+          f"{out['phone_ms'] - out['live_ms']:.0f} ms); CPU s per minute, {args.calls} at once: "
+          f"phone {out['phone_cpu']:.2f}, /live {out['live_cpu']:.2f} ({out['phone_cpu'] / out['live_cpu']:.2f}x)",
+          flush=True)
+    return out
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=10, help="calls at once for the CPU figure (default 10)")
     parser.add_argument("--seconds", type=float, default=30.0, help="length of the CPU window (default 30)")
     parser.add_argument("--skip-wer", action="store_true")
+    parser.add_argument("--baseline", metavar="REF", help="also run the server as of git REF (checked out in a "
+                        "temporary worktree, on this environment's packages), alternately with this checkout's")
+    parser.add_argument("--repeat", type=int, default=1, metavar="K", help="rounds, alternating (default 1)")
     args = parser.parse_args()
     if not args.skip_wer:
         await word_errors()
     pcm24 = speech_24k(QUESTION)
-    ulaw = to_phone(pcm24)
-    pcm16 = Resampler(24_000, 16_000, "HQ")(pcm24) + bytes(6400)
-    double = TwilioDouble(AUTH_TOKEN)
-    async with running_emulator(Script(replies=[REPLY] * 1000, speed=1)) as emu:
-        server = Server(emu)
-        try:
-            await server.ready()
-            phone, live = [], []
-            for _ in range(5):
-                phone += await phone_turn(double, server, ulaw)
-                live += await live_turn(server, pcm16)
-            print(f"end of speech to first reply frame, median of 5 (includes the emulator's 0.5 s end of turn): "
-                  f"phone {statistics.median(phone) * 1000:.0f} ms, /live {statistics.median(live) * 1000:.0f} ms; "
-                  f"the phone path adds {(statistics.median(phone) - statistics.median(live)) * 1000:.0f} ms")
-            for label in ("phone", "live"):
-                start_cpu, start = cpu_of(server.proc.pid), time.monotonic()
-                with anyio.move_on_after(args.seconds):
-                    async with anyio.create_task_group() as tg:
-                        for _ in range(args.calls):
-                            if label == "phone":
-                                tg.start_soon(phone_turn, double, server, ulaw, 1000)
-                            else:
-                                tg.start_soon(live_turn, server, pcm16, 1000)
-                            await anyio.sleep(0.1)
-                cpu, wall = cpu_of(server.proc.pid) - start_cpu, time.monotonic() - start
-                minutes = args.calls * wall / 60
-                print(f"{label}: {args.calls} at once for {wall:.0f} s: server CPU {cpu:.1f} s, "
-                      f"{cpu / minutes:.2f} CPU s per {'call' if label == 'phone' else 'session'}-minute")
-                await anyio.sleep(1.0)
-        finally:
-            server.stop()
+    ulaw, pcm16 = to_phone(pcm24), to_live(pcm24)
+    with contextlib.ExitStack() as stack:
+        servers: list[tuple[str, dict]] = [("this checkout", {})]
+        if args.baseline:
+            from bench.real import baseline_peer
+
+            peer = stack.enter_context(baseline_peer(args.baseline))
+            servers.append((peer.name, {"pythonpath": peer.env["PYTHONPATH"], "cwd": peer.cwd}))
+        results: dict[str, list[dict]] = {name: [] for name, _ in servers}
+        async with running_emulator(Script(replies=[REPLY] * 1000, speed=1)) as emu:
+            for _ in range(args.repeat):
+                for name, server in servers:
+                    results[name].append(await measure(emu, name, args, ulaw, pcm16, **server))
+    if args.repeat > 1 or args.baseline:
+        for name, rows in results.items():
+            med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+            print(f"median of {len(rows)}, {name}: the phone path adds {med['phone_ms'] - med['live_ms']:.0f} ms; "
+                  f"CPU per minute phone {med['phone_cpu']:.2f}, /live {med['live_cpu']:.2f} "
+                  f"({med['phone_cpu'] / med['live_cpu']:.2f}x)")
 
 
 if __name__ == "__main__":

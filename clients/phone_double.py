@@ -28,12 +28,14 @@ import hashlib
 import hmac
 import json
 import secrets
+import ssl
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlencode, urlsplit
 
 import anyio
+import anyio.abc
 import h11
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
@@ -54,26 +56,40 @@ class CallRefused(Exception):
         self.body = body
 
 
-def twilio_signature(auth_token: str, url: str, params: Mapping[str, str]) -> str:
-    """`X-Twilio-Signature` as Twilio's security documentation defines it."""
+def twilio_signature(auth_token: str, url: str, params: Mapping[str, str], *, algorithm: str = "HMAC_SHA1") -> str:
+    """`X-Twilio-Signature` as Twilio's security documentation defines it: "Twilio
+    uses the parameters sent in the webhook (either GET or POST) and the exact
+    URL your application supplied to Twilio to create this signature. The
+    signature uses the HMAC-SHA1 hashing algorithm with your Twilio account's
+    auth token as the secret key." With a Webhooks Rule (`HMAC_SHA256`): "Only
+    the hash changes. The signed string is still the full URL followed by the
+    sorted POST parameters." """
     data = url + "".join(name + params[name] for name in sorted(params))
-    digest = hmac.new(auth_token.encode(), data.encode(), hashlib.sha1).digest()
+    hash_ = {"HMAC_SHA1": hashlib.sha1, "HMAC_SHA256": hashlib.sha256}[algorithm]
+    digest = hmac.new(auth_token.encode(), data.encode(), hash_).digest()
     return base64.b64encode(digest).decode()
 
 
-async def http_post(url: str, form: Mapping[str, str], headers: Mapping[str, str]) -> tuple[int, bytes]:
+async def http_post(url: str, form: Mapping[str, str], headers: Mapping[str, str], *,
+                    local_host: str | None = None, ssl_context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
     """One POST of a form over HTTP/1.1 (Twilio's webhooks)."""
-    return await http_post_raw(url, urlencode(form).encode(), {"Content-Type": "application/x-www-form-urlencoded", **headers})
+    return await http_post_raw(url, urlencode(form).encode(), {"Content-Type": "application/x-www-form-urlencoded", **headers},
+                               local_host=local_host, ssl_context=ssl_context)
 
 
-async def http_post_raw(url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
-    """One POST over HTTP/1.1; (status, body)."""
+async def http_post_raw(url: str, body: bytes, headers: Mapping[str, str], *,
+                        local_host: str | None = None, ssl_context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    """One POST over HTTP/1.1, or HTTPS for an https:// `url` (trusting
+    `ssl_context`'s authorities), from `local_host` (an address of this
+    machine) if given; (status, body)."""
     parts = urlsplit(url)
     conn = h11.Connection(h11.CLIENT)
     request = h11.Request(method="POST", target=(parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=[
         ("Host", parts.netloc), ("Content-Length", str(len(body))), ("User-Agent", "carrier-double/1.0"), *headers.items(),
     ])
-    async with await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or 80) as stream:
+    tls = parts.scheme == "https"
+    async with await anyio.connect_tcp(parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80), local_host=local_host,
+                                       tls=tls, ssl_context=ssl_context, tls_standard_compatible=False) as stream:
         await stream.send(conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
         status, answer = 0, bytearray()
         while True:
@@ -96,7 +112,8 @@ def _sid(prefix: str) -> str:
 class Heard:
     """What reached the caller's side, with the double's clock (seconds since the call began)."""
 
-    media: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)  # received frames
+    media: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)  # received audio, in 20 ms frames
+    messages: list[tuple[float, bytes]] = dataclasses.field(default_factory=list)  # received media messages' payloads
     clears: list[float] = dataclasses.field(default_factory=list)
     marks_echoed: list[str] = dataclasses.field(default_factory=list)
     frames: list[dict] = dataclasses.field(default_factory=list)  # every message, as received
@@ -114,6 +131,10 @@ class TwilioCall:
         self.closed: tuple[int | None, str] | None = None
         self._sequence = 2
         self._chunk = 0
+        # The caller's side of the line: 20 ms frames of μ-law (Twilio's only format).
+        self.frame_bytes = FRAME
+        self.line_silence = ULAW_SILENCE
+        self.reply_frame_bytes = FRAME  # what the handset plays per 20 ms of what it gets
         self._outgoing: collections.deque[bytes] = collections.deque()
         # The caller's playback buffer: frames and marks in the order received.
         self._buffer: list[tuple[str, bytes | str]] = []
@@ -121,6 +142,14 @@ class TwilioCall:
         self._sent_speech_end: float | None = None
         self._got_audio = anyio.Event()
         self.new_twiml: str | None = None  # what the REST API moved the call to
+        # The TwiML after </Connect>: "Twilio executes the remaining TwiML
+        # instructions only after your server closes the WebSocket connection."
+        self.rest_of_twiml: list[tuple[str, str]] = []
+        # What the caller heard after the stream ended: those verbs, run when
+        # the server closed the stream (not when the call left it, or hung up).
+        self.after_stream: list[tuple[str, str]] = []
+        self.hung_up_by_caller = False
+        self._tasks: anyio.abc.TaskGroup | None = None
 
     def now(self) -> float:
         return time.monotonic() - self.started
@@ -139,6 +168,10 @@ class TwilioCall:
         """Twilio's messages to Twilio name the stream they are for."""
         return message.get("streamSid") == self.stream_sid
 
+    async def _send_frame(self, audio: bytes) -> None:
+        """One frame of the caller's line (a double that reorders them overrides this)."""
+        await self._media(audio)
+
     async def _media(self, ulaw: bytes) -> None:
         self._chunk += 1
         await self._send({
@@ -148,10 +181,12 @@ class TwilioCall:
         })
 
     async def speak(self, ulaw: bytes, *, silence_after: float = 0.0) -> None:
-        """Say `ulaw` (the line sends it in 20 ms frames at real time); return when it is said."""
-        frames = [ulaw[i : i + FRAME] for i in range(0, len(ulaw), FRAME)]
+        """Say `ulaw` (the line's own encoding: μ-law on Twilio; the line sends it
+        in 20 ms frames at real time); return when it is said."""
+        size = self.frame_bytes
+        frames = [ulaw[i : i + size] for i in range(0, len(ulaw), size)]
         if frames:
-            frames[-1] += ULAW_SILENCE[len(frames[-1]):]
+            frames[-1] += self.line_silence[len(frames[-1]):]
         self._outgoing.extend(frames)
         while self._outgoing:
             await anyio.sleep(FRAME_SECONDS / 2)
@@ -168,7 +203,7 @@ class TwilioCall:
         deadline = time.monotonic()
         while self.closed is None:
             try:
-                await self._media(self._outgoing.popleft() if self._outgoing else ULAW_SILENCE)
+                await self._send_frame(self._outgoing.popleft() if self._outgoing else self.line_silence)
             except ConnectionClosed:
                 return  # the server hung up: _receive records how
             deadline += FRAME_SECONDS
@@ -181,6 +216,12 @@ class TwilioCall:
         """A frame as is (for tests of what a server does with a bad one)."""
         await self.ws.send(frame)
 
+    def leave_soon(self, twiml: str) -> None:
+        """`leave_stream`, as a task of the call's own (the REST request does not wait for it)."""
+        self.new_twiml = twiml
+        if self._tasks is not None:
+            self._tasks.start_soon(self.leave_stream, twiml)
+
     async def leave_stream(self, twiml: str) -> None:
         """The call was given new TwiML (REST): it leaves the stream, which stops."""
         self.new_twiml = twiml
@@ -189,6 +230,10 @@ class TwilioCall:
             await self.ws.close()
 
     async def hang_up(self) -> None:
+        """The caller hangs up (or the call left the stream): "Twilio sends a stop
+        message when the Stream has stopped or the call has ended." """
+        if self.closed is None and self.new_twiml is None:
+            self.hung_up_by_caller = True
         with contextlib.suppress(ConnectionClosed):
             await self._send({"event": "stop",
                               "stop": {"accountSid": "AC", "callSid": self.call_sid}})
@@ -233,9 +278,17 @@ class TwilioCall:
                 if not self._addressed(message):
                     raise AssertionError(f"a message for another stream: {message!r}")
                 if event == "media":
-                    ulaw = base64.b64decode(message["media"]["payload"], validate=True)
-                    self.heard.media.append((self.now(), ulaw))
-                    self._buffer.append(("media", ulaw))
+                    payload = base64.b64decode(message["media"]["payload"], validate=True)
+                    if not self._heard_media(payload):
+                        continue
+                    # "The audio can be of any size"; "The media messages are buffered
+                    # and played in the order received": the handset plays 20 ms at a time.
+                    now = self.now()
+                    self.heard.messages.append((now, payload))
+                    size = self.reply_frame_bytes
+                    for i in range(0, len(payload), size):
+                        self.heard.media.append((now, payload[i : i + size]))
+                        self._buffer.append(("media", payload[i : i + size]))
                     self._got_audio.set()
                 elif event == "mark":
                     self._buffer.append(("mark", message["mark"]["name"]))
@@ -252,6 +305,18 @@ class TwilioCall:
         else:
             rcvd = getattr(self.ws, "close_rcvd", None)
             self.closed = (rcvd.code if rcvd else None, rcvd.reason if rcvd else "")
+        self._stream_ended()
+
+    def _stream_ended(self) -> None:
+        """The server closed the stream: unless the call left it (REST) or the
+        caller hung up, Twilio goes on with the TwiML after </Connect> ("If there
+        is no further verb, Twilio will end the phone call.")."""
+        if self.new_twiml is None and not self.hung_up_by_caller:
+            self.after_stream = list(self.rest_of_twiml)
+
+    def _heard_media(self, payload: bytes) -> bool:
+        """Whether the carrier plays this payload ("The audio can be of any size.")."""
+        return True
 
     async def _echo_mark(self, name: str) -> None:
         self.heard.marks_echoed.append(name)
@@ -278,6 +343,7 @@ async def on_the_line(call: TwilioCall, calls: dict, key: str) -> AsyncIterator[
     `calls` under `key` until it hangs up."""
     calls[key] = call
     async with anyio.create_task_group() as tg:
+        call._tasks = tg
         tg.start_soon(call._receive)
         tg.start_soon(call._play)
         tg.start_soon(call._line)
@@ -307,11 +373,15 @@ class TwilioRestDouble:
         self.logger = None
         self._test_only_last_request = None
         self._test_only_last_response = None
+        self.fail_next: int | None = None
 
     def request(self, method, uri, params=None, data=None, headers=None, auth=None, timeout=None, allow_redirects=False):
         from twilio.http.response import Response
 
         self.requests.append((method, uri, dict(data or {})))
+        if self.fail_next is not None:  # Twilio's API failing (a test asks for it)
+            status, self.fail_next = self.fail_next, None
+            return Response(status, json.dumps({"code": 20500, "message": "Internal Server Error", "status": status}))
         if auth != (self.double.account_sid, self.double.auth_token):
             return Response(401, json.dumps({"code": 20003, "message": "Authenticate", "status": 401}))
         path = urlsplit(uri).path
@@ -322,7 +392,8 @@ class TwilioRestDouble:
             if call is None:
                 return Response(404, json.dumps({"code": 20404, "message": "not found", "status": 404}))
             if "Twiml" in (data or {}):
-                anyio.from_thread.run(call.leave_stream, data["Twiml"])
+                # Twilio answers the request at once; the call leaves its stream meanwhile.
+                anyio.from_thread.run_sync(call.leave_soon, data["Twiml"])
             return Response(200, json.dumps({"sid": call_sid, "account_sid": self.double.account_sid, "status": "in-progress"}))
         if method == "POST" and path == prefix + ".json":
             call_sid = _sid("CA")
@@ -335,25 +406,44 @@ class TwilioRestDouble:
 class TwilioDouble:
     """Twilio's side of calls to one account (its auth token signs every webhook)."""
 
-    def __init__(self, auth_token: str, account_sid: str | None = None) -> None:
+    def __init__(self, auth_token: str, account_sid: str | None = None, *, shared_key: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.auth_token = auth_token
+        # The authorities Twilio's side trusts for https:// webhooks and wss:// streams.
+        self.ssl_context = ssl_context
         self.account_sid = account_sid or _sid("AC")
+        # A Webhooks Rule's SharedKey: when set, every request (webhooks and the
+        # stream's handshake) is signed with it and HMAC-SHA256, and says so.
+        self.shared_key = shared_key
         self.calls: dict[str, TwilioCall] = {}  # calls on a stream now, by CallSid
         self.placed: list[dict] = []  # outbound calls asked for through the REST API
         self.rest = TwilioRestDouble(self)
 
+    def signed(self, url: str, params: Mapping[str, str], signed_with: str | None = None) -> dict[str, str]:
+        """The signature headers of a request to `url` with `params`."""
+        if self.shared_key is not None and signed_with is None:
+            return {"X-Twilio-Signature": twilio_signature(self.shared_key, url, params, algorithm="HMAC_SHA256"),
+                    "X-Twilio-Webhooks-Signature-Settings": "key=webhooks_sharedkey_double,algorithm=HMAC_SHA256"}
+        return {"X-Twilio-Signature": twilio_signature(signed_with or self.auth_token, url, params)}
+
     async def ring(self, webhook_url: str, *, signed_with: str | None = None, caller: str = "+15550100001",
-                   called: str = "+15550100002", call_sid: str | None = None) -> tuple[int, str, str]:
+                   called: str = "+15550100002", call_sid: str | None = None, extra: Mapping[str, str] | None = None,
+                   direction: str = "inbound", local_host: str | None = None) -> tuple[int, str, str]:
         """POST the voice webhook; (status, body, CallSid)."""
         call_sid = call_sid or _sid("CA")
         form = {
             "AccountSid": self.account_sid, "ApiVersion": "2010-04-01", "CallSid": call_sid,
-            "CallStatus": "ringing", "Called": called, "Caller": caller, "Direction": "inbound",
-            "From": caller, "To": called,
+            "CallStatus": "ringing" if direction == "inbound" else "in-progress", "Called": called, "Caller": caller,
+            "Direction": direction, "From": caller, "To": called, **(extra or {}),
         }
-        signature = twilio_signature(signed_with or self.auth_token, webhook_url, form)
-        status, body = await http_post(webhook_url, form, {"X-Twilio-Signature": signature})
+        status, body = await http_post(webhook_url, form, self.signed(webhook_url, form, signed_with), local_host=local_host,
+                                       ssl_context=self.ssl_context)
         return status, body.decode("utf-8", "replace"), call_sid
+
+    async def post(self, url: str, form: Mapping[str, str]) -> tuple[int, str]:
+        """A signed POST of `form` to `url` (a status callback, a <Dial> action)."""
+        status, body = await http_post(url, form, self.signed(url, form), ssl_context=self.ssl_context)
+        return status, body.decode("utf-8", "replace")
 
     @staticmethod
     def stream_of(twiml: str) -> tuple[str, dict[str, str]]:
@@ -363,25 +453,100 @@ class TwilioDouble:
         if root.tag != "Response" or stream is None:
             raise CallRefused(200, f"no <Connect><Stream> in the answer: {twiml[:200]}")
         params = {p.get("name", ""): p.get("value", "") for p in stream.findall("Parameter")}
+        for name, value in params.items():
+            # "The combined length of each <Parameter> name and value attributes must be under 500 characters."
+            if len(name) + len(value) >= 500:
+                raise CallRefused(200, f"a <Parameter> of {len(name) + len(value)} characters: {name}")
         return stream.get("url", ""), params
+
+    @staticmethod
+    def verbs(twiml: str) -> list[tuple[str, str]]:
+        """The TwiML document's verbs in order, as (verb, its text or its reason/url)."""
+        root = ET.fromstring(twiml)
+        return [(verb.tag, (verb.text or verb.get("reason") or verb.get("url") or "").strip()) for verb in root]
+
+    @staticmethod
+    def after_connect(twiml: str) -> list[tuple[str, str]]:
+        """The verbs after `<Connect>`: what runs once the stream ends from the server's side."""
+        verbs = TwilioDouble.verbs(twiml)
+        names = [v for v, _ in verbs]
+        return verbs[names.index("Connect") + 1 :] if "Connect" in names else []
+
+    @contextlib.asynccontextmanager
+    async def pick_up(self, placed: dict, *, answered_by: str | None = None,
+                      stream_url: str | None = None) -> AsyncIterator[TwilioCall | None]:
+        """The person (or machine) `placed` called answers (a call placed through the REST API).
+
+        Status callbacks go where `StatusCallback` says, for the events
+        `StatusCallbackEvent` names ("If no event is specified, we send the
+        completed status"). With `MachineDetection`, detection blocks the call
+        ("Default, blocks the execution of the call until Answering Machine
+        Detection is completed") and the webhook then carries `AnsweredBy`.
+        Yields the call on its stream, or None when the server's answer has no
+        stream (it hung up on a machine)."""
+        sid = placed["sid"]
+        events = placed.get("StatusCallbackEvent") or []
+        events = [events] if isinstance(events, str) else list(events)
+        status_url = placed.get("StatusCallback")
+
+        async def status(event: str, call_status: str, **extra: str) -> None:
+            if status_url and (event in events or (event == "completed" and not events)):
+                form = {"AccountSid": self.account_sid, "CallSid": sid, "CallStatus": call_status,
+                        "Direction": "outbound-api", "To": placed["To"], "From": placed["From"], **extra}
+                await self.post(status_url, form)
+
+        await status("initiated", "queued")
+        await status("ringing", "ringing")
+        extra = {"AnsweredBy": answered_by} if placed.get("MachineDetection") and answered_by else {}
+        status_code, answer, _ = await self.ring(placed["Url"], call_sid=sid, caller=placed["From"], called=placed["To"],
+                                                 direction="outbound-api", extra=extra)
+        if status_code != 200:
+            raise CallRefused(status_code, answer)
+        await status("answered", "in-progress", **extra)
+        try:
+            if "<Stream" not in answer:
+                yield None
+            else:
+                async with self.call(placed["Url"], stream_url=stream_url, answer=answer, call_sid=sid) as call:
+                    yield call
+        finally:
+            await status("completed", "completed", **extra)
 
     @contextlib.asynccontextmanager
     async def call(self, webhook_url: str, *, stream_url: str | None = None,
-                   parameters: Mapping[str, str] | None = None) -> AsyncIterator[TwilioCall]:
+                   parameters: Mapping[str, str] | None = None, ring: Mapping[str, str] | None = None,
+                   handshake: Mapping[str, str] | None = None, answer: str | None = None,
+                   call_sid: str | None = None) -> AsyncIterator[TwilioCall]:
         """A call answered by the server's webhook, its media stream open, until hang-up.
 
         `stream_url` replaces the TwiML's address (the server's public one is
-        a tunnel's; a test reaches the server at its local port); `parameters`
-        replace what the TwiML gave (to present a forged token).
+        a tunnel's; a test reaches the server at its local port): the
+        handshake is still signed for the TwiML's URL, as Twilio would.
+        `parameters` replace what the TwiML gave (to present a forged token);
+        `handshake` replaces the handshake's signature headers; `ring` adds
+        fields to the webhook's form; `answer` is a webhook answer already
+        got (a call placed with `place` rings the server itself).
         """
-        status, body, call_sid = await self.ring(webhook_url)
-        if status != 200:
-            raise CallRefused(status, body)
-        url, params = self.stream_of(body)
+        if answer is None:
+            status, answer, call_sid = await self.ring(webhook_url, extra=ring, call_sid=call_sid)
+            if status != 200:
+                raise CallRefused(status, answer)
+        assert call_sid is not None
+        url, params = self.stream_of(answer)
+        if stream_url is None and urlsplit(url).scheme != "wss":
+            # "wss is the only supported protocol."
+            raise CallRefused(200, f"Twilio opens streams on wss:// only, not {url!r}")
+        if urlsplit(url).query:
+            raise CallRefused(200, f"\"The url does not support query string parameters\": {url!r}")
         if parameters is not None:
             params = dict(parameters)
+        # "When validating the signature on a WebSocket request, note that the
+        # header parameter name will be all lowercase: x-twilio-signature."
+        signed = {k.lower(): v for k, v in (self.signed(url, {}) if handshake is None else handshake).items()}
         stream_sid = _sid("MZ")
-        async with ws_connect(stream_url or url, compression=None, max_size=1 << 20) as ws:
+        target = stream_url or url
+        tls = {"ssl": self.ssl_context} if urlsplit(target).scheme == "wss" and self.ssl_context is not None else {}
+        async with ws_connect(target, compression=None, max_size=1 << 20, additional_headers=signed, **tls) as ws:
             await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
             await ws.send(json.dumps({
                 "event": "start", "sequenceNumber": "1", "streamSid": stream_sid,
@@ -390,5 +555,6 @@ class TwilioDouble:
                           "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}},
             }))
             call = TwilioCall(ws, stream_sid, call_sid, time.monotonic())
+            call.rest_of_twiml = self.after_connect(answer)
             async with on_the_line(call, self.calls, call_sid):
                 yield call

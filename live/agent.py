@@ -33,6 +33,7 @@ __all__ = [
     "Clip",
     "END_OF_TURN",
     "HoldSound",
+    "KeyEntry",
     "MuteUser",
     "Say",
     "SessionControl",
@@ -379,6 +380,26 @@ async def play_must_hear(segment: Say | str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class KeyEntry:
+    """How a phone caller's keys reach the model.
+
+    Keys are gathered until one of `terminators` is pressed (it ends the entry
+    and is part of it), `pause` seconds pass without a key, or `max_keys` were
+    pressed; the entry is then one turn for the model ("The caller entered
+    1234# on their keypad."). A PIN is one turn, not four. `pause=0` tells
+    the model of each key as it comes, as a turn of its own.
+    """
+
+    terminators: str = "#"
+    pause: float = 2.0
+    max_keys: int = 32
+
+    def __post_init__(self) -> None:
+        if not self.pause >= 0 or self.max_keys < 1:
+            raise ValueError("key_entry: pause must be 0 or more seconds, and max_keys at least 1")
+
+
+@dataclasses.dataclass(frozen=True)
 class Agent:
     """A conversational agent served by `live serve --agent module:attr`.
 
@@ -392,12 +413,14 @@ class Agent:
       capped at 15 minutes of audio (on by default).
     - `config`: a `types.LiveConnectConfig` whose set fields override the rest.
     - `on_key_press`: on phone calls, `(call id, digit)` for each key the
-      caller presses (the model is told too, as text).
+      caller presses, a plain or an `async` function (the model is told too:
+      see `key_entry`).
+    - `key_entry`: on phone calls, how keys reach the model (`KeyEntry`):
+      gathered into one turn until a terminator or a pause, by default.
     - `backends`: where sessions may run, in order (`live.backends`): AI
       Studio keys, Vertex projects and regions, with the models each serves;
       a session moves down the pool when its backend fails. None: the one
       backend `model` names (`live serve --backends FILE` overrides it).
-
     - `turn_taking`: who ends the user's turns when a session does not say:
       `"auto"` (the model's voice detection), `"manual"` (the client's
       activity signals) or `"server"` (the server's own voice detection,
@@ -434,8 +457,8 @@ class Agent:
     client_tool_timeout: float = 30.0
     config: types.LiveConnectConfig | None = None
     # Phone calls: called with (the call's id, the digit) when a caller presses
-    # a key, before the model is told. Called from the session's own task: it
-    # must not block (record the key; a tool can read it).
+    # a key. A plain function is called in the session's own task (it must
+    # not block); an `async` one runs as a task of the session.
     on_key_press: Callable[[str, str], object] | None = None
     backends: BackendPool | None = None
     speak_first: Say | str | None = None
@@ -446,6 +469,7 @@ class Agent:
     hold_sound: HoldSound | None = None
     turn_taking: str = "auto"
     turns: TurnSettings = TurnSettings()
+    key_entry: KeyEntry = dataclasses.field(default_factory=lambda: KeyEntry())
 
     def __post_init__(self) -> None:
         if self.speak_first is not None:

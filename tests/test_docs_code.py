@@ -208,7 +208,7 @@ class Page:
         proc, _ = self._start(
             ["live", "serve", "--gemini-endpoint", "--gemini-model", "*", "--certfile", "server.pem",
              "--token-secret", env["LIVE_TOKEN_SECRET"], "--mint-key", mint_key,
-             "--port", self.ports["8765"], "--post-port", self.ports["8766"], "--max-sessions", "4"],
+             "--port", self.ports["8765"], "--max-sessions", "4"],
             "live serve --gemini-endpoint", SERVING, env=env, shell=False,
         )
         self.helpers.append(proc)

@@ -339,6 +339,39 @@ async def test_live_serve_mints_on_its_post_port_and_never_logs_the_key_or_a_tok
     assert MINT_KEY not in log and token.name.removeprefix("auth_tokens/") not in log
 
 
+
+async def test_live_serve_mints_on_its_one_port_as_the_endpoint_page_shows(ca, cert_files):
+    # docs/gemini-endpoint.md: `live serve --gemini-endpoint --certfile ...`, and
+    # the backend's google-genai with the server's own port as its base_url.
+    import signal
+    import subprocess
+    import sys
+
+    from test_phone_cli import env, free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "live.cli", "serve", "--model", "local/echo", "--gemini-endpoint",
+         "--port", str(port), *sum(([f"--{k}", v] for k, v in cert_files.items()), [])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env(LIVE_MINT_KEY=MINT_KEY, LIVE_TOKEN_SECRET=SECRET),
+    )
+    try:
+        lines = [await anyio.to_thread.run_sync(proc.stdout.readline) for _ in range(2)]
+        assert any(f":{port}/v1alpha/auth_tokens" in line for line in lines), lines
+        token = await create(backend(port, ca), uses=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", errors.ExperimentalWarning)
+            async with app(f"wss://127.0.0.1:{port}", ca, token).aio.live.connect(model="local/echo", config=CONFIG):
+                pass
+        proc.send_signal(signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=10)) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ------------------------------------------------------------------ what a token must not do
 
 

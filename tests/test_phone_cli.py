@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -63,7 +64,7 @@ async def test_live_serve_twilio_answers_a_call_and_never_logs_a_secret():
         assert status == 403
         status, twiml, _ = await double.ring(f"{public}/twilio/voice")
         _, params = double.stream_of(twiml)
-        async with double.call(f"{public}/twilio/voice") as call:
+        async with double.call(f"{public}/twilio/voice", stream_url=f"ws://127.0.0.1:{port}/twilio/media") as call:
             await call.speak(synthetic_ulaw(1.0), silence_after=0.3)
             await call.wait_for_audio(timeout=10)  # local/echo says it back
         proc.send_signal(signal.SIGTERM)
@@ -108,8 +109,8 @@ async def test_live_serve_telnyx_answers_a_call_through_the_rest_api_and_never_l
                 proc.wait()
             tg.cancel_scope.cancel()
     assert "telnyx" in log and double.api_key not in log
-    [(_, _, params)] = double.actions
-    assert params["client_state"] not in log
+    [(_, answer, params)] = double.actions
+    assert answer == "answer" and params["client_state"] not in log
 
 
 @pytest.mark.parametrize(("argv", "words"), [
@@ -122,18 +123,103 @@ def test_live_call_set_up_problems_are_one_line(argv, words):
     assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.anyio
-async def test_live_call_asks_twilio_to_call_the_number_back_to_the_servers_webhook():
-    from live.cli.call import place_call
-    from live.phone.control import TwilioCallControl
+def test_live_call_with_telnyx_needs_its_call_control_application():
+    result = subprocess.run([*LIVE, "call", "+15551234567", "--from", "+15557654321", "--carrier", "telnyx"],
+                            capture_output=True, text=True, env=env(), timeout=30)
+    assert result.returncode == 2 and "TELNYX_CONNECTION_ID" in result.stderr
 
-    double = TwilioDouble(AUTH_TOKEN)
-    control = TwilioCallControl(double.account_sid, AUTH_TOKEN, http_client=double.rest)
-    sid = await place_call(control, "+15551234567", "+15557654321", "https://voice.example.com/")
-    [placed] = double.placed
-    assert placed["sid"] == sid
-    assert (placed["To"], placed["From"], placed["Url"], placed["Method"]) == (
-        "+15551234567", "+15557654321", "https://voice.example.com/twilio/voice", "POST")
-    wrong = TwilioCallControl(double.account_sid, "f" * 32, http_client=double.rest)
-    with pytest.raises(Exception, match="401|Authenticate"):
-        await place_call(wrong, "+15551234567", "+15557654321", "https://voice.example.com")
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("machine", "answered_by", "talks"), [
+    ("hangup", "human", True),
+    ("hangup", "machine_start", False),
+    ("message", "machine_end_beep", True),
+    ("off", None, True),
+])
+async def test_live_call_places_a_twilio_call_with_machine_detection_and_reports_its_status(machine, answered_by, talks):
+    from connections.emulator import Script, running_emulator
+    from emulated import gemini_for
+    from live.agent import Agent
+    from live.cli.call import place_call
+    from phone_serving import running_phone
+
+    progress: list[dict] = []
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    async with running_emulator(Script(replies=["Hello, this is the weather service."])) as emu, running_phone(
+        agent, gemini_for(emu), control="double"
+    ) as phone:
+        phone.lines.twilio_webhook.on_status = progress.append
+        public = phone.webhook_url.removesuffix("/twilio/voice")
+        sid = await place_call(phone.lines, "+15551234567", "+15557654321", public, machine=machine,
+                               control=phone.control, report=progress.append)
+        [placed] = phone.double.placed
+        assert placed["sid"] == sid and (placed["To"], placed["From"], placed["Url"]) == (
+            "+15551234567", "+15557654321", f"{public}/twilio/voice")
+        # W-42: "Use Enable if you would like us to return AnsweredBy as soon as the
+        # called party is identified. Use DetectMessageEnd, if you would like to leave
+        # a message on an answering machine."
+        assert placed.get("MachineDetection") == {"hangup": "Enable", "message": "DetectMessageEnd"}.get(machine)
+        assert placed["StatusCallback"] == f"{public}/twilio/status"
+        async with phone.double.pick_up(placed, answered_by=answered_by, stream_url=phone.media_url) as call:
+            if talks:
+                assert call is not None
+                await call.speak(synthetic_ulaw(1.0), silence_after=0.3)
+                await call.wait_for_audio(timeout=10)
+            else:
+                assert call is None  # hung up on the machine: no stream, no model
+        if talks:
+            [session] = emu.sessions
+            instruction = json.dumps(session.setup)
+            assert "+15557654321" in instruction  # told who it called (and from where)
+            if answered_by and answered_by != "human":
+                assert answered_by in instruction  # told a machine answered: leave a message
+        else:
+            assert emu.sessions == []
+    statuses = [p.get("CallStatus") for p in progress if "CallStatus" in p]
+    assert statuses[0] == "queued" and statuses[-1] == "completed" and "in-progress" in statuses
+    if answered_by:
+        assert {"call": sid, "answered_by": answered_by} in progress
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("result", "talks"), [("human", True), ("machine", False)])
+async def test_live_call_places_a_telnyx_call_and_talks_only_to_a_person(result, talks):
+    from connections.emulator import Script, running_emulator
+    from emulated import gemini_for
+    from live.agent import Agent
+    from live.cli.call import place_call
+    from phone_serving import running_telnyx
+
+    progress: list[dict] = []
+    agent = Agent(name="weather", model="gemini-live-2.5-flash-preview")
+    async with running_emulator(Script(replies=["Hello, this is the weather service."])) as emu, running_telnyx(
+        agent, gemini_for(emu)
+    ) as phone:
+        public = phone.webhook_url.removesuffix("/telnyx/call")
+        call_id = await place_call(phone.lines, "+15551234567", "+15557654321", public, carrier="telnyx",
+                                   report=progress.append)
+        [dialled] = phone.double.dialled
+        # T-28: `connection_id`, `from` ("+E164 format"), `to`; T-40: "The
+        # answering_machine_detection value when creating an outbound call ...".
+        assert (dialled["to"], dialled["from"], dialled["connection_id"]) == ("+15551234567", "+15557654321", "1234567890")
+        assert dialled["answering_machine_detection"] == "detect" and dialled["webhook_url"] == phone.webhook_url
+        phone.double.up.add(call_id)
+        for event in (phone.double.event("call.initiated", call_id, direction="outgoing"),
+                      phone.double.event("call.answered", call_id),
+                      # "detect: Only detect if answering machine or human." -> call.machine.detection.ended
+                      phone.double.event("call.machine.detection.ended", call_id, result=result)):
+            assert await phone.double.deliver(phone.webhook_url, event) == [200]
+        with anyio.fail_after(5):
+            while not [a for c, a, _ in phone.double.actions if c == call_id]:
+                await anyio.sleep(0.02)
+        [(action, _)] = [(a, p) for c, a, p in phone.double.actions if c == call_id]
+        if talks:
+            assert action == "streaming_start"
+            async with phone.double.stream(call_id, stream_url=phone.media_url) as call:
+                await call.speak(synthetic_ulaw(1.0), silence_after=0.3)
+                await call.wait_for_audio(timeout=10)
+            assert len(emu.sessions) == 1
+        else:
+            assert action == "hangup" and emu.sessions == []
+    assert {"call": call_id, "answered_by": result} in progress
+    assert [p["status"] for p in progress if "status" in p][:2] == ["call.initiated", "call.answered"]

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from live import protocol as p
-from live.phone.audio import alaw_encode, ulaw_decode
+from live.phone.audio import alaw_encode, ulaw_decode, ulaw_encode
 from live.phone.calls import CallTokens
 from live.phone.telnyx import TelnyxDoor, telnyx_signature_problem
 
@@ -84,22 +84,43 @@ def test_an_unknown_codec_is_refused():
     assert caught.value.code == "unsupported_media"
 
 
-def test_a_late_frame_is_dropped_not_played_out_of_place():
+def test_frames_out_of_order_are_put_back_in_order():
+    # Telnyx: "The order of events is not guaranteed and the chunk number can be
+    # used to reorder the events." Each frame here is one level, so the order
+    # the session gets them in shows in its audio.
     door = opened()
-    frames = [bytes([0x80 + i]) * 160 for i in range(12)]
-    for i in (0, 1, 2, 3, 5, 4, 6, 7, 8, 9, 10, 11):
-        door.inputs(media(frames[i], i))
+    levels = [int(2000 * (i + 1)) for i in range(12)]
+    frames = [ulaw_encode(np.full(160, level, "<i2").tobytes()) for level in levels]
+    order = (0, 1, 2, 3, 5, 4, 6, 8, 7, 9, 10, 11)
+    pcm = b"".join(x for i in order for x in door.inputs(media(frames[i], i + 1)) if isinstance(x, bytes))
+    got = np.frombuffer(pcm, "<i2")[160::320]  # mid-frame, one sample a frame (16 kHz: 320 a frame)
+    steps = np.diff(got.astype(int))
+    assert len(got) >= 11 and (steps > 0).all(), got  # every frame in its place: rising, never back
+    assert door.late_frames == 0 and door.reordered_frames == 2
+    # A frame that comes after its place was played is dropped, and counted.
+    for i in range(12, 17):
+        door.inputs(media(frames[0], i + 1))
+    door.inputs(media(frames[0], 5))
     assert door.late_frames == 1
 
 
-def test_replies_go_out_in_the_calls_codec_without_a_stream_id_and_clear_on_barge_in():
-    door = opened("PCMU")
+def test_replies_go_out_as_the_command_asked_telnyx_to_play_them_not_in_the_calls_codec():
+    # The caller's stream is A-law (start.media_format), and the answer asked
+    # Telnyx to play μ-law: `stream_bidirectional_codec`, "Indicates codec for
+    # bidirectional streaming RTP payloads" (default PCMU).
+    from live.phone.carrier import CallLine, codec_named
+
+    tokens = CallTokens(agent="desk")
+    door = TelnyxDoor(line=CallLine(tokens, reply_codec=codec_named("PCMU")))
+    door.opening(start(tokens.mint(CALL), "PCMA"))
     reply = tone(24_000, 0.5, 440).tobytes()
     out = [json.loads(f) for i in range(0, len(reply), 1920) for f in door.audio(reply[i:i + 1920])]
     media_out = [m for m in out if m["event"] == "media"]
+    # "The RTP streaming can be sent using media events: {"event": "media", "media": {"payload": ...}}"
     assert media_out and all(set(m) == {"event", "media"} for m in media_out)
     decoded = np.frombuffer(ulaw_decode(b"".join(pybase64.b64decode(m["media"]["payload"]) for m in media_out)), "<i2")
     assert abs(np.argmax(np.abs(np.fft.rfft(decoded))) * 8000 / len(decoded) - 440) < 5
+    assert np.sqrt(np.mean(decoded.astype(float) ** 2)) > 4000  # the tone, not A-law bytes read as noise
     assert json.loads(door.event(p.TurnInterrupted())) == {"event": "clear"}
 
 

@@ -184,13 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
     gemini.add_argument("--gemini-endpoint", action="store_true", help="also serve the Live API's WebSocket paths (/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent and the v1alpha ones), so google-genai and @google/genai apps connect with only their base URL changed; the key they send is one of this server's tokens (serve it over TLS: --certfile)")
     gemini.add_argument("--gemini-model", action="append", default=[], metavar="PATTERN", help="with --gemini-endpoint: a model name (fnmatch pattern, without models/) a client may ask for in its setup; the session runs the server's model whichever it names (repeatable; default: the server's model)")
     gemini.add_argument("--gemini-policy", metavar="FILE", help="with --gemini-endpoint: a TOML file of what apps may ask: models, an instruction said before theirs, tools removed (see docs/gemini-endpoint.md)")
-    gemini.add_argument("--mint-key", default=os.environ.get("LIVE_MINT_KEY"), help="with --gemini-endpoint and --token-secret: the key a backend presents to POST /v1alpha/auth_tokens (on --post-port), google-genai's client.auth_tokens.create, to mint ephemeral tokens for its apps (default: $LIVE_MINT_KEY; none: the route is not served)")
+    gemini.add_argument("--mint-key", default=os.environ.get("LIVE_MINT_KEY"), help="with --gemini-endpoint and --token-secret: the key a backend presents to POST /v1alpha/auth_tokens (on --port, and --post-port if given), google-genai's client.auth_tokens.create, to mint ephemeral tokens for its apps (default: $LIVE_MINT_KEY; none: the route is not served)")
     phone = parser.add_argument_group("phone calls (see docs/phone.md)")
-    phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice (on --post-port) and the media stream /twilio/media; the auth token comes from $TWILIO_AUTH_TOKEN")
-    phone.add_argument("--telnyx", action="store_true", help="answer Telnyx calls: the Call Control webhook POST /telnyx/call (on --post-port) answers with the media stream /telnyx/media; keys from $TELNYX_API_KEY and $TELNYX_PUBLIC_KEY")
+    phone.add_argument("--twilio", action="store_true", help="answer Twilio calls: the voice webhook POST /twilio/voice and the media stream /twilio/media, both on --port; the auth token comes from $TWILIO_AUTH_TOKEN")
+    phone.add_argument("--telnyx", action="store_true", help="answer Telnyx calls: the Call Control webhook POST /telnyx/call answers with the media stream /telnyx/media, both on --port; keys from $TELNYX_API_KEY and $TELNYX_PUBLIC_KEY")
     phone.add_argument("--public-url", metavar="URL", help="the https:// address carriers reach this server at (a tunnel's in development); webhooks' signatures are checked against it")
-    phone.add_argument("--post-port", "--phone-port", dest="post_port", type=int, metavar="PORT", help="port of the POST routes: carriers' webhooks, the Live API's auth_tokens (the WebSocket port reads only GET) (default: --port + 1)")
-    phone.add_argument("--stream-url", metavar="URL", help="the wss:// address of the media stream, when it is not --public-url's host with /twilio/media")
+    phone.add_argument("--post-port", "--phone-port", dest="post_port", type=int, metavar="PORT", help="also serve the POST routes (carriers' webhooks, the Live API's auth_tokens) on this port, for those who route them apart; they are served on --port either way (default: none)")
+    phone.add_argument("--stream-url", metavar="URL", help="the wss:// address of the media stream, when it is not --public-url with /twilio/media (or /telnyx/media) after its path")
+    phone.add_argument("--twilio-shared-key", default=os.environ.get("TWILIO_WEBHOOKS_SHARED_KEY"), metavar="SECRET", help="the secret of a Twilio Webhooks Rule's SharedKey: webhooks that carry X-Twilio-Webhooks-Signature-Settings are checked with it and the algorithm it names (HMAC_SHA256) (default: $TWILIO_WEBHOOKS_SHARED_KEY)")
+    phone.add_argument("--telnyx-codec", choices=("PCMU", "PCMA", "L16"), default="PCMU", help="what Telnyx streams the caller in and plays the agent's replies in: PCMU or PCMA (8 kHz), or L16 (16 kHz: wideband, started with streaming_start, the command that can say the rate) (default PCMU)")
+    phone.add_argument("--transfers", metavar="FILE", help="a TOML file of the destinations transfer_call may send a caller to: [destinations] name = \"+15551234567\"; any other is refused")
+    phone.add_argument("--busy", choices=("say", "reject", "fallback"), default="say", help="what a caller hears when the server is full or stopping: say (a sentence, then hang up), reject (a busy tone; Twilio does not bill it), fallback (503: the carrier's fallback / failover URL) (default say)")
+    phone.add_argument("--busy-message", default="Sorry, all our lines are busy. Please call again later.", metavar="TEXT", help="the sentence of --busy say")
+    phone.add_argument("--call-drain-timeout", type=_non_negative, default=600.0, metavar="SECONDS", help="on SIGTERM, how long calls may go on (new ones are refused) before the agent says goodbye and hangs up (default 600)")
     tls = parser.add_argument_group("TLS (so browsers on other machines may use the microphone)")
     tls.add_argument("--certfile", help="PEM certificate chain: serve https:// and wss:// directly")
     tls.add_argument("--keyfile", help="PEM private key of --certfile (if not in the same file)")
@@ -362,6 +368,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         sockets=args.sockets,
         certfile=args.certfile,
         keyfile=args.keyfile,
+        call_drain_timeout=args.call_drain_timeout,
     )
     recorder = None
     if args.record:
@@ -404,12 +411,15 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
         raise UsageError("--gemini-model and --gemini-policy need --gemini-endpoint")
     if not posts and args.post_port is not None:
         raise UsageError("--post-port serves phone webhooks (--twilio, --telnyx) and auth_tokens (--gemini-endpoint --mint-key): add one")
-    if posts and args.post_port is None:
-        args.post_port = args.port + 1 if args.port else 0
     args.post_routes = posts
-    return LiveServer(
-        agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors, pool=pool, llm_at=llm_at
-    )
+    # The POST routes are served on the WebSocket port itself (one address for a
+    # carrier's webhook and its stream), and on --post-port too when given.
+    server = LiveServer(agent, llm, config, recorder=recorder, agent_spec=args.agent, doors=doors,
+                        posts=posts or None, pool=pool, llm_at=llm_at)
+    if lines is not None:
+        lines.refuse_when(server.call_refusal)
+        lines.count_with(server.metrics)
+    return server
 
 
 # A secret that signs the tokens of calls, shared by the worker processes (a
@@ -435,27 +445,43 @@ def _phone_lines(args: argparse.Namespace, agent: Agent, token_secret: str | Non
     if secret is None:
         secret = os.environ[CALL_SECRET_ENV] = secrets.token_urlsafe(32)
     from live.phone.calls import CallTokens
+    from live.phone.control import TransferRefused, load_destinations
     from live.phone.lines import PhoneLines
 
-    lines = PhoneLines(tokens=CallTokens(secret, agent=agent.name))
-    if args.twilio:
-        auth_token = os.environ.get("TWILIO_AUTH_TOKEN", "")
-        if not auth_token:
-            raise UsageError("--twilio needs the account's auth token in $TWILIO_AUTH_TOKEN (Twilio console, Account Info)")
-        from live.phone.control import TwilioCallControl
+    destinations: dict[str, str] = {}
+    if args.transfers:
+        try:
+            destinations = load_destinations(args.transfers)
+        except TransferRefused as exc:
+            raise UsageError(f"--transfers {exc}") from None
+    lines = PhoneLines(tokens=CallTokens(secret, agent=agent.name), on_key_press=agent.on_key_press,
+                       key_entry=agent.key_entry, destinations=destinations, busy=args.busy)
+    try:
+        if args.twilio:
+            auth_token = os.environ.get("TWILIO_AUTH_TOKEN", "")
+            if not auth_token:
+                raise UsageError("--twilio needs the account's auth token in $TWILIO_AUTH_TOKEN (Twilio console, Account Info)")
+            from live.phone.control import TwilioCallControl
 
-        # With the account's id the agent's call-control tools can act (end_call, transfer_call).
-        account_sid = os.environ.get("TWILIO_ACCOUNT_SID")
-        control = TwilioCallControl(account_sid, auth_token) if account_sid else None
-        lines.add_twilio(auth_token, args.public_url, stream_url=args.stream_url, control=control, on_dtmf=agent.on_key_press)
-    if args.telnyx:
-        api_key, public_key = os.environ.get("TELNYX_API_KEY", ""), os.environ.get("TELNYX_PUBLIC_KEY", "")
-        if not api_key or not public_key:
-            raise UsageError("--telnyx needs $TELNYX_API_KEY (answers calls) and $TELNYX_PUBLIC_KEY (checks webhooks), "
-                             "both from the Telnyx portal")
-        lines.add_telnyx(public_key, api_key, args.public_url, stream_url=args.stream_url,
-                         api_base_url=os.environ.get("TELNYX_API_BASE_URL", "https://api.telnyx.com/v2"),
-                         on_dtmf=agent.on_key_press)
+            # With the account's id the agent's call-control tools can act (end_call,
+            # transfer_call), and a session that ends here hangs its call up.
+            account_sid = os.environ.get("TWILIO_ACCOUNT_SID")
+            control = TwilioCallControl(account_sid, auth_token) if account_sid else None
+            lines.add_twilio(auth_token, args.public_url, stream_url=args.stream_url, control=control,
+                             shared_key=args.twilio_shared_key or None)
+        if args.telnyx:
+            api_key, public_key = os.environ.get("TELNYX_API_KEY", ""), os.environ.get("TELNYX_PUBLIC_KEY", "")
+            if not api_key or not public_key:
+                raise UsageError("--telnyx needs $TELNYX_API_KEY (answers calls) and $TELNYX_PUBLIC_KEY (checks webhooks), "
+                                 "both from the Telnyx portal")
+            lines.add_telnyx(public_key, api_key, args.public_url, stream_url=args.stream_url,
+                             api_base_url=os.environ.get("TELNYX_API_BASE_URL", "https://api.telnyx.com/v2"),
+                             codec=args.telnyx_codec, connection_id=os.environ.get("TELNYX_CONNECTION_ID") or None)
+    except ValueError as exc:  # a public or stream URL no carrier can open a stream on
+        raise UsageError(f"{'--stream-url' if args.stream_url else '--public-url'}: {exc}") from None
+    for webhook in (lines.twilio_webhook, lines.telnyx_webhook):
+        if webhook is not None:
+            webhook.busy_message = args.busy_message
     return lines
 
 
@@ -470,6 +496,9 @@ async def _serve(server: LiveServer, args: argparse.Namespace, argv: list[str]) 
             reattach_grace=args.reattach_grace,
             max_sessions_global=args.max_sessions_global,
         )
+        lines = getattr(args, "phone_lines", None)
+        if lines is not None:
+            lines.tokens.store = store  # a call's token is minted and spent once across the fleet
         try:
             await _serve_now(server, args, argv)
         finally:
@@ -499,9 +528,11 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         tg.start_soon(stop_on_signal)
         port = await tg.start(serve)
         lines = getattr(args, "phone_lines", None)
+        if lines is not None:
+            await tg.start(lines.run)  # the carriers' commands the webhooks decided on
         posts = getattr(args, "post_routes", None)
         webhooks = None
-        if posts:
+        if posts and args.post_port is not None:
             webhooks = PostListener(
                 posts, server.config.host, args.post_port, reuse_port=args.workers > 1,
                 ssl_context=tls_context(args.certfile, args.keyfile) if args.certfile else None,
@@ -541,22 +572,23 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
             metrics_host = server.config.metrics_host
             metrics_shown = f"[{metrics_host}]" if ":" in metrics_host else metrics_host
             print(f"live: metrics on http://{metrics_shown}:{server.metrics_port}/metrics", flush=True)
+        ports = f"{port} and {args.post_port}" if webhooks is not None else f"{port}"
         if lines is not None and lines.twilio_webhook is not None:
             print(
-                f"live: Twilio voice webhook {lines.twilio_webhook.public_url}/twilio/voice (served on "
-                f"{web}://{shown}:{args.post_port}/twilio/voice), media stream {lines.twilio_webhook.stream_url}",
+                f"live: Twilio voice webhook {lines.twilio_webhook.public_url}/twilio/voice (served on port "
+                f"{ports}), media stream {lines.twilio_webhook.stream_url}",
                 flush=True,
             )
         if lines is not None and lines.telnyx_webhook is not None:
             print(
-                f"live: Telnyx call webhook {args.public_url.rstrip('/')}/telnyx/call (served on "
-                f"{web}://{shown}:{args.post_port}/telnyx/call), media stream {lines.telnyx_webhook.stream_url}",
+                f"live: Telnyx call webhook {args.public_url.rstrip('/')}/telnyx/call (served on port "
+                f"{ports}), media stream {lines.telnyx_webhook.stream_url}",
                 flush=True,
             )
         if posts and AUTH_TOKENS_PATH in posts:
             print(
-                f"live: Live API auth_tokens on {web}://{shown}:{args.post_port}/v1alpha/auth_tokens "
-                "(and /v1beta/, /v1/: google-genai's client.auth_tokens.create, with the --mint-key)",
+                f"live: Live API auth_tokens on {web}://{shown}:{args.post_port if webhooks is not None else port}"
+                "/v1alpha/auth_tokens (and /v1beta/, /v1/: google-genai's client.auth_tokens.create, with the --mint-key)",
                 flush=True,
             )
         live_api = next((door for door in server.doors.values() if getattr(door, "name", "") == "gemini"), None)
@@ -617,7 +649,8 @@ async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[
             for worker in workers:
                 if worker.poll() is None:
                     worker.terminate()
-            deadline = anyio.current_time() + server.config.shutdown_grace + 5
+            config = server.config
+            deadline = anyio.current_time() + config.shutdown_grace + config.call_drain_timeout + config.goodbye_timeout + 5
             for worker in workers:
                 while worker.poll() is None and anyio.current_time() < deadline:
                     await anyio.sleep(0.05)

@@ -24,6 +24,9 @@ nothing more:
 - `admitted(start, grant)`: the start as the client's token lets it be;
 - `closing(code, reason, error)`: the close code and reason this client is
   told its session ended with (by default the server's own);
+- `in_step_events`: the events whose frames depend on the reply audio before
+  them (a carrier's last frame of a reply and its mark): the session asks for
+  their frames when their turn comes in the paced stream, not when queued;
 - `end(reason)`: the session ended on the server's side; end what the client
   is on (a phone call: hang up through the carrier). The one thing a door may
   do with I/O, awaited (within a bound) before its socket is closed.
@@ -32,18 +35,28 @@ A door holds per-connection state (a carrier's stream id, a resampler), so the
 server makes one per socket, from the door's route. It does no I/O but `end`:
 a test drives it with frames and reads what it returns.
 
-Besides the client's own messages, a door may give the session a signal among
-its inputs: `PlayedOut`, everything the session sent before it has been played
-at the client's end (a carrier echoes a mark sent after a turn's last frame
-once that frame has played; `Capabilities.reports_played_out`). A policy that
-ends a conversation after its goodbye waits for it.
+Besides the client's own messages, a door may give the session two signals
+among its inputs:
+
+- `PlayedOut`: everything the session sent before it has been played at the
+  client's end (a carrier echoes a mark sent after a reply's last frame once
+  that frame has played; `Capabilities.reports_played_out`). A policy that
+  hangs up after a goodbye waits for it, then ends the session, and `end`
+  hangs up.
+- `SessionTask`: an awaitable the door asks the session to run as one of its
+  own tasks (an agent's `async` key handler): it ends with the session, and
+  what it raises is logged, never the session's end.
+
+Capabilities a phone call has (`Capabilities.call`): it cannot come back on
+another socket; a stopping server lets it finish (up to its drain timeout)
+and then has the agent say goodbye, since ending it hangs up on a person.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, ClassVar, TypeAlias
 
 from websockets.http11 import Request
@@ -60,7 +73,7 @@ from live.protocol import (
     SessionStart,
 )
 
-__all__ = ["Capabilities", "FrontDoor", "Input", "Opening", "PlayedOut"]
+__all__ = ["Capabilities", "FrontDoor", "Input", "Opening", "PlayedOut", "SessionTask"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,11 +82,20 @@ class PlayedOut:
     (see the module's docstring)."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionTask:
+    """Something the door asks the session to run as a task of its own: `run()`
+    is awaited in the session's task group; `name` says what it is in the log."""
+
+    run: Callable[[], Awaitable[object]]
+    name: str
+
+
 # What opens a session (or ends the socket before one).
 Opening: TypeAlias = SessionStart | SessionResume | SessionClose
 # One session input: client audio (PCM16 at the session's input rate), a
 # message, or a door's signal to the session.
-Input: TypeAlias = bytes | ClientMessage | PlayedOut
+Input: TypeAlias = bytes | ClientMessage | PlayedOut | SessionTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +130,9 @@ class Capabilities:
       cut short is asked again on the next one (the client gets the reply
       again, whole); False: the cut reply ends as interrupted, and the new
       connection is told what was asked and what was said (no word twice).
+    - `call`: a phone call. It cannot come back on another socket; a stopping
+      server lets it finish, up to a drain timeout, and then has the agent say
+      goodbye; ending its session ends the call (`FrontDoor.end`).
     """
 
     reattach: bool = False
@@ -121,6 +146,7 @@ class Capabilities:
     client_tool_deadline: bool = True
     results_by_id: bool = False
     cut_replies_repeated: bool = True
+    call: bool = False
 
 
 class FrontDoor(abc.ABC):
@@ -142,7 +168,12 @@ class FrontDoor(abc.ABC):
     # True: the door checks its clients' credentials itself (`authorize`), in
     # place of the server's token check (a carrier cannot present the
     # server's token; its call does, signed by the server's own webhook).
+    # A socket it authorizes is a carrier's stream for a real call: it does not
+    # count against the limit of sockets per client address.
     checks_own_credentials: ClassVar[bool] = False
+    # The events whose frames depend on the reply audio before them: written
+    # when their turn comes in the paced stream (see the module's docstring).
+    in_step_events: ClassVar[tuple[type[ServerEvent], ...]] = ()
 
     def __init__(self, request: Request | None = None) -> None:
         # The socket's handshake: its headers and query may carry what the
@@ -175,6 +206,12 @@ class FrontDoor(abc.ABC):
     def authorize(self, token: str | None) -> str | None:
         """With `checks_own_credentials`: None if the start's `token` opens a
         session, else why not (never the token itself)."""
+        return None
+
+    async def redeem(self) -> str | None:
+        """With `checks_own_credentials`, once `authorize` let the start in: spend
+        its credential where its uses are counted (a fleet's store, shared by
+        every server); None, or why it opens nothing more."""
         return None
 
     @abc.abstractmethod

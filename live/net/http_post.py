@@ -4,8 +4,9 @@ Neither of the server's WebSocket layers reads a request other than a GET
 upgrade, and some callers must POST: a carrier telling the server a call came
 in, an app's backend minting a token with google-genai's
 `client.auth_tokens.create`. `PostListener` is the little HTTP/1.1 they need
-(h11, read by `live.net.http_request`), on a port of its own: POST routes only,
-one request per connection, bounded in size, time and count. A route's
+(h11, read by `live.net.http_request`), on a port of its own (`serve`) or on
+the connections the WebSocket port hands it (`handle`, `live.server.posts`):
+POST routes only, one request per connection, bounded in size, time and count. A route's
 handler is a plain function of (target, headers, body) to an `HttpAnswer`:
 the decision without I/O.
 
@@ -117,6 +118,11 @@ class PostListener:
                     await anyio.sleep(_ACCEPT_PAUSE)
                 continue
             tg.start_soon(self._connection, stream)
+
+    async def handle(self, stream: anyio.abc.ByteStream) -> None:
+        """One connection another listener handed over from its first byte (the
+        WebSocket port's POSTs, `live.server.posts`): held to this port's bounds."""
+        await self._connection(stream)
 
     async def _connection(self, stream: anyio.abc.SocketStream) -> None:
         try:

@@ -16,8 +16,8 @@ frames as sent and received, `InvalidStatus`, `InvalidURI`, `InvalidHandshake`),
 so code written against websockets reads it unchanged. Additions for the hot
 path: `can_send_now()` (a frame sent now goes out at once), `send_nowait()`
 (the send itself, synchronous), `frames_waiting()` (frames read and not yet
-taken), and `take_binary`, a callback that takes binary messages as they
-arrive while a reader waits with nothing queued: a relay forwards a frame
+taken), and `take_binary` (`take_text`), a callback that takes binary (text)
+messages as they arrive while a reader waits with nothing queued: a relay forwards a frame
 inside the socket's own callback, with no task switch, and order is kept
 (anything queued, or in the reader's hands, goes first). Frames that arrive
 in one read (the process fell behind) all go to the reader, which can join them. `connect()` dials,
@@ -57,6 +57,7 @@ from websockets.headers import build_authorization_basic
 from websockets.proxy import get_proxy, parse_proxy
 from websockets.uri import parse_uri
 
+from live.net.one_port import FirstBytes, PostHandler, PostStream
 from live.net.websocket_connection import (
     ACCEPT_BACKLOG,
     CLOSE_TIMEOUT,
@@ -262,8 +263,13 @@ async def serve(
     close_timeout: float | None = CLOSE_TIMEOUT,
     open_timeout: float | None = OPEN_TIMEOUT,
     receive_buffer: int | None = RECEIVE_BUFFER,
+    post: PostHandler | None = None,
 ) -> AsyncIterator[Server]:
     """Listen on `host`:`port`; every connection runs `handler(ws)` in this block's task group.
+
+    `post(stream)`: a connection whose request is a POST is read by it, as a
+    byte stream, in this block's task group (`live.net.one_port`): one port for
+    WebSockets and POST routes. None: only GETs are read, as picows reads them.
 
     `process_request(ws, request)` sees each HTTP request first (websockets'
     `Request`; `ws` is the connection to be, not connected yet, with only its
@@ -351,6 +357,7 @@ async def serve(
                 ssl=ssl,
                 reuse_port=reuse_port,
                 server_header=server_header,
+                posts=(lambda stream: tg.start_soon(post, stream)) if post is not None else None,
             )
             server = Server(raw, tg)
             tg.start_soon(acceptor)
@@ -375,6 +382,7 @@ async def _create_server(
     ssl: ssl_module.SSLContext | None,
     reuse_port: bool | None,
     server_header: str | None = None,
+    posts: Callable[[PostStream], None] | None = None,
 ) -> asyncio.Server:
     """picows' `ws_create_server`, with each request's listener factory also told
     the connection's peer address (picows gives it the request alone), so that
@@ -401,7 +409,8 @@ async def _create_server(
 
         make(lambda upgrade: None)  # this picows' protocol takes these arguments
     except (ImportError, AttributeError, TypeError) as exc:
-        logger.warning("picows: serving without peer addresses in process_request (%s)", exc)
+        logger.warning("picows: serving without peer addresses in process_request%s (%s)",
+                       ", nor POST routes on this port" if posts is not None else "", exc)
         return await picows.ws_create_server(
             accept, host, port, websocket_handshake_timeout=handshake_timeout,
             max_frame_size=max_frame_size, logger_name=_picows_log, ssl=ssl,
@@ -418,6 +427,8 @@ async def _create_server(
             return accept(upgrade, peer)
 
         made = make(listener_factory)
+        if posts is not None:  # its first bytes say whether it is picows' or a POST's
+            return FirstBytes(made, posts, handshake_timeout)
         return made
 
     if getattr(picows_api, "_HAS_AIOFASTNET", False):

@@ -100,6 +100,8 @@ class WebSocket(WSListener):  # type: ignore[misc]
         # The fast lane: while a reader waits in `recv()` with nothing queued, a
         # binary message goes to this callback first; True means it was taken.
         self.take_binary: Callable[[bytes], bool] | None = None
+        # The same for text messages (decoded): a door that reads JSON frames.
+        self.take_text: Callable[[str], bool] | None = None
         self.receive_buffer: int | None = None  # SO_RCVBUF once connected (see `serve`)
         # Keepalive: frames received (of any kind), and the ping awaiting an answer.
         self._ping_interval = ping_interval
@@ -164,15 +166,19 @@ class WebSocket(WSListener):  # type: ignore[misc]
                     raise picows.WSProtocolError(WSCloseCode.MESSAGE_TOO_BIG, "message too big")
                 payload = frame.get_payload_as_bytes()
                 waiter = self._recv_waiter
-                if (
-                    kind is WSMsgType.BINARY
-                    and waiter is not None
-                    and not waiter.done()
-                    and self.take_binary is not None
-                    and frame.last_in_buffer  # more read at once: the reader is behind; it takes them all
-                    and self.take_binary(payload)
-                ):
-                    return
+                if waiter is not None and not waiter.done() and frame.last_in_buffer:
+                    # The reader waits with nothing queued (more read at once: it
+                    # is behind, and takes them all): the fast lane may take it.
+                    if kind is WSMsgType.BINARY:
+                        if self.take_binary is not None and self.take_binary(payload):
+                            return
+                    elif self.take_text is not None:
+                        try:
+                            text = payload.decode()
+                        except UnicodeDecodeError:
+                            text = None  # the reader's recv() closes with 1007
+                        if text is not None and self.take_text(text):
+                            return
                 self._deliver(payload, kind is WSMsgType.TEXT)
                 return
             self._fragments_text = kind is WSMsgType.TEXT

@@ -5,7 +5,9 @@ from that session's tasks (the server's, a tool's, the model connection's)
 then carries its id, with no change to the calls that log. `--log-format json`
 writes one object per line with the same facts as the text format (time,
 level, logger, message, the worker in a multi-process server), plus `session`
-and the structured `fields` a line passes as `extra={"fields": {...}}`.
+and the structured `fields` a line passes as `extra={"fields": {...}}`. A
+phone call's lines carry its id (`current_call_id`): `call` in JSON, and
+`[call ID]` at the end of a text line.
 Nothing here adds request headers, tokens or keys: a line holds what its
 caller put in its message.
 
@@ -50,18 +52,27 @@ def _indented(text: str) -> str:
     text = _UNSAFE_BUT_NEWLINE.sub(_escaped, text.rstrip("\n"))
     return "\n".join(TRACEBACK_INDENT + line for line in text.split("\n"))
 
+__all__ = ["JsonFormatter", "configure", "current_call_id", "current_session"]
 
 current_session: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "live_session", default=None
 )
+# A phone session's call (the carrier's id: Twilio's CallSid, Telnyx's
+# call_control_id), set by its door: every line of that session carries it.
+current_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "live_call", default=None
+)
 
 
 class _SessionFilter(logging.Filter):
-    """Stamps each record with the session of the task that logged it."""
+    """Stamps each record with the session (and the phone call) of the task that logged it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "session"):
             record.session = current_session.get()
+        if not hasattr(record, "call"):
+            record.call = current_call_id.get()
+        record.call_tag = f" [call {record.call}]" if record.call else ""
         return True
 
 
@@ -86,6 +97,9 @@ class JsonFormatter(logging.Formatter):
         session = getattr(record, "session", None)
         if session is not None:
             out["session"] = session
+        call = getattr(record, "call", None)
+        if call is not None:
+            out["call"] = call
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             for key, value in fields.items():
@@ -133,7 +147,7 @@ def configure(level: str = "INFO", format: str = "text", worker: int | None = No
         handler.setFormatter(JsonFormatter(worker))
     else:
         tag = f"[worker {worker}]" if worker is not None else ""
-        handler.setFormatter(TextFormatter(f"%(asctime)s %(levelname)s %(name)s{tag}: %(message)s"))
+        handler.setFormatter(TextFormatter(f"%(asctime)s %(levelname)s %(name)s{tag}: %(message)s%(call_tag)s"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -146,6 +146,21 @@ class Metrics:
             ["door", "end_reason"],
             registry=r,
         )
+        # Phone lines: how each carrier's webhooks were answered (a stream, a busy
+        # answer, refused for its signature or as a replay...) and the calls'
+        # progress as the carriers report it. Both closed sets; no call's id.
+        self.phone_webhooks = Counter(
+            "live_phone_webhooks",
+            "Carrier webhooks, by carrier and how the server answered them.",
+            ["carrier", "answer"],
+            registry=r,
+        )
+        self.phone_call_status = Counter(
+            "live_phone_call_status",
+            "Calls' progress as the carriers report it (status callbacks and events), by carrier and status.",
+            ["carrier", "status"],
+            registry=r,
+        )
         self.turn_latency = Histogram(
             "live_turn_latency_seconds",
             "From the end of the user's turn (activity.end, a typed turn, or the "

@@ -317,6 +317,12 @@ class SessionRecord:
             # Already JSON, and made by the server: written as it went out.
             self._raw(f'{{"t":{self._t():.4f},"kind":"server","event":{frame}}}\n')
 
+    def unsent_event(self, frame: str) -> None:
+        """A session event its client's door had no frame for (a phone has no
+        screen: its transcripts, what the caller heard of a reply), kept here."""
+        if self.open:
+            self._raw(f'{{"t":{self._t():.4f},"kind":"event","event":{frame}}}\n')
+
     # -- the model side ------------------------------------------------------------
 
     def model_connect(self, request_summary: dict[str, Any]) -> int:
@@ -565,6 +571,10 @@ def timeline(record: Record) -> Iterator[str]:
     end = next((e for e in reversed(record.entries) if e["kind"] == "end"), None)
     duration = f"{end['t']:.1f} s" if end else "unfinished"
     yield f"session {h.get('id')}  model {h.get('model')}  agent {h.get('agent')}  started {h.get('started')}  ({duration})"
+    call = h.get("call")
+    if isinstance(call, dict):
+        yield (f"call {call.get('id')} on {call.get('carrier')}: {call.get('direction') or 'a call'} "
+               f"from {call.get('from') or '?'} to {call.get('to') or '?'}")
     rate = int(h.get("input_rate", 16_000))
     user_audio: list[float] = []  # [start, seconds]
     agent_audio: list[float] = []
@@ -631,7 +641,7 @@ def _describe(e: dict[str, Any], t: float, calls: dict[str, float]) -> str | Non
         if mtype == "tool.result":
             return prefix + f"client  tool result {msg.get('name')} ({msg.get('id')}): {json.dumps(msg.get('response'))}"
         return prefix + f"client  {mtype}"
-    if kind == "server":
+    if kind in ("server", "event"):
         ev = e["event"]
         etype = ev.get("type")
         if etype == "transcript.input" and ev.get("final"):

@@ -5,13 +5,13 @@ Carriers' media streams are alike: JSON text frames; `connected`, `start`
 `media` (base64 audio in 20 ms frames), `dtmf`, `mark` (echoed when the audio
 before it has played), `stop`; and back, `media`, `mark`, `clear`.
 `CarrierDoor` does all of that once: the caller's audio to the session as
-16 kHz PCM, the reply (24 kHz) out in the carrier's codec in 20 ms frames
-with a mark every 100 ms and one after each turn's last frame (its echo says
-the turn has played: `PlayedOut`), `clear` on barge-in, keys as text, bad
-frames as `ProtocolError`s, the call's own token checked, and the call hung
-up through the carrier when the session ends on the server's side (`end`). A carrier's door says how its
-`start` reads (`_read_start`) and how its outgoing messages are wrapped
-(`_envelope`).
+16 kHz PCM; the reply (24 kHz) out in the codec the carrier was asked to play,
+in 20 ms frames, with a mark after each reply's last frame (its echo says the
+reply has played: `PlayedOut`); `clear` on barge-in; keys gathered into
+entries; bad frames as `ProtocolError`s; the call's own token checked; and,
+when the session ends on the server's side, the call hung up (`end`). A
+carrier's door says how its `start` reads (`_read_start`) and how its
+outgoing messages are wrapped (`_envelope`).
 """
 
 from __future__ import annotations
@@ -20,19 +20,34 @@ import abc
 import binascii
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
 import orjson
 import pybase64
+from google.genai import types
 
-from live.doors.base import Capabilities, FrontDoor, Input, Opening, PlayedOut
-from live.phone.audio import FrameCutter, Resampler, alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from live.agent import KeyEntry
+from live.doors.base import Capabilities, FrontDoor, Input, Opening, PlayedOut, SessionTask
+from live.observe.logs import current_call_id
+from live.phone.audio import (
+    FrameCutter,
+    Resampler,
+    alaw_decode,
+    alaw_encode,
+    alaw_from_samples,
+    alaw_samples,
+    ulaw_decode,
+    ulaw_encode,
+    ulaw_from_samples,
+    ulaw_samples,
+)
 from live.phone.calls import CallTokens
 from live.phone.control import CallControl, PhoneCall, current_call
+from live.phone.keys import KeyEntries, key_text
 from live.protocol import (
     ErrorEvent,
     GenerationComplete,
-    Playback,
     ProtocolError,
     ServerEvent,
     SessionClose,
@@ -42,34 +57,41 @@ from live.protocol import (
     TurnInterrupted,
 )
 
-__all__ = ["CODECS", "CarrierDoor", "Codec", "DTMF_DIGITS", "SESSION_INPUT_RATE", "StreamStart", "dtmf_text", "object_field"]
+__all__ = [
+    "CODECS", "CallLine", "CarrierDoor", "Codec", "DTMF_DIGITS", "SESSION_INPUT_RATE", "StreamStart", "dtmf_text",
+    "object_field",
+]
 
 log = logging.getLogger("live.phone")
 
 SESSION_INPUT_RATE = 16_000
 REPLY_RATE = 24_000
 DTMF_DIGITS = frozenset("0123456789*#ABCD")
-# A mark after every this many reply frames (100 ms): what the caller heard is
-# known to within that, at one small message per five frames.
-FRAMES_PER_MARK = 5
+FRAME_MS = 20
+dtmf_text = key_text  # what the model is told of one key (kept for the name)
 
 
 def _l16_decode(data: bytes) -> bytes:
-    """L16 is big-endian (RFC 3551); the session's PCM is little-endian."""
-    import numpy as np
-
+    """L16 is big-endian (RFC 3551: network byte order); the session's PCM is little-endian."""
     return np.frombuffer(data[: len(data) // 2 * 2], ">i2").astype("<i2").tobytes()
 
 
 def _l16_encode(pcm: bytes) -> bytes:
-    import numpy as np
-
     return np.frombuffer(pcm, "<i2").astype(">i2").tobytes()
+
+
+def _l16_samples(data: bytes) -> np.ndarray:
+    return np.frombuffer(data[: len(data) // 2 * 2], ">i2")
+
+
+def _l16_from_samples(pcm: np.ndarray) -> bytes:
+    return pcm.astype(">i2").tobytes()
 
 
 @dataclasses.dataclass(frozen=True)
 class Codec:
-    """A carrier's audio format: how its bytes become PCM16 and back, at what rate."""
+    """A carrier's audio format: how its bytes become PCM16 and back, at what rate
+    (`samples` and `from_samples`: the same with numpy arrays, for a resampler)."""
 
     name: str
     rate: int
@@ -77,19 +99,21 @@ class Codec:
     decode: Callable[[bytes], bytes]
     encode: Callable[[bytes], bytes]
     silence: bytes  # one sample of silence
+    samples: Callable[[bytes], np.ndarray]
+    from_samples: Callable[[np.ndarray], bytes]
 
     @property
     def frame_bytes(self) -> int:
         return self.rate // 50 * self.sample_bytes  # 20 ms
 
 
-PCMU = Codec("PCMU", 8_000, 1, ulaw_decode, ulaw_encode, b"\xff")
-PCMA = Codec("PCMA", 8_000, 1, alaw_decode, alaw_encode, b"\xd5")
+PCMU = Codec("PCMU", 8_000, 1, ulaw_decode, ulaw_encode, b"\xff", ulaw_samples, ulaw_from_samples)
+PCMA = Codec("PCMA", 8_000, 1, alaw_decode, alaw_encode, b"\xd5", alaw_samples, alaw_from_samples)
 CODECS: dict[str, Codec] = {"PCMU": PCMU, "PCMA": PCMA}
 
 
 def l16(rate: int) -> Codec:
-    return Codec("L16", rate, 2, _l16_decode, _l16_encode, b"\x00\x00")
+    return Codec("L16", rate, 2, _l16_decode, _l16_encode, b"\x00\x00", _l16_samples, _l16_from_samples)
 
 
 def object_field(message: dict, key: str) -> dict:
@@ -103,56 +127,94 @@ def object_field(message: dict, key: str) -> dict:
     return value
 
 
-def dtmf_text(digit: str) -> str:
-    """What the model is told when the caller presses a key."""
-    return f"[The caller pressed the key {digit} on their phone's keypad.]"
+def codec_named(name: str, rate: int = 8_000) -> Codec:
+    """PCMU, PCMA (8 kHz) or L16 (8 or 16 kHz) by its carrier name; ValueError for another."""
+    if name in CODECS and rate == 8_000:
+        return CODECS[name]
+    if name == "L16" and rate in (8_000, 16_000):
+        return l16(rate)
+    raise ValueError(f"{name} at {rate} Hz: this door takes PCMU or PCMA at 8 kHz, or L16 at 8 or 16 kHz")
 
 
 @dataclasses.dataclass(frozen=True)
 class StreamStart:
-    """What a carrier's `start` says: the stream, the call, the codec, the call's token."""
+    """What a carrier's `start` says: the stream, the call, the codec, the call's
+    token, and who called whom (with the webhook's parameters, where the
+    carrier passes them along)."""
 
     stream_id: str
     call_id: str | None
     codec: Codec
     token: str | None
+    caller: str | None = None
+    called: str | None = None
+    direction: str | None = None
+    parameters: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class CallLine:
+    """What every call on one carrier's line shares (the door of each call gets it).
+
+    - `tokens`: the calls' own tokens (`live.phone.calls`).
+    - `control`: the carrier's REST API, to hang up and transfer (None: the
+      operator gave no credentials for it).
+    - `on_key_press`, `key_entry`: the agent's key handler and how keys reach
+      the model.
+    - `reply_codec`: what the carrier was asked to play (Telnyx: the command's
+      `stream_bidirectional_codec` and rate; Twilio: always μ-law, 8 kHz).
+    - `destinations`: transfer names the operator allows, and their numbers.
+    - `handshake`: why a stream's WebSocket handshake is not the carrier's
+      (None: it is); for carriers that sign it.
+    """
+
+    tokens: CallTokens
+    control: CallControl | None = None
+    on_key_press: Callable[[str, str], object] | None = None
+    key_entry: KeyEntry = dataclasses.field(default_factory=KeyEntry)
+    reply_codec: Codec = PCMU
+    destinations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    handshake: Callable[[object], str | None] | None = None
 
 
 class CarrierDoor(FrontDoor):
     """One carrier media stream: one phone call (see the module's docstring)."""
 
-    capabilities = Capabilities(reports_played_out=True)
+    capabilities = Capabilities(call=True, reports_played_out=True)
     checks_own_credentials = True
+    in_step_events = (GenerationComplete, TurnComplete)
     carrier: str  # the carrier's name, for messages and the log
 
     def __init__(
-        self, request=None, *, tokens: CallTokens, on_dtmf: Callable[[str, str], None] | None = None,
-        control: CallControl | None = None,
+        self, request=None, *, line: CallLine | None = None, tokens: CallTokens | None = None,
+        on_dtmf: Callable[[str, str], object] | None = None, control: CallControl | None = None,
     ) -> None:
         super().__init__(request)
-        self.tokens = tokens
-        self.control = control  # the carrier's REST API, for the call-control tools
-        self.on_dtmf = on_dtmf  # (call id, digit): an agent's own handler, if it has one
+        if line is None:
+            if tokens is None:
+                raise TypeError("a carrier door needs its line (or at least the line's tokens)")
+            line = CallLine(tokens, control=control, on_key_press=on_dtmf)
+        self.line = line
+        self.tokens = line.tokens
+        self.control = line.control
         self.stream_id: str | None = None
         self.call_id: str | None = None
-        self.codec = PCMU  # until `start` names it
+        self.call: PhoneCall | None = None
+        self.codec = PCMU  # the caller's audio, once `start` names it
+        self.reply_codec = line.reply_codec  # what the carrier plays
         self._token: str | None = None
-        self._inbound = self._outbound = Resampler(1, 1)
-        self._frames = FrameCutter(PCMU.frame_bytes)
-        # Reply accounting for the heard transcript: the reply's number, the
-        # carrier's bytes of it sent, and how far the caller's marks say they heard.
-        self._reply = 0
-        self._reply_sent = 0
-        self._reply_heard = 0
-        self._unmarked = 0
-        self._playback_owed: float | None = None
-        # Turn marks: after each turn's last frame one mark (numbered); its echo,
-        # with no audio sent after it, says everything sent has played.
+        self._inbound = Resampler(PCMU.rate, SESSION_INPUT_RATE)
+        self._outbound = Resampler(REPLY_RATE, self.reply_codec.rate)
+        self._frames = FrameCutter(self.reply_codec.frame_bytes)
+        self._keys = KeyEntries(line.key_entry)
+        self._media_ms = 0.0  # the call's clock: the caller's audio so far, by its timestamps
+        # Reply marks: after each reply's last frame, one mark (numbered); its
+        # echo, unless a clear sent it back, says everything before it played.
         self._marks_sent = 0
-        self._marks_cleared = 0  # marks up to this number came back with a clear, not by playing
+        self._marks_cleared = 0  # marks up to this number were echoed by a clear, not by playing
         self._sent_since_mark = False
-        self.stopped = False  # the carrier said `stop`: the call left the stream
-        self._ended = False
+        self._replying = False  # reply audio went out since the last reply's end
+        self.stopped = False  # the carrier said the call's stream stopped (the caller hung up)
         self._errors: dict[str, int] = {}  # errors told, by code: the log says the first few
 
     # ------------------------------------------------------------------ reading
@@ -181,19 +243,39 @@ class CarrierDoor(FrontDoor):
         start = self._read_start(message)
         self.stream_id, self.call_id, self.codec, self._token = start.stream_id, start.call_id, start.codec, start.token
         self._inbound = Resampler(self.codec.rate, SESSION_INPUT_RATE)
-        self._outbound = Resampler(REPLY_RATE, self.codec.rate)
-        self._frames = FrameCutter(self.codec.frame_bytes)
+        config = None
         if self.call_id is not None:
+            self.call = PhoneCall(
+                self.name, self.call_id, self.control, caller=start.caller, called=start.called,
+                direction=start.direction, parameters=dict(start.parameters), destinations=self.line.destinations,
+            )
             # Set in the session's own task before its task group starts: every
-            # task of this call (its tools) sees which call it is.
-            current_call.set(PhoneCall(self.name, self.call_id, self.control))
-        return SessionStart(token=None, input_rate=SESSION_INPUT_RATE, reports_playback=True)
+            # task of this call (its tools) sees which call it is, and every line
+            # it logs carries the call's id.
+            current_call.set(self.call)
+            current_call_id.set(self.call_id)
+            config = types.LiveConnectConfig(system_instruction=self.call.describe())
+        return SessionStart(token=None, input_rate=SESSION_INPUT_RATE, config=config)
 
     def authorize(self, token: str | None) -> str | None:
+        if self.line.handshake is not None:
+            problem = self.line.handshake(self.request)
+            if problem is not None:
+                return problem
         return self.tokens.check(self._token, self.call_id)
+
+    async def redeem(self) -> str | None:
+        return await self.tokens.spend(self._token)
 
     def line_rate(self) -> int | None:
         return self.codec.rate if self.codec.rate < SESSION_INPUT_RATE else None
+
+    def record_header(self) -> dict:
+        call = self.call
+        if call is None:
+            return {}
+        return {"call": {"carrier": call.carrier, "id": call.call_id, "from": call.caller, "to": call.called,
+                         "direction": call.direction}}
 
     @abc.abstractmethod
     def _read_start(self, message: dict) -> StreamStart:
@@ -203,97 +285,124 @@ class CarrierDoor(FrontDoor):
     def _envelope(self, message: dict) -> dict:
         """An outgoing message (`media`, `mark`, `clear`) as the carrier wants it addressed."""
 
-    def _owed(self) -> list[Input]:
-        """What the session is owed before this frame's inputs: the playback report after a clear."""
-        owed: list[Input] = []
-        if self._playback_owed is not None:
-            owed.append(Playback(self._playback_owed))
-            self._playback_owed = None
-        return owed
-
     def inputs(self, frame: str | bytes | dict) -> Sequence[Input]:
         message = frame if isinstance(frame, dict) else self._message(frame)
-        owed = self._owed()
         event = message["event"]
         if event == "media":
-            media = message.get("media")
-            if not isinstance(media, dict):
-                raise ProtocolError("bad_frame", "'media' without its 'media' object")
-            if media.get("track", "inbound") != "inbound":
-                return owed  # only the caller's side is for the model
-            payload = media.get("payload")
-            if not isinstance(payload, str):
-                raise ProtocolError("bad_frame", "'media' without a payload")
-            try:
-                audio = pybase64.b64decode(payload, validate=True)
-            except (binascii.Error, ValueError):
-                raise ProtocolError("bad_audio", "a 'media' payload that is not base64") from None
-            pcm = self._inbound(self.codec.decode(audio))
-            if pcm:
-                owed.append(pcm)
-            return owed
+            return self._media(message)
         if event == "mark":
-            owed.extend(self._marked(object_field(message, "mark").get("name")))
-            return owed
+            return self._marked(object_field(message, "mark").get("name"))
         if event == "dtmf":
             digit = str(object_field(message, "dtmf").get("digit", ""))
             if digit not in DTMF_DIGITS:
                 raise ProtocolError("bad_frame", f"a DTMF digit that is not one: {digit[:8]!r}")
-            if self.on_dtmf is not None:
-                self.on_dtmf(self.call_id or "", digit)
-            owed.append(Text(dtmf_text(digit)))
-            return owed
+            return self._key(digit)
         if event == "stop":
             self.stopped = True
-            owed.append(SessionClose())
-            return owed
+            return [SessionClose()]
         if event in ("connected", "start"):
             raise ProtocolError("bad_frame", f"a second '{event}' on a started stream was ignored")
         raise ProtocolError("unknown_event", f"unknown event {event[:40]!r} was ignored")
 
+    def _media(self, message: dict) -> list[Input]:
+        media = message.get("media")
+        if not isinstance(media, dict):
+            raise ProtocolError("bad_frame", "'media' without its 'media' object")
+        if media.get("track", "inbound") not in ("inbound", "inbound_track"):
+            return []  # only the caller's side is for the model
+        payload = media.get("payload")
+        if not isinstance(payload, str):
+            raise ProtocolError("bad_frame", "'media' without a payload")
+        try:
+            audio = pybase64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise ProtocolError("bad_audio", "a 'media' payload that is not base64") from None
+        out: list[Input] = []
+        pcm = self._inbound.samples(self.codec.samples(audio)).tobytes()
+        if pcm:
+            out.append(pcm)
+        # The call's clock moves with the caller's audio: a pause between keys
+        # is this much audio without one.
+        duration = len(audio) * 1000 / (self.codec.rate * self.codec.sample_bytes)
+        stamp = media.get("timestamp")
+        try:
+            end = float(stamp) + duration  # where this frame ends, by the carrier's own stamp
+        except (TypeError, ValueError):
+            end = self._media_ms + duration
+        self._media_ms = max(self._media_ms, end)
+        entry = self._keys.tick(self._media_ms)
+        if entry is not None:
+            out.append(Text(entry))
+        return out
+
+    def _key(self, digit: str) -> list[Input]:
+        out: list[Input] = []
+        hook = self.line.on_key_press
+        if hook is not None:
+            out.extend(self._run_hook(hook, digit))
+        entry = self._keys.press(digit, self._media_ms)
+        if entry is not None:
+            out.append(Text(entry))
+        return out
+
+    def _run_hook(self, hook: Callable[[str, str], object], digit: str) -> list[Input]:
+        """The agent's key handler: called now, or (`async`) run as a task of the session."""
+        import inspect
+
+        call_id = self.call_id or ""
+        if inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(getattr(hook, "__call__", None)):
+            return [SessionTask(lambda: hook(call_id, digit), f"on_key_press({digit!r})")]
+        result = hook(call_id, digit)
+        if inspect.isawaitable(result):
+            async def awaited() -> None:
+                await result
+
+            return [SessionTask(awaited, f"on_key_press({digit!r})")]
+        return []
+
     def _marked(self, name: object) -> list[Input]:
-        """The caller's side played our audio up to a mark: `reply:bytes`, or
-        `end:n` after a turn's last frame (or a clear sent it back)."""
+        """A mark came back: the carrier played our audio up to it (or a clear dropped it)."""
         if not isinstance(name, str):
             return []
-        reply, _, position = name.partition(":")
-        if reply == "end" and position.isdigit():
-            number = int(position)
-            if number <= self._marks_cleared or number != self._marks_sent or self._sent_since_mark:
-                return []  # sent back by a clear, or more audio went out after it
-            return [PlayedOut()]
-        if reply == str(self._reply) and position.isdigit():
-            self._reply_heard = max(self._reply_heard, int(position))
-        return []
+        kind, _, number = name.partition(":")
+        if kind != "end" or not number.isdigit():
+            return []
+        number_ = int(number)
+        if number_ <= self._marks_cleared or number_ != self._marks_sent or self._sent_since_mark:
+            return []  # sent back by a clear, or more audio went out after it
+        return [PlayedOut()]
 
     # ------------------------------------------------------------------ writing
 
-    def event(self, event: ServerEvent) -> str | None:
+    def event(self, event: ServerEvent) -> str | tuple[str, ...] | None:
         if isinstance(event, TurnInterrupted):
-            # Twilio drops what it buffered; the session is told how much of
-            # the reply had played by the marks echoed so far (on the next frame).
-            self._playback_owed = self._reply_heard / (self.codec.rate * self.codec.sample_bytes)
-            self._marks_cleared = self._marks_sent  # the carrier sends them back with the clear
+            # The carrier drops what it buffered, and sends back the marks with it.
+            self._marks_cleared = self._marks_sent
             self._sent_since_mark = False
-            self._next_reply()
+            self._replying = False
             self._outbound.reset()
             self._frames.clear()
             return self._encode(self._envelope({"event": "clear"}))
-        if isinstance(event, GenerationComplete):
-            last = self._frames.flush(self.codec.silence)
-            if last is None:
-                return None
-            self._reply_sent += len(last)
-            self._sent_since_mark = True
-            return self._media(last)
-        if isinstance(event, TurnComplete):
-            self._next_reply()
-            self._marks_sent += 1
-            self._sent_since_mark = False
-            return self._encode(self._envelope({"event": "mark", "mark": {"name": f"end:{self._marks_sent}"}}))
+        if isinstance(event, (GenerationComplete, TurnComplete)):
+            return self._reply_end()
         if isinstance(event, ErrorEvent):
             self._log_error(event)
         return None  # transcripts, tool calls: a phone has no screen
+
+    def _reply_end(self) -> tuple[str, ...] | None:
+        """The reply's last audio (what waits in the resampler and the last frame,
+        padded with silence), then a mark whose echo says it has played."""
+        if not self._replying:
+            return None
+        self._replying = False
+        tail = self._frames.whole(self.reply_codec.from_samples(np.frombuffer(self._outbound.flush(), "<i2")))
+        last = self._frames.flush(self.reply_codec.silence)
+        if last is not None:
+            tail += last
+        self._marks_sent += 1
+        self._sent_since_mark = False
+        mark = self._encode(self._envelope({"event": "mark", "mark": {"name": f"end:{self._marks_sent}"}}))
+        return (self._media_frame(tail), mark) if tail else (mark,)
 
     def _log_error(self, event: ErrorEvent) -> None:
         """A carrier cannot read an error: the operator's log says it, a few times per kind."""
@@ -304,23 +413,18 @@ class CarrierDoor(FrontDoor):
                 f" ({count} so far)" if count > 3 else "",
             )
 
-    def _next_reply(self) -> None:
-        self._reply += 1
-        self._reply_sent = self._reply_heard = self._unmarked = 0
-
     def audio(self, pcm: bytes) -> Sequence[str]:
-        frames = self._frames(self.codec.encode(self._outbound(pcm)))
-        out = [self._media(frame) for frame in frames]
-        if frames:
-            self._sent_since_mark = True
-        self._reply_sent += self.codec.frame_bytes * len(frames)
-        self._unmarked += len(frames)
-        if self._unmarked >= FRAMES_PER_MARK:
-            self._unmarked -= FRAMES_PER_MARK
-            out.append(self._encode(self._envelope({"event": "mark", "mark": {"name": f"{self._reply}:{self._reply_sent}"}})))
-        return out
+        # Whole 20 ms frames in one message: Twilio takes audio "of any size",
+        # Telnyx "20 milliseconds to 30 seconds"; a message per frame was 50 a
+        # second of JSON and base64 for nothing. The remainder waits for the next.
+        audio = self._frames.whole(self.reply_codec.from_samples(self._outbound.samples(np.frombuffer(pcm, "<i2"))))
+        if not audio:
+            return ()
+        self._replying = True
+        self._sent_since_mark = True
+        return (self._media_frame(audio),)
 
-    def _media(self, audio: bytes) -> str:
+    def _media_frame(self, audio: bytes) -> str:
         return self._encode(self._envelope({"event": "media", "media": {"payload": pybase64.b64encode(audio).decode("ascii")}}))
 
     @staticmethod
@@ -330,12 +434,9 @@ class CarrierDoor(FrontDoor):
     # ------------------------------------------------------------------ ending
 
     async def end(self, reason: str) -> None:
-        """The session ended here: hang up (once), unless the caller already did.
-        Without call control (`--twilio` with no account sid), the stream's
-        close ends a Twilio call that has no TwiML after `<Connect>`."""
-        if self._ended or self.stopped or self.call_id is None or self.control is None:
+        """The session ended here: hang up, unless the caller already did."""
+        if self.stopped or self.call_id is None or self.control is None:
             return
-        self._ended = True
         try:
             await self.control.hang_up(self.call_id)
         except Exception as exc:  # the carrier's refusal or the network: logged, the session is over anyway

@@ -96,7 +96,11 @@ class AttachmentHost(Protocol):
 
     def client_audio(self, frame: bytes, *, behind: bool) -> None: ...
 
-    async def client_frame(self, frame: str | bytes, *, behind: bool) -> None: ...
+    async def client_frame(self, frame: str | bytes, *, behind: bool, inputs: list | None = None) -> None: ...
+
+    def read_frame(self, frame: str | bytes) -> list | None: ...
+
+    def take_now(self, inputs: list, *, behind: bool = False) -> bool: ...
 
 
 class ClientAttachment:
@@ -137,6 +141,7 @@ class ClientAttachment:
         # metrics take them from here (a clock read per frame would cost more).
         self.frames_read = 0
         self._frames_watched = 0
+        self._read: list | None = None  # a frame's inputs read in the socket's callback, for the reader
         self.last_client_frame = runner.clock()
 
     # ------------------------------------------------------------------ sending
@@ -192,6 +197,9 @@ class ClientAttachment:
             if type(frame) is str:
                 if numbered:
                     frame = with_seq(frame, replay.last_seq + 1)
+            elif type(frame) is not bytes:  # an event the door writes in step with the audio before it
+                await self.send_in_step(frame)
+                continue
             elif not raw_audio:
                 await self._write_audio(frame)
                 continue
@@ -210,6 +218,11 @@ class ClientAttachment:
                 heard.audio_sent(len(frame))
             if runner.record is not None:
                 runner.record.server_frame(frame)
+
+    async def send_in_step(self, event: Any) -> None:
+        """An event of the door's `in_step_events`, written now that its turn came."""
+        async with self.send_lock:
+            await self.send_frames(self.door.event(event))
 
     async def _write_audio(self, pcm: bytes) -> None:
         """Reply audio in the door's own frames (a door without `raw_audio`)."""
@@ -280,6 +293,8 @@ class ClientAttachment:
                 if isinstance(opening, SessionResume):
                     return opening
                 refusal = await self.authorize(opening.token, spend=True)
+                if refusal is None and self.door.checks_own_credentials:
+                    refusal = await self.door.redeem()
                 if refusal is not None:
                     log.warning("session %s refused from %s: unauthorized: %s", runner.id, self.peer, refusal)
                     runner.finish(refusal, CLOSE_POLICY, ErrorEvent("unauthorized", refusal, True))
@@ -403,9 +418,23 @@ class ClientAttachment:
         )
         if lane is not None:
             ws.take_binary = lane
+        # A door that reads text frames (a carrier's JSON media) has them read in
+        # the callback too: a frame of audio alone goes on from there; one with
+        # more is handed to this task, read already (`_read`).
+        text_lane = (
+            functools.partial(contextvars.copy_context().run, self._take_text)
+            if not raw_audio and hasattr(ws, "take_text")
+            else None
+        )
+        if text_lane is not None:
+            ws.take_text = text_lane
         try:
             while True:
                 frame = await ws.recv()
+                read, self._read = self._read, None
+                if read is not None:  # read in the callback: counted there
+                    await runner.client_frame(frame, behind=False, inputs=read)
+                    continue
                 self.frames_read += 1
                 if len(frame) > max_frame:
                     if isinstance(frame, str) and is_image_message(frame):
@@ -428,6 +457,8 @@ class ClientAttachment:
         finally:
             if lane is not None and ws.take_binary is lane:
                 ws.take_binary = None
+            if text_lane is not None and ws.take_text is text_lane:
+                ws.take_text = None
         if runner.end_reason is None:
             self.socket_lost(ws, said_goodbye=said_goodbye)
 
@@ -448,6 +479,25 @@ class ClientAttachment:
             log.exception("session %s failed", runner.id)
             runner.internal_error()
         return True
+
+    def _take_text(self, frame: str) -> bool:
+        """A text frame from the socket's callback while the reader waits: read by
+        the door here; done here when it is audio alone, else left to the reader
+        (False) with what was read (`_read`), so it is read once."""
+        runner = self._runner
+        if len(frame) > runner.config.max_frame_bytes or runner.end_reason is not None:
+            return False
+        self.frames_read += 1
+        try:
+            inputs = runner.read_frame(frame)
+            if inputs is None or runner.take_now(inputs):
+                return True
+        except Exception:
+            log.exception("session %s failed", runner.id)
+            runner.internal_error()
+            return True
+        self._read = inputs
+        return False
 
     def frames_seen(self) -> None:
         """The frames read since the last look count, and the client was there then."""

@@ -107,6 +107,10 @@ class ServerConfig:
     - `metrics_allow_ips`: who may read `/metrics` (addresses, CIDRs, `*`),
       by the client's address (the socket's peer, or behind a trusted proxy
       the client it names); loopback always may.
+    - `call_drain_timeout`: when the server stops, how long its phone calls
+      may go on (new ones are refused) before the agent says goodbye on each;
+      `goodbye_timeout`: how long that goodbye may take to be said and heard
+      before the call is hung up anyway.
     - `sockets`: the WebSocket layer: `picows` (compiled framing), `websockets`,
       or `auto` (picows where it can be imported; `live.net.sockets`).
     """
@@ -152,6 +156,8 @@ class ServerConfig:
     metrics_host: str = "127.0.0.1"
     metrics_allow_ips: tuple[str, ...] = ()
     sockets: str = "auto"
+    call_drain_timeout: float = 600.0
+    goodbye_timeout: float = 20.0
 
     def __post_init__(self) -> None:
         if not 0 < self.near_capacity <= 1:  # also refuses NaN

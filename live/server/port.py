@@ -64,6 +64,8 @@ from live.server.runner import SessionRunner
 from live.fleet.store import StoreError
 from live.net.loop import tune_gc_for_serving
 from live.net.sockets import limit_messages, serve_with
+from live.net.http_post import Handler
+from live.server.posts import PortPosts
 
 if TYPE_CHECKING:
     from live.net.websocket import Server, WebSocket
@@ -75,6 +77,12 @@ log = logging.getLogger("live.server")
 WEB_ROOT = Path(__file__).resolve().parents[2] / "clients" / "web"  # the checkout, or site-packages
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+# What the agent is told when its server stops with a call still on.
+GOODBYE_INSTRUCTION = (
+    "[This call has to end now: the service is restarting. Tell the caller, in one short sentence, "
+    "that you have to go and that they can call back, and say goodbye.]"
+)
 
 # A front door for each WebSocket path: made per socket, from its handshake.
 DoorFactory = Callable[[Request], FrontDoor]
@@ -91,8 +99,10 @@ class LiveServer:
     `recorder` what records every session, `agent_spec` the agent's
     `MODULE:ATTR` (kept in records, for `live replay`), `clock` what every
     deadline reads, `doors` the WebSocket paths and their front doors (default:
-    `/live`). `serve()` listens until `stop()`; `url()` and `serving_line()`
-    say where (docs/embedding.md).
+    `/live`), `posts` POST routes served on the same port (carriers' webhooks,
+    the Live API's `auth_tokens`: handlers as `live.net.http_post` takes them;
+    None: the port reads GETs only). `serve()` listens until `stop()`; `url()`
+    and `serving_line()` say where (docs/embedding.md).
     """
 
     def __init__(
@@ -109,6 +119,7 @@ class LiveServer:
         doors: Mapping[str, DoorFactory] | None = None,
         pool: BackendPool | None = None,
         llm_at: Callable[[Target], BaseLlm] | None = None,
+        posts: Mapping[str, Handler] | None = None,
     ) -> None:
         self.agent = agent
         # The WebSocket paths clients reach a session on, each with its front door.
@@ -158,11 +169,15 @@ class LiveServer:
         # (a reattaching socket hands its count back).
         # (None: a token's own limit counts it instead: `token_admitted`).
         self._counted: dict[SessionRunner, str | None] = {}
+        # Sockets a door vouched for (a carrier's stream): not counted per address.
+        self._uncounted: set[SessionRunner] = set()
         # The uses of each token: in this process, and in a fleet's store too.
         self.spent_tokens = TokenUses(lambda: self.fleet)
         # Sessions whose client left and may come back later (without a fleet).
         self.parked = ParkedSessions()
         self.trusted_proxies = AddressSet.parse(self.config.forwarded_allow_ips)
+        # POST routes on this port (`live.server.posts`): None, GETs only.
+        self.post_routes = None if posts is None else PortPosts(posts, self.trusted_proxies)
         self.metrics_readers = AddressSet.parse(self.config.metrics_allow_ips)
         self.port: int | None = None
         self.socket_layer: str | None = None  # the WebSocket layer it listens with, once serving
@@ -422,7 +437,9 @@ class LiveServer:
         if session not in self._counted:
             return
         key = self._counted.pop(session)
-        if key is not None:
+        if session in self._uncounted:
+            self._uncounted.discard(session)
+        elif key is not None:
             _decrement(self.per_address, key)
 
     def token_admitted(self, session: SessionRunner) -> None:
@@ -436,6 +453,48 @@ class LiveServer:
             return
         self._counted[session] = None
         _decrement(self.per_address, key)
+
+    def vouched(self, session: SessionRunner) -> None:
+        """A socket its door authorized as a carrier's stream for a real call:
+        it stops counting against its address (a carrier's media server
+        brings every call on it from the same few addresses)."""
+        key = self._counted.get(session)
+        if key is None or session in self._uncounted:
+            return
+        self._uncounted.add(session)
+        _decrement(self.per_address, key)
+
+    def call_refusal(self) -> str | None:
+        """None while a new phone call would be taken, else why not: `draining`
+        (the server is stopping) or `full`. Asked by the carriers' webhooks, so
+        a caller hears a sentence (or a busy tone) rather than a stream refused."""
+        if self._draining or self.stopping:
+            return "draining"
+        if len(self.sessions) >= self.config.max_sessions:
+            return "full"
+        return None
+
+    async def drain_calls(self) -> None:
+        """Stopping: phone calls cannot move to another server, and ending one
+        hangs up on a person. No new session is taken; the calls on this
+        server go on until they end, for `call_drain_timeout` at most; then
+        the agent says goodbye to each caller still on (`goodbye_timeout` at
+        most), and the call is hung up."""
+        self._draining = True
+        config = self.config
+        calls = [s for s in self.sessions if s.door.capabilities.call and s.core is not None and s.end_reason is None]
+        if not calls:
+            return
+        log.info("stopping: %d call(s) go on for up to %g s before a goodbye", len(calls), config.call_drain_timeout)
+        with anyio.move_on_after(config.call_drain_timeout):
+            while any(s in self.sessions for s in calls):
+                await anyio.sleep(0.1)
+        still = [s for s in calls if s in self.sessions and s.end_reason is None]
+        if still:
+            log.info("stopping: saying goodbye on %d call(s)", len(still))
+        async with anyio.create_task_group() as tg:
+            for session in still:
+                tg.start_soon(session.say_goodbye, GOODBYE_INSTRUCTION, config.goodbye_timeout)
 
     def _unnamed_hint(self, session: SessionRunner) -> str:
         """For the log: a socket from a trusted proxy that named no client
@@ -789,6 +848,7 @@ class LiveServer:
             reuse_port=config.reuse_port or None,
             ping_interval=20,
             ping_timeout=20,
+            post=self.post_routes.serve if self.post_routes is not None else None,
         ) as server, contextlib.AsyncExitStack() as stack:
             self.port = _bound_port(server)
             if config.metrics_port is not None:
@@ -822,8 +882,14 @@ class LiveServer:
                         )
                     )
                 await self._stop.wait()
+                self._draining = True
                 if self.fleet is not None:
                     await self.drain()
+                for session in list(self.sessions):
+                    if not session.door.capabilities.call or session.core is None:
+                        session.shutdown()
+                await self.drain_calls()
+                if self.fleet is not None:
                     await self.fleet.retire()
                 else:
                     await say_going_away(self.sessions, config.shutdown_grace)

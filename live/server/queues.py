@@ -369,7 +369,7 @@ class ClientOutbox:
         lead: float | None = 0.5,
         clock=time.monotonic,
     ) -> None:
-        self._frames: collections.deque[str | bytes] = collections.deque()
+        self._frames: collections.deque[str | bytes | object] = collections.deque()
         self._events = 0
         self._audio_bytes = 0
         self._max_events = max_events
@@ -382,7 +382,9 @@ class ClientOutbox:
         self.flushed_bytes = 0
         self.flushed_frames = 0
 
-    def put_event(self, frame: str) -> None:
+    def put_event(self, frame: str | object) -> None:
+        """An event's frame; or the event itself, for the writer to turn into
+        frames when its turn comes (it belongs to the reply: a barge-in drops it)."""
         if self._events >= self._max_events:
             raise OutboxOverflow(f"{self._max_events} events waiting for a client that is not reading")
         self._frames.append(frame)
@@ -424,12 +426,12 @@ class ClientOutbox:
 
         Nothing of the cut reply may follow `turn.interrupted`."""
         dropped = self._audio_bytes
-        if dropped or any(isinstance(f, str) and f.startswith(_REPLY_EVENTS) for f in self._frames):
+        if dropped or any(type(f) is not bytes and not (type(f) is str and not f.startswith(_REPLY_EVENTS)) for f in self._frames):
             kept = collections.deque(
-                f for f in self._frames if isinstance(f, str) and not f.startswith(_REPLY_EVENTS)
+                f for f in self._frames if type(f) is str and not f.startswith(_REPLY_EVENTS)
             )
             self.flushed_frames += len(self._frames) - len(kept)
-            self._events = sum(1 for f in kept if isinstance(f, str))
+            self._events = len(kept)
             self._frames = kept
             self._audio_bytes = 0
             self.flushed_bytes += dropped
@@ -459,13 +461,13 @@ class ClientOutbox:
             size += len(nxt)
         return b"".join(parts) if len(parts) > 1 else first
 
-    async def get(self) -> str | bytes:
+    async def get(self) -> str | bytes | object:
         """The next frame to send; waits for one, and for the pacer before audio."""
         while True:
             frames = self._frames
             if frames:
                 head = frames[0]
-                if isinstance(head, str):
+                if type(head) is not bytes:
                     self._events -= 1
                     return frames.popleft()
                 now = self._clock()

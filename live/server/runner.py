@@ -47,7 +47,7 @@ from live.protocol.closes import (
     CLOSE_TOO_BIG,
     CLOSE_TRY_LATER,
 )
-from live.doors.base import FrontDoor, PlayedOut
+from live.doors.base import FrontDoor, PlayedOut, SessionTask
 from live.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -85,6 +85,7 @@ from live.protocol import (
     SessionResume,
     SessionStart,
     SessionStarted,
+    Text,
     TranscriptOutput,
     TurnComplete,
     TurnInterrupted,
@@ -148,6 +149,8 @@ class SessionServer(Protocol):
 
     async def park(self, session: SessionRunner, seconds: float) -> None: ...
 
+    def vouched(self, session: SessionRunner) -> None: ...
+
 log = logging.getLogger("live.server")
 
 # How long a client that reports its playback has, after `turn.interrupted`, to say
@@ -209,6 +212,11 @@ class SessionRunner:
         self.heard = HeardTracker()
         self._heard_event: TranscriptOutput | None = None
         self.reports_playback = False  # set from session.start
+        # Replies the model completed, and the door's reports that what was sent
+        # before them has played (`PlayedOut`): what a goodbye waits for.
+        self.turns_completed = 0
+        self.played_out = 0
+        self._played = anyio.Event()
         self._awaiting_playback = anyio.CancelScope()
         self._awaited_reply: InterruptedReply | None = None
         # Conversation policies (live.server.policies), once the session starts:
@@ -305,6 +313,9 @@ class SessionRunner:
                     self.server.token_admitted(self)
             if self.end_reason is not None or start is None:
                 return
+            if self.door.checks_own_credentials and isinstance(start, SessionStart):
+                # A carrier's stream for a real call: not a client address's socket.
+                self.server.vouched(self)
             if isinstance(start, SessionResume):
                 adopted = await self.server.reattach(self, start)
                 if adopted is None:
@@ -739,33 +750,26 @@ class SessionRunner:
         hears = self.hears
         return hears is None or hears(frame)
 
-    async def client_frame(self, frame: str | bytes, *, behind: bool) -> None:
+    async def client_frame(self, frame: str | bytes, *, behind: bool, inputs: list | None = None) -> None:
         """A frame the door reads (every text frame; binary ones too for a door
-        that does not take audio as is)."""
+        that does not take audio as is); `inputs`: what the door already read
+        of it (`read_frame`, in the socket's callback)."""
+        if inputs is None:
+            inputs = self.read_frame(frame)
+            if inputs is None or self.take_now(inputs, behind=behind):
+                return
         native = self.door.capabilities.raw_audio
-        if native and self.record is not None and isinstance(frame, str):
-            self.record.client_text(frame)
-        try:
-            inputs = list(self.door.inputs(frame))
-        except ProtocolError as exc:
-            error = ErrorEvent(exc.code, exc.message, exc.fatal)
-            if exc.fatal:
-                self.finish(exc.message, CLOSE_POLICY, error)
-            else:
-                await self.apply([SendEvent(error)])
-            return
-        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
-            # A frame of a shape the door did not foresee: bad input, not a
-            # broken session (the door's own checks name what they refuse).
-            log.info("session %s: a frame the %s door could not read (%s)", self.id, self.door.name, type(exc).__name__)
-            await self.apply([SendEvent(ErrorEvent("invalid_frame", "a frame this session could not read was dropped"))])
-            return
+        news = False  # audio alone changes nothing the model link's supervisor watches
         for item in inputs:
             if type(item) is bytes:
                 self.client_audio(item, behind=behind)
                 continue
+            news = True
             if type(item) is PlayedOut:
-                self.policies.played_out()
+                self._played_out()
+                continue
+            if type(item) is SessionTask:
+                self.tg.start_soon(self._door_task, item)
                 continue
             if not native and self.record is not None:
                 self.record.client_text(encode(item))
@@ -774,7 +778,43 @@ class SessionRunner:
             if self.turns is not None and isinstance(item, AudioEnd):
                 self._carry_turns(self.turns.audio_ended())
             await self.apply(self.core.client_message(item, self.clock()))
-        self.poke()
+        if news:
+            self.poke()
+
+    def read_frame(self, frame: str | bytes) -> list | None:
+        """What the door reads in a frame, or None when it could not be read
+        (the client is told, or the session ends for a fatal error). No waiting."""
+        if self.door.capabilities.raw_audio and self.record is not None and isinstance(frame, str):
+            self.record.client_text(frame)
+        try:
+            return list(self.door.inputs(frame))
+        except ProtocolError as exc:
+            error = ErrorEvent(exc.code, exc.message, exc.fatal)
+            if exc.fatal:
+                self.finish(exc.message, CLOSE_POLICY, error)
+            else:
+                self.event(error)
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            # A frame of a shape the door did not foresee: bad input, not a
+            # broken session (the door's own checks name what they refuse).
+            log.info("session %s: a frame the %s door could not read (%s)", self.id, self.door.name, type(exc).__name__)
+            self.event(ErrorEvent("invalid_frame", "a frame this session could not read was dropped"))
+        return None
+
+    def take_now(self, inputs: list, *, behind: bool = False) -> bool:
+        """A frame's inputs when they are audio alone (or a door's report that
+        the client played out): done now, with nothing to wait for; False
+        (nothing done) when one needs `client_frame`."""
+        for item in inputs:
+            kind = type(item)
+            if kind is not bytes and kind is not PlayedOut:
+                return False
+        for item in inputs:
+            if type(item) is bytes:
+                self.client_audio(item, behind=behind)
+            else:
+                self._played_out()
+        return True
 
     # ------------------------------------------------------------------ the server's turns
 
@@ -886,10 +926,18 @@ class SessionRunner:
     # ------------------------------------------------------------------ actions
 
     def event(self, event: ServerEvent) -> None:
-        """An event for the client, in order with the stream."""
+        """An event for the client, in order with the stream.
+
+        An event whose frames depend on the audio before it (the door's
+        `in_step_events`) waits in the outbox as itself; the writer asks the
+        door for its frames when its turn comes in the paced stream."""
         self.obs.event(event)
-        frame = self.door.event(event)
+        if type(event) is TurnComplete:
+            self.turns_completed += 1
+        frame: object = event if type(event) in self.door.in_step_events else self.door.event(event)
         if frame is None:
+            if self.record is not None:
+                self.record.unsent_event(encode(event))  # what a phone cannot show, kept (a heard transcript)
             return
         try:
             for each in frame if isinstance(frame, tuple) else (frame,):
@@ -947,6 +995,45 @@ class SessionRunner:
                 self.finish(action.reason)
         if self.client.tells_resumption:
             self.client.resumption_point(self.core.at_safe_point)
+
+    # ------------------------------------------------------------------ the door's signals
+
+    def _played_out(self) -> None:
+        """The door says the client played everything sent so far."""
+        if self.policies is not None:  # None before the session started
+            self.policies.played_out()
+        self.played_out += 1
+        self._played.set()
+        self._played = anyio.Event()
+
+    async def _door_task(self, task: SessionTask) -> None:
+        """What a door asked the session to run (an agent's async key handler):
+        its failure is logged, never the session's end."""
+        try:
+            await task.run()
+        except Exception:
+            log.exception("session %s: %s failed", self.id, task.name)
+
+    async def wait_played_out(self) -> None:
+        """Until the door next says the client played all it was sent."""
+        await self._played.wait()
+
+    async def say_goodbye(self, instruction: str, timeout: float) -> None:
+        """Have the agent say goodbye (`instruction` tells it so), wait until the
+        client has heard it (or `timeout`), then end the session: for a phone
+        call, the door hangs up."""
+        if self.core is None or self.end_reason is not None:
+            return
+        with anyio.move_on_after(timeout):
+            done = self.turns_completed
+            await self.apply(self.core.client_message(Text(instruction), self.clock()))
+            self.poke()
+            while self.turns_completed <= done and self.end_reason is None:
+                await anyio.sleep(0.05)
+            if self.door.capabilities.reports_played_out:
+                await self.wait_played_out()
+
+        self.finish("server stopping: the call ended with a goodbye", CLOSE_GOING_AWAY)
 
     # ------------------------------------------------------------------ what the user heard
 
