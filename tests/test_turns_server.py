@@ -212,11 +212,13 @@ async def test_a_real_interruption_stops_the_reply_and_the_heard_transcript_says
                             await replying.wait()
                         await anyio.sleep(1.5)
                         quiet.cancel_scope.cancel()
+                    words = speak("Wait, stop, I meant Tuesday, not Monday.")
                     started = anyio.current_time()
-                    await talk(client, speak("Wait, stop, I meant Tuesday, not Monday.") + silence(4.0))
+                    await talk(client, words + silence(4.0))
                     tg.cancel_scope.cancel()
     interrupted = [t for t, e in events if isinstance(e, p.TurnInterrupted)]
-    assert len(interrupted) == 1 and interrupted[0] - started < 0.8 + 1.0  # the bound, and the way back on a busy machine
+    # While the user is still speaking (it needs 0.8 s of it), not after they stopped.
+    assert len(interrupted) == 1 and interrupted[0] - started < len(words) / 32_000
     [heard] = [e for _, e in events if isinstance(e, p.TranscriptOutput) and e.heard]
     assert heard.text and LONG_REPLY.startswith(heard.text.strip()) and len(heard.text) < len(LONG_REPLY)
     assert heard.played > 1.5 + 0.5  # it played on while the server made sure it was an interruption
