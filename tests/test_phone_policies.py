@@ -21,7 +21,7 @@ from connections.emulator.synth import speak as emulator_speech
 from emulated import gemini_for
 from live.agent import Agent, Say, Silence, TimeLimit
 from live.phone.audio import ulaw_decode
-from live.phone.control import TwilioCallControl, end_call
+from live.phone.control import end_call
 from phone_serving import running_phone, spoken_ulaw, synthetic_ulaw
 
 pytestmark = pytest.mark.anyio
@@ -38,11 +38,9 @@ def question(tmp_path) -> bytes:
 
 
 def with_call_control(phone) -> list[tuple[int, int]]:
-    """Call control on the server's Twilio doors, through the double's REST API; returns
-    a list that gets, at each REST request, (bytes the handset played, bytes it received)."""
-    control = TwilioCallControl(phone.double.account_sid, phone.double.auth_token, http_client=phone.double.rest)
-    for door in phone.lines.doors.values():
-        door.keywords["control"] = control
+    """The server's call control (`running_phone(..., control="double")`) reaches
+    the double's REST API; returns a list that gets, at each REST request,
+    (bytes the handset played, bytes it received)."""
     at_request: list[tuple[int, int]] = []
     rest = phone.double.rest
     handle = rest.request
@@ -99,7 +97,7 @@ async def test_a_disclosure_the_caller_talks_over_is_played_to_them_whole(questi
 
 async def test_a_silent_caller_is_prompted_then_hung_up_on_after_the_goodbye_played():
     agent = Agent(name="desk", model=MODEL, silence=Silence(prompt_after=1.5, end_after=1.5))
-    async with running_emulator(Script()) as emu, running_phone(agent, gemini_for(emu)) as phone:
+    async with running_emulator(Script()) as emu, running_phone(agent, gemini_for(emu), control="double") as phone:
         at_request = with_call_control(phone)
         async with phone.call() as call:  # the line sends 50 frames of silence a second
             await until_hung_up(call)
@@ -119,7 +117,7 @@ async def test_end_call_hangs_up_after_the_goodbye_has_played(question):
     agent = Agent(name="desk", model=MODEL, tools=[end_call])
     script = Script(user_says=["thanks, that is all, end_call"],
                     replies=lambda ctx: farewell if ctx.tool_results else "Sure.")
-    async with running_emulator(script) as emu, running_phone(agent, gemini_for(emu)) as phone:
+    async with running_emulator(script) as emu, running_phone(agent, gemini_for(emu), control="double") as phone:
         at_request = with_call_control(phone)
         async with phone.call() as call:
             await call.speak(question, silence_after=0.2)
@@ -139,7 +137,7 @@ async def test_a_call_at_its_maximum_length_wraps_up_says_goodbye_and_is_hung_up
     limit = TimeLimit(max_duration=9, wrap_up_before=7, wrap_up=Say("We are nearly out of time."),
                       goodbye_before=4.5, goodbye=Say("Our time is up. Goodbye!"))
     agent = Agent(name="desk", model=MODEL, time_limit=limit)
-    async with running_emulator(Script()) as emu, running_phone(agent, gemini_for(emu)) as phone:
+    async with running_emulator(Script()) as emu, running_phone(agent, gemini_for(emu), control="double") as phone:
         at_request = with_call_control(phone)
         async with phone.call() as call:
             await until_hung_up(call)
