@@ -4,7 +4,8 @@
 
 Synthetic voices, so anyone can make the same set on a Debian machine with
 `espeak-ng`, `festival` (with `festvox-us-slt-hts`, `festvox-kallpc16k`) and
-`flite` installed (./test installs them):
+`flite` installed (`sudo apt-get install espeak-ng festival festvox-us-slt-hts
+festvox-kallpc16k flite` on Debian):
 
 - sentences with a natural place to pause ("I'd like to book a flight to |
   Boston next Friday morning."), each spoken whole, as one utterance, so the
