@@ -47,7 +47,7 @@ from live.protocol.closes import (
     CLOSE_TOO_BIG,
     CLOSE_TRY_LATER,
 )
-from live.doors.base import FrontDoor, PlayedOut, SessionTask
+from live.doors.base import FrontDoor, SessionTask
 from live.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -58,29 +58,15 @@ from live.errors import (
 from live.families import family_of
 from live.fleet.member import Admission
 from live.engine.heard import HeardTracker, InterruptedReply
-from live.engine.session_state import TurnState
-from live.engine.turns.controller import (
-    CheckEndOfTurn,
-    EndActivity,
-    Ignored,
-    Phase,
-    StartActivity,
-    TurnAction,
-    TurnController,
-    UserSpeaking as SpeechHeard,
-)
+from live.engine.turns.controller import TurnController
 from live.llm import ClientTurns, ContextChange, RealtimeInput, RealtimeText
 from live.observe.logs import current_session
-from live.server.model_link import Connection, ModelLink, stored_client_config
+from live.server.model_link import ModelLink
 from live.observe.watch import SessionObserver
 from live.protocol import (
-    DEFAULT_INPUT_RATE,
-    AudioEnd,
     ErrorEvent,
-    ProtocolError,
     ServerEvent,
     SessionClosed,
-    SessionGoAway,
     SessionReattached,
     SessionResume,
     SessionStart,
@@ -89,8 +75,6 @@ from live.protocol import (
     TranscriptOutput,
     TurnComplete,
     TurnInterrupted,
-    UserSpeaking,
-    UserStopped,
     encode,
 )
 from live.server.policies import SessionPolicies, plan_for, session_ends_at
@@ -98,6 +82,10 @@ from live.server.queues import ClientOutbox, OutboxOverflow, UpstreamQueue, cont
 from live.observe.record import SessionRecord, current_record
 from live.engine.session import SessionCore
 from live.server.tool_tasks import ToolTasks
+from live.server.client_input import ClientInput
+from live.server.fleet_handover import FleetHandover
+from live.server.heard_replies import HeardReplies
+from live.server.server_turns import ServerTurns
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -153,13 +141,16 @@ class SessionServer(Protocol):
 
 log = logging.getLogger("live.server")
 
-# How long a client that reports its playback has, after `turn.interrupted`, to say
-# how much of the reply it played before the server's estimate is used instead.
-PLAYBACK_REPORT_WAIT = 0.5
 
+class SessionRunner(ClientInput, ServerTurns, HeardReplies, FleetHandover):
+    """One client's conversation and the sequence of model connections it drives.
 
-class SessionRunner:
-    """One client's conversation and the sequence of model connections it drives."""
+    Its jobs beside the conversation's own are mixins, each in a module of its
+    own: reading the client's frames (`live.server.client_input`), the server's
+    own turn-taking (`live.server.server_turns`), what the user heard of an
+    interrupted reply (`live.server.heard_replies`), and its part in a fleet
+    (`live.server.fleet_handover`).
+    """
 
     def __init__(self, server: SessionServer, ws: WebSocket, door: FrontDoor) -> None:
         self.server = server
@@ -452,35 +443,6 @@ class SessionRunner:
         self.policies = SessionPolicies(self, plan, input_rate=start.input_rate)
         session_control.set(self.policies)
 
-    def _choose_turn_taking(self, start: SessionStart) -> bool:
-        """Who ends the user's turns: the session's choice, else the agent's.
-        False (the session ends) when this server cannot take them itself."""
-        agent = self.server.agent
-        mode = start.turn_taking or agent.turn_taking
-        if mode == "auto" and self.server.agent_manual_activity:
-            mode = "manual"  # the agent's own config turned the model's detection off
-        if mode == "server":
-            missing = self.server.turn_models_missing(agent.turns.end_of_turn == "smart")
-            if missing is not None:
-                self.finish(missing, CLOSE_POLICY, ErrorEvent("turn_taking_unavailable", missing, True))
-                return False
-        self.turn_taking = mode
-        self.manual_activity = mode != "auto"
-        return True
-
-    def _take_turns(self, start: SessionStart) -> None:
-        """This server decides the user's turns: a controller, scored by the server's voice detection."""
-        settings = self.server.agent.turns
-        line_rate = self.door.line_rate()
-        rate = 8_000 if min(start.input_rate, line_rate or start.input_rate) <= 8_000 else 16_000
-        noise_filter = None
-        if settings.noise_filter:
-            from live.engine.turns.noise import NoiseFilter
-
-            noise_filter = NoiseFilter(rate)
-        self.turns = TurnController(settings, input_rate=start.input_rate, detector_rate=rate, noise_filter=noise_filter)
-        self.server.voice_detection.add(self.turns.stream, self._voice_scored)
-
     async def _converse(self, start: SessionStart) -> None:
         """Open the first model connection, start the client's pumps, then
         supervise the model side until the session ends."""
@@ -578,89 +540,6 @@ class SessionRunner:
                 )
             )
 
-    # ------------------------------------------------------------------ the fleet
-
-    def durable_state(self) -> dict[str, Any]:
-        """What another server of the fleet needs to carry this session on."""
-        core = self.core
-        return {
-            "agent": self.server.agent.name,
-            "model": self.model,
-            "input_rate": int(core.input_mime.rsplit("=", 1)[1]) if core else 16000,
-            "turn_taking": self.turn_taking,
-            "resume_digest": self.client.resume_digest,
-            "principal": self.client.principal,
-            "last_seq": self.client.replay.last_seq,
-            "ends_at": self.ends_at,
-            "client_config": (
-                self.client_config.model_dump(mode="json", exclude_none=True) if self.client_config is not None else None
-            ),
-            "core": core.snapshot() if core is not None else {},
-            # Where its model connection is: its handle resumes only there.
-            "backend": self.link.target.name if self.link.target is not None else None,
-            "backend_model": self.link.target.model if self.link.target is not None else None,
-        }
-
-    def facts_changed(self) -> None:
-        """What a takeover needs changed (a handle, a call, a result, a turn sent):
-        the fleet writes it through now rather than at the next heartbeat."""
-        fleet = self.server.fleet
-        if fleet is not None and self.core is not None and self.id in self.server.live_sessions:
-            fleet.changed(self.id)
-
-    def leave_parked(self, reason: str) -> None:
-        """The client left and may come back later than the session waits with
-        its model connection open: end it here, its facts kept (`park`)."""
-        self.parked = bool(self.door.kept_after_leaving) and self.door.resumable() and self.core is not None
-        self.finish(reason)
-
-    def let_go_to_fleet(self, reason: str) -> None:
-        """Stop serving the session here, its facts left to the fleet: its
-        client is told to reattach (1012), and reaches whoever carries it on."""
-        self.to_fleet = True
-        self.finish(reason, CLOSE_SERVICE_RESTART)
-
-    def _adopt(self, message: SessionResume, state: dict[str, Any]) -> SessionStart:
-        """Become the session `state` describes, on this server, for this socket."""
-        self.id = message.session_id
-        current_session.set(self.id)
-        self.adopted = state
-        ends_at = state.get("ends_at")
-        self.ends_at = float(ends_at) if isinstance(ends_at, (int, float)) else None
-        self.client.resume_digest = state.get("resume_digest")
-        principal = state.get("principal")
-        self.client.principal = principal if isinstance(principal, str) else None
-        self.client.replay.last_seq = message.last_seq
-        client_config = state.get("client_config")
-        return SessionStart(
-            input_rate=int(state.get("input_rate") or DEFAULT_INPUT_RATE),
-            turn_taking=str(state.get("turn_taking") or "auto"),
-            # What the app's own setup asked of the model (its door reads one).
-            config=stored_client_config(client_config, self.id),
-        )
-
-    async def hand_to_fleet(self, time_left: float) -> None:
-        """Draining: at the next safe point (or after `time_left`), leave the
-        session to another server of the fleet, with its newest facts stored."""
-        core = self.core
-        fleet = self.server.fleet
-        if core is None or fleet is None:
-            self.shutdown()
-            return
-        async with self.client.send_lock:  # in order with the stream, and sent before the end
-            self.obs.event(SessionGoAway(time_left))
-            await self.client.send_frames(self.door.going_away(time_left))
-        with anyio.move_on_after(time_left):
-            while not core.at_safe_point:
-                await anyio.sleep(0.05)
-        kept = self.door.kept_after_leaving if self.door.resumable() else None
-        if kept:  # its client may come back for as long: kept that long in the store
-            await self.server.park(self, kept)
-        else:
-            await fleet.save(self.id, self.durable_state())
-        self.to_fleet = True
-        self.finish("handed to another server of the fleet (this one is stopping)")
-
     # ------------------------------------------------------------------ limits
 
     def _start_record(self, start: SessionStart) -> None:
@@ -702,226 +581,6 @@ class SessionRunner:
                 return
             self.obs.catch_up(self.core.late_audio_dropped if self.core else 0, self.outbox.flushed_frames)
             await anyio.sleep(min(remaining, 1.0))
-
-    # ------------------------------------------------------------------ client input
-
-    def client_audio(self, frame: bytes, *, behind: bool) -> None:
-        """One audio frame from the client: to the model at once when its
-        connection takes it without waiting, else into the upstream queue.
-
-        At once only when the sender waits on an empty queue (nothing is ahead
-        of this frame) and the reader is not `behind` (frames piled up behind
-        this one are queued, so the sender joins them into one message).
-        """
-        if self.record is not None:
-            self.record.client_audio(frame)
-        if not frame:
-            return
-        turns = self.turns
-        if turns is not None and not len(frame) & 1:
-            self.audio_frames_in += 1
-            if not self.hears_now(frame):
-                return
-            if not turns.audio(frame):
-                return  # outside the user's turn: the detector hears it, the model does not
-            blob = self.core.client_audio(frame)
-        else:
-            try:
-                blob = self.core.client_audio(frame)
-            except ProtocolError as exc:
-                self.event(ErrorEvent(exc.code, exc.message))
-                return
-            self.audio_frames_in += 1
-            if not self.hears_now(frame):
-                return
-        upstream = self.upstream
-        link = cast("Connection | None", upstream.waiting_consumer)
-        if link is not None and not behind and not link.muted and link.conn.send_realtime_nowait(blob):
-            return
-        if upstream.put_audio(blob, len(frame)):
-            if upstream.holding:
-                self.obs.audio_dropped_while_held()  # reported when the hold ends
-            else:
-                self.obs.audio_overflow()
-                self._report_drops()
-
-    def hears_now(self, frame: bytes) -> bool:
-        """The agent listens now (False in a listening window's muted part)."""
-        hears = self.hears
-        return hears is None or hears(frame)
-
-    async def client_frame(self, frame: str | bytes, *, behind: bool, inputs: list | None = None) -> None:
-        """A frame the door reads (every text frame; binary ones too for a door
-        that does not take audio as is); `inputs`: what the door already read
-        of it (`read_frame`, in the socket's callback)."""
-        if inputs is None:
-            inputs = self.read_frame(frame)
-            if inputs is None or self.take_now(inputs, behind=behind):
-                return
-        native = self.door.capabilities.raw_audio
-        news = False  # audio alone changes nothing the model link's supervisor watches
-        for item in inputs:
-            if type(item) is bytes:
-                self.client_audio(item, behind=behind)
-                continue
-            news = True
-            if type(item) is PlayedOut:
-                self._played_out()
-                continue
-            if type(item) is SessionTask:
-                self.tg.start_soon(self._door_task, item)
-                continue
-            if not native and self.record is not None:
-                self.record.client_text(encode(item))
-            if self.policies.defers(item):
-                continue  # typed while a must-hear segment plays: it waits (or, muted, is dropped)
-            if self.turns is not None and isinstance(item, AudioEnd):
-                self._carry_turns(self.turns.audio_ended())
-            await self.apply(self.core.client_message(item, self.clock()))
-        if news:
-            self.poke()
-
-    def read_frame(self, frame: str | bytes) -> list | None:
-        """What the door reads in a frame, or None when it could not be read
-        (the client is told, or the session ends for a fatal error). No waiting."""
-        if self.door.capabilities.raw_audio and self.record is not None and isinstance(frame, str):
-            self.record.client_text(frame)
-        try:
-            return list(self.door.inputs(frame))
-        except ProtocolError as exc:
-            error = ErrorEvent(exc.code, exc.message, exc.fatal)
-            if exc.fatal:
-                self.finish(exc.message, CLOSE_POLICY, error)
-            else:
-                self.event(error)
-        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
-            # A frame of a shape the door did not foresee: bad input, not a
-            # broken session (the door's own checks name what they refuse).
-            log.info("session %s: a frame the %s door could not read (%s)", self.id, self.door.name, type(exc).__name__)
-            self.event(ErrorEvent("invalid_frame", "a frame this session could not read was dropped"))
-        return None
-
-    def take_now(self, inputs: list, *, behind: bool = False) -> bool:
-        """A frame's inputs when they are audio alone (or a door's report that
-        the client played out): done now, with nothing to wait for; False
-        (nothing done) when one needs `client_frame`."""
-        for item in inputs:
-            kind = type(item)
-            if kind is not bytes and kind is not PlayedOut:
-                return False
-        for item in inputs:
-            if type(item) is bytes:
-                self.client_audio(item, behind=behind)
-            else:
-                self._played_out()
-        return True
-
-    # ------------------------------------------------------------------ the server's turns
-
-    @property
-    def agent_speaking(self) -> bool:
-        """The agent is talking, about to, or its reply is still playing to the user."""
-        core = self.core
-        return (
-            core.turn is TurnState.RESPONDING
-            or core.awaiting_reply_since is not None
-            or self.outbox.unplayed_seconds() > 0.0
-        )
-
-    def _voice_scored(self, probability: float) -> None:
-        """The voice detector scored the next window of the user's audio."""
-        turns = self.turns
-        if turns is not None and self.end_reason is None:
-            self._carry_turns(turns.scored(probability, agent_speaking=self.agent_speaking))
-
-    def _carry_turns(self, actions: list[TurnAction]) -> None:
-        """Carry out what the turn controller decided: activity signals and the
-        audio before the onset to the model (in order with the audio that
-        follows), events for the client, questions for the end-of-turn model."""
-        core = self.core
-        upstream = self.upstream
-        for action in actions:
-            if isinstance(action, StartActivity):
-                upstream.put_signal(core.turn_started())
-                if action.preroll:
-                    blob = core.client_audio(action.preroll)
-                    if upstream.put_audio(blob, len(action.preroll)):
-                        self.obs.audio_overflow()
-            elif isinstance(action, EndActivity):
-                now = self.clock()
-                end = core.turn_ended(now)
-                self.obs.actions([ToUpstream(end)], now)  # the reply's latency is timed from here
-                upstream.put_signal(end)
-                self.event(UserStopped(action.reason))
-                self.poke()
-            elif isinstance(action, SpeechHeard):
-                self.event(UserSpeaking(action.over_reply))
-            elif isinstance(action, Ignored):
-                self.event(UserStopped(action.reason))
-            elif isinstance(action, CheckEndOfTurn):
-                self._ask_end_of_turn(action)
-
-    def _ask_end_of_turn(self, check: CheckEndOfTurn) -> None:
-        turns = self.turns
-        assert turns is not None
-        pause = check.pause
-
-        def answer(probability: float | None) -> None:
-            if self.turns is turns and self.end_reason is None:
-                self._carry_turns(turns.verdict(pause, probability))
-
-        def wanted() -> bool:
-            return self.end_reason is None and turns.phase is Phase.PAUSE and turns.pause == pause
-
-        # Refused (the model is busy): the turn ends by silence timing.
-        self.server.end_of_turn.ask(check.audio, answer, wanted)
-
-    def reopen_turn(self) -> None:
-        """A new model connection while the user's turn is open: it hears the
-        activity start before the audio that waited for it."""
-        turns = self.turns
-        if turns is not None and turns.in_turn:
-            self.upstream.put_signal(self.core.turn_started(), first=True)
-
-    @property
-    def user_voice(self) -> tuple[bool, float] | None:
-        """Whether the user is speaking, and since when (seconds of their audio),
-        as the server's voice detection hears it; None without it."""
-        turns = self.turns
-        return None if turns is None else (turns.speaking, turns.changed_at)
-
-    def _report_drops(self) -> None:
-        dropped = self.upstream.dropped_audio
-        # The first drop, then every 50th: the client learns without being flooded.
-        if dropped == 1 or dropped - self._reported_drops >= 50:
-            self._reported_drops = dropped
-            self.event(
-                ErrorEvent(
-                    "audio_overflow",
-                    f"the model is not keeping up: {dropped} audio frame(s) dropped so far "
-                    "(the oldest waiting audio is dropped first)",
-                )
-            )
-
-    def image_too_large(self, message_size: int) -> ErrorEvent:
-        config = self.config
-        return ErrorEvent(
-            "image_too_large",
-            f"an image message of {message_size} bytes exceeds the {self.frame_limit}-byte "
-            f"frame limit (images up to {self.image_limit} bytes fit); the frame was "
-            "dropped (send a smaller or more compressed image, e.g. 768 px on the long side)",
-        )
-
-    def _report_image_drops(self) -> None:
-        dropped = self.upstream.dropped_images
-        if dropped == 1 or dropped % 10 == 0:
-            self.event(
-                ErrorEvent(
-                    "image_overflow",
-                    f"the model is not keeping up: {dropped} image(s) dropped so far "
-                    "(a newer image replaces an older one still waiting)",
-                )
-            )
 
     # ------------------------------------------------------------------ actions
 
@@ -1035,39 +694,6 @@ class SessionRunner:
 
         self.finish("server stopping: the call ended with a goodbye", CLOSE_GOING_AWAY)
 
-    # ------------------------------------------------------------------ what the user heard
-
-    def _interrupted(self, reply: InterruptedReply | None) -> None:
-        """A reply was cut: say what was heard of it, now or when the client reports."""
-        earlier = self._awaited_reply
-        if earlier is not None:  # a new barge-in before the last one was reported
-            self._awaited_reply = None
-            self._awaiting_playback.cancel()
-            self.event(_heard_event(earlier.heard()))
-        if reply is None:
-            return
-        if not self.reports_playback:
-            self._heard_event = _heard_event(reply.heard())
-            return
-        scope = self._awaiting_playback = anyio.CancelScope()
-        self.tg.start_soon(self._heard_by_deadline, reply, scope)
-
-    async def _heard_by_deadline(self, reply: InterruptedReply, scope: anyio.CancelScope) -> None:
-        self._awaited_reply = reply
-        with scope:
-            await anyio.sleep(PLAYBACK_REPORT_WAIT)
-            # No report in time: the server's own estimate.
-            self._awaited_reply = None
-            self.event(_heard_event(reply.heard()))
-
-    def _heard_reported(self, played: float) -> None:
-        reply = self._awaited_reply
-        if reply is None:
-            return  # none awaited (late, or for a reply already answered for)
-        self._awaited_reply = None
-        self._awaiting_playback.cancel()
-        self.event(_heard_event(reply.heard(played)))
-
 
 def _error_code(exc: LiveError) -> str:
     if isinstance(exc, ConfigurationError):
@@ -1079,7 +705,3 @@ def _error_code(exc: LiveError) -> str:
     if isinstance(exc, RecoverableConnectionError):
         return "model_connection_lost"
     return "model_error"
-
-
-def _heard_event(heard: tuple[str, float]) -> TranscriptOutput:
-    return TranscriptOutput(heard[0], True, heard=True, played=round(heard[1], 3))
