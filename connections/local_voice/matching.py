@@ -38,14 +38,18 @@ from google.genai import types
 
 __all__ = [
     "GENERIC_NAME_WORDS",
+    "SLOT_LEAD",
+    "SLOT_TAIL",
     "ToolMatch",
     "corpus_for",
+    "example_phrases",
     "known_values",
     "describe_result",
     "keywords",
     "match_tool",
     "number_words",
     "reply_to",
+    "same_word",
     "words",
     "words_to_say",
 ]
@@ -55,6 +59,10 @@ GENERIC_NAME_WORDS = frozenset(
 )
 
 _PREPOSITIONS = ("in", "for", "at", "of", "about", "named", "called", "from", "to")
+SLOT_LEAD = (*_PREPOSITIONS, "the", "a")
+"""Words heard before a tool's argument ("weather *in the* ...")."""
+SLOT_TAIL = ("today", "tonight", "tomorrow", "now", "please")
+"""Words heard after it ("... Paris *today*")."""
 _STOP = frozenset(
     {
         "today", "tonight", "tomorrow", "now", "please", "right", "this", "next", "for", "in", "on",
@@ -96,7 +104,8 @@ class ToolMatch:
     missing: tuple[str, ...] = ()
 
 
-def _same(word: str, keyword: str) -> bool:
+def same_word(word: str, keyword: str) -> bool:
+    """`word` is `keyword`, a trailing "s" aside ("orders" for `order`)."""
     return word == keyword or word.rstrip("s") == keyword.rstrip("s")
 
 
@@ -196,7 +205,7 @@ def match_tool(
         if not decl.name:
             continue
         kws = keywords(decl.name)
-        if kws and all(any(_same(w, k) for w in ws) for k in kws):
+        if kws and all(any(same_word(w, k) for w in ws) for k in kws):
             rank = (len(kws), -order)
             if best is None or rank > (best[0], best[1]):
                 best = (rank[0], rank[1], decl, kws)
@@ -320,11 +329,22 @@ def known_values(declarations: Sequence[types.FunctionDeclaration], instruction:
     return list(dict.fromkeys(v for v in values if words(v)))
 
 
-def corpus_for(declarations: Sequence[types.FunctionDeclaration], values: Sequence[str]) -> list[str]:
+def example_phrases(text: str) -> list[str]:
+    """What a text quotes ("Ask \u201cWhat is the weather in Paris?\u201d"): phrases users may say."""
+    return [m.strip() for m in re.findall(r'["\u201c]([^"\u201c\u201d]{3,})["\u201d]', text) if words(m)]
+
+
+def corpus_for(
+    declarations: Sequence[types.FunctionDeclaration], values: Sequence[str], instruction: str = ""
+) -> list[str]:
     """Sentences a user of these tools might say, for the recogniser's language model:
-    templates (`_TEMPLATES`) filled with each tool's keywords and the known values."""
+    templates (`_TEMPLATES`) filled with each tool's keywords and the known values;
+    each tool's name, parameter names ("weather city paris") and enum values; the
+    sentences of its description, of its parameters' descriptions and of the
+    instruction; and the phrases they quote."""
     values = list(dict.fromkeys(" ".join(words(v)) for v in values))
     sentences: list[str] = []
+    texts = [instruction]
     for decl in declarations:
         if not decl.name:
             continue
@@ -336,4 +356,16 @@ def corpus_for(declarations: Sequence[types.FunctionDeclaration], values: Sequen
                 for n in ("one", "two", "three") if "{n}" in template else ("",):
                     sentences.append(template.format(kw=kw, v=v, n=n))
         sentences.append(" ".join(words(decl.name.replace("_", " "))))
-    return sentences
+        texts.append(decl.description or "")
+        properties, _ = _schema(decl)
+        for name, schema in properties.items():
+            param = " ".join(words(name.replace("_", " ")))
+            sentences.append(param)
+            if _type_name(schema) == "STRING" and not schema.enum:
+                sentences.extend(f"{kw} {param} {v}" for v in values)
+            sentences.extend(" ".join(words(str(e))) for e in schema.enum or [])
+            texts.append(schema.description or "")
+    for text in texts:
+        sentences.extend(" ".join(words(s)) for s in re.split(r"[.!?;:]\s+|\n", text))
+        sentences.extend(" ".join(words(p)) for p in example_phrases(text))
+    return [s for s in sentences if s]

@@ -38,8 +38,10 @@ from connections.audio import OUTPUT_RATE, parse_pcm_mime
 from connections.local_voice import matching
 from connections.local_voice.listener import ListenConfig, Listener, PartialText, SpeechStarted, Utterance
 from connections.local_voice.speech import (
+    FRAME_BYTES,
     GeneralDecoders,
     LanguageModels,
+    decode,
     default_threads,
     silero,
     synthesize,
@@ -85,6 +87,10 @@ class VoiceConfig:
     """Responses waiting for the receiver; when full the reply pauses (never drops)."""
     tool_timeout: float = 60.0
     """How long a tool call waits for its result before the reply says it got none."""
+    bias: bool = True
+    """Hear turns with the agent's vocabulary (see `LocalVoiceConnection._settle`);
+    False transcribes every turn with the general English model alone (the
+    baseline `bench.local_voice_wer` compares with)."""
 
     def __post_init__(self) -> None:
         if self.speed <= 0 or self.chunk_ms <= 0 or self.threads <= 0:
@@ -129,12 +135,13 @@ class LocalVoice(BaseLlm):
         declarations = [
             d for tool in config.tools or [] for d in (tool.function_declarations or [])
         ]
-        values = matching.known_values(declarations, _text_of(config.system_instruction))
-        sentences = list(_EVERYDAY) + matching.corpus_for(declarations, values)
-        listen = await anyio.to_thread.run_sync(
-            self._listener, sentences, _automatic_vad(request), limiter=self.limiter()
+        instruction = _text_of(config.system_instruction)
+        values = matching.known_values(declarations, instruction)
+        sentences = list(_EVERYDAY) + matching.corpus_for(declarations, values, instruction)
+        listen, slot = await anyio.to_thread.run_sync(
+            self._listener, sentences, values, _automatic_vad(request), limiter=self.limiter()
         )
-        conn = LocalVoiceConnection(self, listen, declarations, values, request)
+        conn = LocalVoiceConnection(self, listen, declarations, values, request, slot=slot)
         error: BaseException | None = None
         async with anyio.create_task_group() as tg:
             await tg.start(conn._run)
@@ -149,9 +156,11 @@ class LocalVoice(BaseLlm):
         if error is not None:
             raise error
 
-    def _listener(self, sentences: list[str], automatic: bool) -> Listener:
+    def _listener(self, sentences: list[str], values: list[str], automatic: bool):  # type: ignore[no-untyped-def]
         self._general.warm()  # the first session pays for loading the general model, not its first turn
-        return Listener(silero(), self._models.decoder(sentences), self._config.listen, automatic=automatic)
+        listener = Listener(silero(), self._models.decoder(sentences), self._config.listen, automatic=automatic)
+        slot = self._models.slot_decoder(values, matching.SLOT_LEAD, matching.SLOT_TAIL) if values else None
+        return listener, slot
 
 
 def _text_of(content: types.Content | str | None) -> str:
@@ -191,8 +200,11 @@ class LocalVoiceConnection(BaseLlmConnection):
         declarations: Sequence[types.FunctionDeclaration],
         values: Sequence[str],
         request: LlmRequest,
+        *,
+        slot: object | None = None,
     ) -> None:
         self._llm = llm
+        self._slot = slot
         self._config = llm.config
         self._listener = listener
         self._declarations = list(declarations)
@@ -347,15 +359,35 @@ class LocalVoiceConnection(BaseLlmConnection):
         return matching.match_tool(text, self._declarations, self._values) if self._declarations else None
 
     async def _settle(self, utterance: Utterance) -> str:
-        """What was said: the tool-biased decoder's words when they call a tool
-        with all its arguments, else what PocketSphinx's general English model
-        hears (started from the cepstral mean the session's decoder adapted to
-        this speaker, which it needs: from its defaults it mishears the first
-        second). The biased vocabulary is for naming tools, not for transcribing."""
+        """What was said, in three steps, each heard with the agent's words:
+
+        1. the session decoder's words (an n-gram model of everyday phrases and
+           sentences naming the agent's tools), when they call a tool with all its
+           arguments, its first text argument a name the agent knows;
+        2. when they name a tool but not such a name (on synthetic or phone audio
+           the n-gram model often hears "in the the" or "are you" where "Lisbon"
+           was said), the audio after the tool's name decoded again with a grammar
+           that accepts only the names the agent knows (`slot_decoder`): a name the
+           agent does not know is heard as the nearest one it does;
+        3. otherwise PocketSphinx's general English model (started from the
+           cepstral mean the session's decoder adapted to this speaker, which it
+           needs: from its defaults it mishears the first second), so that free
+           speech is transcribed as such.
+        """
         biased = utterance.biased
-        match = self._match(biased.text)
-        if match is not None and not match.missing:
-            return biased.text
+        if self._config.bias:
+            match = self._match(biased.text)
+            if match is not None and not match.missing and self._names_known_value(match):
+                return biased.text
+            if match is not None and self._slot is not None:
+                heard = await anyio.to_thread.run_sync(
+                    self._hear_slot, utterance, match, limiter=self._llm.limiter(), abandon_on_cancel=True
+                )
+                again = self._match(heard) if heard else None
+                if again is not None and again.name == match.name and not again.missing:
+                    return heard
+            if match is not None and not match.missing:
+                return biased.text
         general = await anyio.to_thread.run_sync(
             self._llm.general.decode,
             utterance.audio,
@@ -364,6 +396,25 @@ class LocalVoiceConnection(BaseLlmConnection):
             abandon_on_cancel=True,
         )
         return general.text
+
+    def _names_known_value(self, match: matching.ToolMatch) -> bool:
+        """Whether the call's first text argument is a name the agent knows (or it has none)."""
+        texts = [v for v in match.args.values() if isinstance(v, str)]
+        known = {" ".join(matching.words(v)) for v in self._values}
+        return not texts or not known or " ".join(matching.words(texts[0])) in known
+
+    def _hear_slot(self, utterance: Utterance, match: matching.ToolMatch) -> str:
+        """The words up to the tool's name, then what the slot grammar hears
+        after it ("" when it hears nothing that fits)."""
+        heard = utterance.biased.words
+        kws = matching.keywords(match.name)
+        named = [i for i, (w, _, _) in enumerate(heard) if any(matching.same_word(w, k) for k in kws)]
+        if not named:
+            return ""
+        last = named[-1]
+        self._slot.set_cmn(utterance.cmn)  # type: ignore[attr-defined]
+        slot = decode(self._slot, utterance.audio[(heard[last][2] + 1) * FRAME_BYTES :]).text
+        return " ".join([w for w, _, _ in heard[: last + 1]] + [slot]) if slot else ""
 
     async def _respond(self, turn: _Turn) -> None:
         if turn.utterance is not None:

@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 RECOGNITION_RATE = 16000
+FRAME_BYTES = 320
+"""One PocketSphinx frame (10 ms) of 16 kHz PCM16: frame numbers to byte offsets."""
 DECODE_PIECE_BYTES = 1024
 """32 ms of 16 kHz PCM16: the most PocketSphinx gets per call (it holds the GIL)."""
 
@@ -186,6 +188,8 @@ class Hypothesis:
 
     text: str
     score: float
+    words: tuple[tuple[str, int, int], ...] = ()
+    """Each recognised word with its first and last 10 ms frame (fillers left out)."""
 
 
 def _quiet_decoder(*, bestpath: bool, **kwargs: str):  # type: ignore[no-untyped-def]
@@ -208,11 +212,29 @@ def result(decoder) -> Hypothesis:  # type: ignore[no-untyped-def]
     frames = max(decoder.n_frames(), 1)
     if hyp is None:
         return Hypothesis("", float("-inf"))
-    return Hypothesis(_clean(hyp.hypstr), hyp.best_score / frames)
+    timed = tuple(
+        (re.sub(r"\(\d+\)$", "", seg.word), seg.start_frame, seg.end_frame)
+        for seg in decoder.seg()
+        if not seg.word.startswith(("<", "[", "++"))
+    )
+    return Hypothesis(_clean(hyp.hypstr), hyp.best_score / frames, timed)
 
 
 def _clean(text: str) -> str:
     return " ".join(w for w in re.sub(r"\(\d+\)", "", text).split() if not w.startswith(("<", "[", "++")))
+
+
+def _known_runs(words: list[str], known: dict[str, list[str]]) -> list[str]:
+    """The runs of words the dictionary can pronounce ("weather in lisbon" from
+    "weather in lisbon ungoogleable"): an unknown word splits a sentence."""
+    runs, run = [], []
+    for word in [*words, None]:
+        if word is not None and word in known:
+            run.append(word)
+        elif run:
+            runs.append(" ".join(run))
+            run = []
+    return runs
 
 
 class LanguageModels:
@@ -220,7 +242,7 @@ class LanguageModels:
 
     A corpus is the sentences of `matching.corpus_for` plus the bundled
     everyday phrases; the model keeps only words the bundled dictionary can
-    pronounce. Files live in a private temporary directory removed at exit.
+    pronounce (a word it cannot splits its sentence in two). Files live in a private temporary directory removed at exit.
     """
 
     def __init__(self) -> None:
@@ -250,8 +272,7 @@ class LanguageModels:
             if key in self._built:
                 return self._built[key]
             known = self._pronunciations()
-            kept = [s for s in (" ".join(s.lower().split()) for s in sentences) if s]
-            kept = [s for s in kept if all(w in known for w in s.split())]
+            kept = [run for s in sentences for run in _known_runs(s.lower().split(), known)]
             vocabulary = sorted({w for s in kept for w in s.split()})
             lm_path, dict_path = self._dir / f"{key}.arpa", self._dir / f"{key}.dict"
             model = ArpaBoLM(text="\n".join(kept), add_start=True)
@@ -269,6 +290,44 @@ class LanguageModels:
         """A new decoder (one per session: decoding is stateful) for this vocabulary."""
         lm, dictionary = self.files(sentences)
         return _quiet_decoder(lm=lm, dict=dictionary, bestpath=True)  # 10-15 ms with a small model
+
+    def slot_decoder(self, values: Sequence[str], before: Sequence[str], after: Sequence[str]):  # type: ignore[no-untyped-def]
+        """A decoder whose JSGF grammar hears at most two of `before` ("in",
+        "the"), then one of `values`, then at most one of `after` ("today"), and
+        nothing else; None when no value can be pronounced.
+
+        It hears the words after a tool's name when the n-gram model named the
+        tool but not a name the agent knows: on synthetic or phone audio that
+        model often prefers short common words ("in the the", "are you") to the
+        name; the grammar has no such way out.
+        """
+        known = self._pronunciations()
+        spoken = [" ".join(v.lower().split()) for v in values]
+        spoken = list(dict.fromkeys(v for v in spoken if v and all(w in known for w in v.split())))
+        if not spoken:
+            return None
+        lead = [w for w in dict.fromkeys(before) if w in known]
+        tail = [w for w in dict.fromkeys(after) if w in known]
+        rules, body = [], ""
+        if lead:
+            rules.append(f"<lead> = {' | '.join(lead)};")
+            body += "[ <lead> ] [ <lead> ] "
+        body += "( " + " | ".join(f"( {v} )" for v in spoken) + " )"
+        body += f" [ {' | '.join(tail)} ]" if tail else ""
+        grammar = "#JSGF V1.0;\ngrammar slot;\n" + "\n".join(rules) + f"\npublic <slot> = {body} ;\n"
+        vocabulary = sorted({w for v in spoken for w in v.split()} | set(lead) | set(tail))
+        key = "slot-" + hashlib.sha256(grammar.encode()).hexdigest()[:16]
+        with self._lock:
+            if key not in self._built:
+                jsgf_path, dict_path = self._dir / f"{key}.jsgf", self._dir / f"{key}.dict"
+                jsgf_path.write_text(grammar, encoding="utf-8")
+                with open(dict_path, "w", encoding="utf-8") as f:
+                    for word in vocabulary:
+                        for i, phones in enumerate(known[word]):
+                            f.write(f"{word if i == 0 else f'{word}({i + 1})'} {phones}\n")
+                self._built[key] = (str(jsgf_path), str(dict_path))
+            jsgf, dictionary = self._built[key]
+        return _quiet_decoder(jsgf=jsgf, dict=dictionary, bestpath=False)
 
 
 class GeneralDecoders:
