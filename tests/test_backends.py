@@ -102,11 +102,13 @@ def test_a_move_to_another_family_fits_the_settings_that_family_refuses():
         ),
         tools=[types.Tool(function_declarations=[types.FunctionDeclaration(name="f", behavior=types.Behavior.BLOCKING)])],
     )
-    on_38, changed = fit_config(config, family_of("gemini-3.8-live-extended-thinking"))
+    on_38, changed = fit_config(config, family_of("gemini-3.8-live"))
     assert on_38.thinking_config is None and on_38.enable_affective_dialog is None
     assert on_38.proactivity.proactive_audio is None
-    assert on_38.tools[0].function_declarations[0].behavior is None
     assert on_38.speech_config == config.speech_config  # 3.8 speaks with every voice
+    thinking, changed = fit_config(config, family_of("gemini-3.8-live-extended-thinking"))
+    assert thinking.tools[0].function_declarations[0].behavior is None  # it calls functions asynchronously only
+    assert thinking.thinking_config == config.thinking_config  # its thinking levels are the setup's to choose
     assert config.thinking_config is not None  # the agent's own config is untouched
     half_cascade, changed = fit_config(config, family_of("gemini-live-2.5-flash-preview"), voice="Kore")
     assert half_cascade.speech_config.voice_config.prebuilt_voice_config.voice_name == "Kore"
