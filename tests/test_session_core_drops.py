@@ -14,6 +14,7 @@ from google.genai import types
 from live import LlmResponse
 from live import protocol as p
 from live.engine.session import SendEvent, SessionCore, ToUpstream
+from live.llm import ClientTurns
 
 
 def core() -> SessionCore:
@@ -159,3 +160,51 @@ def test_a_result_whose_handle_crossed_it_on_the_wire_is_told_again():
     s.model_response(handle("h9"), now=1.1)  # before the model acted on the result
     s.connection_lost()
     assert '"sky": "snow"' in texts(s.connection_resumed(now=2.0))
+
+
+def sent_as(actions) -> list[tuple[str, bool]]:
+    """What a new connection is told first: each item's text, and whether it asks for a reply."""
+    told = []
+    for action in actions:
+        item = action.item
+        if isinstance(item, ClientTurns):
+            text = "\n".join(part.text or "" for turn in item.turns for part in turn.parts)
+            told.append((text, item.turn_complete))
+        else:
+            told.append(("".join(part.text or "" for part in item.parts), True))
+    return told
+
+
+def test_a_question_the_model_called_a_tool_for_is_not_asked_again_after_a_drop():
+    """The model called a tool for a typed question; the tool ran and its result
+    reached the model; the connection went before the answer, with no handle
+    since the question. The resumed connection is told the question as what
+    was said, and asked for the answer only with the result: asked the
+    question again, the model calls the tool again (a second run, a second
+    side effect)."""
+    s = core()
+    ask(s, "What is the weather in Oslo?")
+    weather = types.FunctionCall(id="w1", name="get_weather", args={"city": "Oslo"})
+    s.model_response(LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=weather)])), now=0.5)
+    [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=1.0)
+    s.content_sent(up.item)
+    s.connection_lost()  # e.g. 1008 right after the tool response (forum #109319)
+    told = sent_as(s.connection_resumed(now=2.0))
+    asked = [text for text, reply in told if reply]
+    assert ("What is the weather in Oslo?", False) in told  # known to the model, not asked
+    assert len(asked) == 1 and '"sky": "snow"' in asked[0] and "Oslo?" not in asked[0]
+
+
+def test_a_question_whose_tool_still_runs_at_a_drop_waits_for_its_result():
+    """The call is still running when the connection goes: the question is not
+    asked again (the model would call the tool a second time); its result,
+    when it comes, asks for the answer."""
+    s = core()
+    ask(s, "What is the weather in Oslo?")
+    weather = types.FunctionCall(id="w1", name="get_weather", args={"city": "Oslo"})
+    s.model_response(LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=weather)])), now=0.5)
+    s.connection_lost()
+    assert sent_as(s.connection_resumed(now=2.0)) == [("What is the weather in Oslo?", False)]
+    [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=3.0)
+    note = s.for_connection(up.item)  # the call is the old connection's: told as context
+    assert '"sky": "snow"' in note.parts[0].text and note.parts[0].function_response is None

@@ -203,7 +203,8 @@ class Handover:
         A reply cut short will not go on: the client hears `turn.complete` with
         reason `connection_lost`, and nothing more of that reply. What the next
         connection must be told is gathered: results of calls the old one took
-        but no handle covers, and a typed turn it never finished answering.
+        but no handle covers, and a typed turn it never finished answering
+        (as context when the model called tools for it: the results ask).
         """
         actions: list[Action] = []
         if self.turn is not TurnState.LISTENING:
@@ -245,6 +246,13 @@ class Handover:
                 )
             )
         typed = self._owed
+        acted = self._acted_on(typed, self.epoch - 1)
+        if acted:
+            # The model called tools for these: asked again, it would call
+            # them again. They go as what was said, and the calls' results
+            # (told now, or when they come) ask for the answer.
+            typed = [c for c in typed if not any(c is a for a in acted)]
+            self._appended.append(ClientTurns(tuple(acted), False))
         heard = "".join(self._heard).strip()
         self._heard = []
         if heard:
@@ -268,6 +276,15 @@ class Handover:
             self._remember_note(joined, told, typed)
             self._replay.append(joined)
         return actions
+
+    def _acted_on(self, owed: list[types.Content], epoch: int) -> list[types.Content]:
+        """The turns of `owed` the connection of `epoch` made calls for, that
+        ran or still run (a cancelled call answers nothing)."""
+        calls = [
+            c for c in self.tools.values()
+            if c.epoch == epoch and c.asked and c.state is not ToolState.CANCELLED
+        ]
+        return [t for t in owed if any(t is a for c in calls for a in c.asked)]
 
     def connection_resumed(self, now: float) -> list[Action]:
         """A resumed connection took over: send what it must be told first.

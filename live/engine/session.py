@@ -27,7 +27,9 @@ made). Instead, the result goes to the new connection as context the model
 reads: a short user-role note saying which tool ran, with what, and what it
 returned. The same holds for results that reached the old connection but that
 no handle since covers. A typed turn the model has not finished answering, and
-that no handle covers, is sent again on the new connection.
+that no handle covers, is sent again on the new connection; unless the model
+called tools for it: then it is told as what was said, not asked (asked, the
+model would call them again), and the calls' results ask for the answer.
 """
 
 from __future__ import annotations
