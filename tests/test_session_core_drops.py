@@ -205,6 +205,54 @@ def test_a_question_whose_tool_still_runs_at_a_drop_waits_for_its_result():
     s.model_response(LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=weather)])), now=0.5)
     s.connection_lost()
     assert sent_as(s.connection_resumed(now=2.0)) == [("What is the weather in Oslo?", False)]
+    assert s.awaiting_reply_since is None  # the tool may take its time: no stall
     [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=3.0)
     note = s.for_connection(up.item)  # the call is the old connection's: told as context
     assert '"sky": "snow"' in note.parts[0].text and note.parts[0].function_response is None
+
+
+def answer(s: SessionCore, text: str, now: float) -> None:
+    """The model's whole reply: its words, generation and turn complete (no handle)."""
+    s.model_response(said(text), now=now)
+    s.model_response(said(text, finished=True), now=now)
+    s.model_response(LlmResponse(generation_complete=True), now=now)
+    s.model_response(LlmResponse(turn_complete=True), now=now)
+
+
+def test_a_tool_result_already_answered_is_not_asked_about_again_after_a_drop():
+    """The model answered from a tool's result, and the connection went before a
+    handle held that result: the next connection is told the result as context,
+    and asked nothing (asked, it answers again: the user hears it twice)."""
+    s = core()
+    ask(s, "What is the weather in Oslo?")
+    weather = types.FunctionCall(id="w1", name="get_weather", args={"city": "Oslo"})
+    s.model_response(LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=weather)])), now=0.5)
+    [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=1.0)
+    s.content_sent(up.item)
+    answer(s, "It snows in Oslo.", now=1.5)
+    s.connection_lost()  # e.g. a connection dropped at its first handle
+    told = sent_as(s.connection_resumed(now=2.0))
+    assert [reply for _, reply in told] == [False]  # nothing asks for a reply
+    assert s.awaiting_reply_since is None  # and none is waited for (no stall reported)
+    assert '"sky": "snow"' in told[0][0]  # the result is known to the model
+
+
+def test_a_result_answered_on_the_connection_it_was_told_to_is_not_asked_about_a_third_time():
+    """The result of a call made before a drop was told to the next connection,
+    which answered from it and dropped before its first handle: the one after
+    asks for nothing."""
+    s = core()
+    ask(s, "What is the weather in Oslo?")
+    weather = types.FunctionCall(id="w1", name="get_weather", args={"city": "Oslo"})
+    s.model_response(LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=weather)])), now=0.5)
+    [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=1.0)
+    s.content_sent(up.item)
+    s.connection_lost()
+    for action in s.connection_resumed(now=2.0):
+        s.content_sent(action.item)
+    answer(s, "It snows in Oslo.", now=2.5)
+    assert s.awaiting_reply_since is None
+    s.connection_lost()
+    told = sent_as(s.connection_resumed(now=3.0))
+    assert [reply for _, reply in told] == [False]  # the question, then the result: not asked
+    assert told[0][0].startswith("What is the weather in Oslo?\n") and '"sky": "snow"' in told[0][0]

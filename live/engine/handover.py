@@ -43,6 +43,7 @@ class Handover:
     _reply_said: list[str]
     _reply_texts: list[str]
     _retold: list[ClientTurns]  # appended content on its way to a new connection
+    _answering_calls: list[str]  # calls whose results the reply in progress follows
 
     def for_connection(self, content: types.Content) -> types.Content:
         """What of `content` the current connection may take, decided as it is sent.
@@ -189,6 +190,7 @@ class Handover:
         self._appended = []
         self._retold = []
         self._answerable = 0
+        self._answering_calls = []
         for call in self.tools.values():
             if call.told:
                 call.covered = True
@@ -218,6 +220,7 @@ class Handover:
                 said = ("".join(self._reply_said) or "".join(self._reply_texts)).strip()
                 cut = types.Content(role="model", parts=[types.Part(text=said)]) if said else None
                 self._appended.append(ClientTurns((*asked, *((cut,) if cut else ())), False))
+                self._results_answered()  # the results it followed are not asked about again either
                 if said:
                     self.transcript.model(said)
                 self._reply_texts = []
@@ -238,6 +241,8 @@ class Handover:
         for call_id in told:
             # To be told again; tracked until a handle holds what the new connection took.
             self.tools[call_id].sent_epoch = None
+        answered = [i for i in told if self.tools[i].replied]
+        told = [i for i in told if not self.tools[i].replied]
         replay: list[types.Content] = []
         if told:
             replay.append(
@@ -253,6 +258,15 @@ class Handover:
             # (told now, or when they come) ask for the answer.
             typed = [c for c in typed if not any(c is a for a in acted)]
             self._appended.append(ClientTurns(tuple(acted), False))
+        if answered:
+            # Results the model already answered from: told as context, not
+            # asked about (the user would hear that answer twice). The content
+            # carries them from now on, until a handle holds it.
+            results = [(self.tools[i].name, self.tools[i].args, self.tools[i].response or {}) for i in answered]
+            self._appended.append(ClientTurns((tool_context_content(results),), False))
+            for call_id in answered:
+                self.tools[call_id].covered = True
+        self._answering_calls = []
         heard = "".join(self._heard).strip()
         self._heard = []
         if heard:
@@ -277,6 +291,14 @@ class Handover:
             self._replay.append(joined)
         return actions
 
+    def _results_answered(self) -> None:
+        """The reply in progress is whole: the results it followed are answered."""
+        for call_id in self._answering_calls:
+            call = self.tools.get(call_id)
+            if call is not None:
+                call.replied = True
+        self._answering_calls = []
+
     def _acted_on(self, owed: list[types.Content], epoch: int) -> list[types.Content]:
         """The turns of `owed` the connection of `epoch` made calls for, that
         ran or still run (a cancelled call answers nothing)."""
@@ -295,8 +317,8 @@ class Handover:
         if self.awaiting_reply_since is not None:
             self.awaiting_reply_since = now
         replay, self._replay = self._replay, []
-        if replay:
-            self.awaiting_reply_since = now
+        if any(not isinstance(item, ClientTurns) or item.turn_complete for item in replay):
+            self.awaiting_reply_since = now  # it asks for a reply (context alone does not)
         return [ToUpstream(item) for item in replay]
 
     # -------------------------------------------------------------- durable facts

@@ -41,6 +41,7 @@ class ToolCall:
     # The typed turns owed an answer when the model made this call: the call
     # acts on them, so they are never asked again (the call would run again).
     asked: tuple[Any, ...] = ()
+    replied: bool = False  # the model answered after taking its result
 
 
 def function_response_content(
