@@ -195,22 +195,6 @@ def test_a_question_the_model_called_a_tool_for_is_not_asked_again_after_a_drop(
     assert len(asked) == 1 and '"sky": "snow"' in asked[0] and "Oslo?" not in asked[0]
 
 
-def test_a_question_whose_tool_still_runs_at_a_drop_waits_for_its_result():
-    """The call is still running when the connection goes: the question is not
-    asked again (the model would call the tool a second time); its result,
-    when it comes, asks for the answer."""
-    s = core()
-    ask(s, "What is the weather in Oslo?")
-    weather = types.FunctionCall(id="w1", name="get_weather", args={"city": "Oslo"})
-    s.model_response(LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=weather)])), now=0.5)
-    s.connection_lost()
-    assert sent_as(s.connection_resumed(now=2.0)) == [("What is the weather in Oslo?", False)]
-    assert s.awaiting_reply_since is None  # the tool may take its time: no stall
-    [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=3.0)
-    note = s.for_connection(up.item)  # the call is the old connection's: told as context
-    assert '"sky": "snow"' in note.parts[0].text and note.parts[0].function_response is None
-
-
 def answer(s: SessionCore, text: str, now: float) -> None:
     """The model's whole reply: its words, generation and turn complete (no handle)."""
     s.model_response(said(text), now=now)

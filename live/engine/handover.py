@@ -23,6 +23,7 @@ from live.engine.session_state import ToolCall, ToolState, TurnState, tool_conte
 
 if TYPE_CHECKING:
     from live.engine.transcript import Transcript
+    from live.families import ModelFamily
 
 __all__ = ["Handover"]
 
@@ -44,6 +45,7 @@ class Handover:
     _reply_texts: list[str]
     _retold: list[ClientTurns]  # appended content on its way to a new connection
     _answering_calls: list[str]  # calls whose results the reply in progress follows
+    family: ModelFamily
 
     def for_connection(self, content: types.Content) -> types.Content:
         """What of `content` the current connection may take, decided as it is sent.
@@ -241,8 +243,11 @@ class Handover:
         for call_id in told:
             # To be told again; tracked until a handle holds what the new connection took.
             self.tools[call_id].sent_epoch = None
-        answered = [i for i in told if self.tools[i].replied]
-        told = [i for i in told if not self.tools[i].replied]
+        # Context that asks for no reply needs client content mid-session; a
+        # family without it (3.1) is told in a turn, as what it may not lose.
+        context_only = self.family.client_content_mid_session
+        answered = [i for i in told if self.tools[i].replied] if context_only else []
+        told = [i for i in told if i not in answered]
         replay: list[types.Content] = []
         if told:
             replay.append(
@@ -251,11 +256,11 @@ class Handover:
                 )
             )
         typed = self._owed
-        acted = self._acted_on(typed, self.epoch - 1)
+        acted = self._acted_on(typed, self.epoch - 1) if context_only and told else []
         if acted:
             # The model called tools for these: asked again, it would call
-            # them again. They go as what was said, and the calls' results
-            # (told now, or when they come) ask for the answer.
+            # them again. They go as what was said, and the calls' results,
+            # told with them, ask for the answer.
             typed = [c for c in typed if not any(c is a for a in acted)]
             self._appended.append(ClientTurns(tuple(acted), False))
         if answered:

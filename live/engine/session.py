@@ -28,8 +28,10 @@ reads: a short user-role note saying which tool ran, with what, and what it
 returned. The same holds for results that reached the old connection but that
 no handle since covers. A typed turn the model has not finished answering, and
 that no handle covers, is sent again on the new connection; unless the model
-called tools for it: then it is told as what was said, not asked (asked, the
-model would call them again), and the calls' results ask for the answer.
+called tools for it and results are told with it: then it is told as what was
+said, not asked (asked, the model would call them again), and the results ask
+for the answer. Results the model already answered from are told as context
+that asks nothing (on families that take client content mid-session).
 """
 
 from __future__ import annotations
