@@ -50,7 +50,7 @@ AGENT = "fuzzed"
 # that is not UTF-8 is a binary frame.
 FRAME_SEPARATOR = b"\xff"
 # The statuses an answer may carry.
-HTTP_POST_STATUSES = frozenset({200, 400, 403, 404, 405, 408, 413, 414, 429, 431, 501, 502, 503, 505})
+HTTP_POST_STATUSES = frozenset({200, 400, 403, 404, 405, 408, 409, 413, 414, 429, 431, 501, 502, 503, 505})
 PORT_STATUSES = frozenset({200, 400, 403, 404, 503})
 
 

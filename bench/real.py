@@ -612,11 +612,13 @@ def main(
     repeat: int = 1,
     workers: int = 1,
 ) -> dict[str, Any]:
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        # Stopped from outside (timeout, CI): the relays, the emulator and any
-        # baseline checkout are cleaned up as on Ctrl-C.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with contextlib.ExitStack() as stack:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            # Stopped from outside (timeout, CI): the relays, the emulator and any
+            # baseline checkout are cleaned up as on Ctrl-C; the handler goes
+            # with the run (a caller's process gets its own back).
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+            stack.callback(signal.signal, signal.SIGTERM, signal.SIG_DFL)
         extra = [LIVE_SDK_WIRE] if sdk_wire else []
         for ref in [baseline] if isinstance(baseline, str) else baseline or ():
             extra.append(stack.enter_context(baseline_peer(ref)))
