@@ -6,6 +6,7 @@ Google's service, over TLS, with the server's own key."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import re
@@ -705,3 +706,37 @@ async def test_an_apps_camera_frames_reach_the_model_and_a_broken_one_is_the_ser
                     await session.send_realtime_input(video=types.Blob(data=b"not a jpeg", mime_type="image/jpeg"))
                     await turn(session)
         assert caught.value.code == 1007
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "nameless"])
+async def test_an_apps_tool_answer_is_waited_for_as_long_as_it_takes_and_paired_by_id(ca, cert_files, named):
+    """The Live API reference, FunctionResponse: "id: Optional. The id of the
+    function call this response is for. Populated by the client to match the
+    corresponding function call id"; `name` is optional beside it. The service
+    has no deadline of its own for an app's tool: the model waits. Here the
+    server's own deadline for client tools is 1 s and the app answers after 2.5 s,
+    with or without the name: the model gets the app's answer, once, and no
+    other answer, cancellation or repeated call reaches the app."""
+    script = Script(speed=20, tool_args={"check_stock": {"item": "kettle"}})
+    agent = dataclasses.replace(AGENT, client_tool_timeout=1.0)
+    async with serving(script, agent=agent, **cert_files) as (emu, _, url):
+        client = sdk_client(url, ca, token())
+        async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="please check_stock for kettles")
+            with anyio.fail_after(10):
+                async for message in session.receive():
+                    if message.tool_call:
+                        break
+            [call] = message.tool_call.function_calls
+            await anyio.sleep(2.5)  # past the server's deadline for a client's tool
+            response = types.FunctionResponse(id=call.id, response={"count": 3})
+            if named:
+                response.name = call.name
+            await session.send_tool_response(function_responses=[response])
+            messages = await turn(session)
+        assert "3" in said(messages)
+        assert not any(m.tool_call or m.tool_call_cancellation for m in messages)
+        [upstream] = emu.sessions
+        assert len(upstream.tool_responses) == 1
+        [answer] = upstream.tool_responses
+        assert "3" in json.dumps(answer)
