@@ -93,7 +93,7 @@ async def test_a_signal_stops_the_server_and_every_session_is_told(sig, loop):
 async def test_workers_share_the_port_and_stop_together():
     proc = subprocess.Popen(
         # All 16 clients come from this machine's address.
-        [*LIVE, "serve", "--port", "0", "--workers", "2", "--max-sessions-per-ip", "16"],
+        [*LIVE, "serve", "--port", "0", "--workers", "2", "--max-sessions-per-ip", "16", "--max-pending-per-ip", "16"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
     )
     try:
@@ -128,6 +128,34 @@ async def test_workers_share_the_port_and_stop_together():
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # closed connections may linger
         probe.bind(("127.0.0.1", port))  # fails while any process still listens on the port
+        probe.listen()
+
+
+@pytest.mark.anyio
+async def test_a_worker_stops_when_the_first_process_is_killed_outright():
+    """SIGKILL leaves the first process no time to stop its workers: each one
+    notices by itself and stops, letting the port go."""
+    proc = subprocess.Popen(
+        [*LIVE, "serve", "--port", "0", "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+    )
+    port = 0
+    try:
+        line = await anyio.to_thread.run_sync(proc.stdout.readline)
+        port = int(re.search(r":(\d+)/live", line).group(1))
+        proc.kill()
+        proc.wait()
+        with anyio.fail_after(10):
+            while subprocess.run(["pgrep", "-f", "--", f"--port {port} --worker-index"], capture_output=True).returncode == 0:
+                await anyio.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["pkill", "-KILL", "-f", "--", f"--port {port} --worker-index"], capture_output=True)
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
         probe.listen()
 
 

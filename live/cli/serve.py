@@ -17,6 +17,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -545,6 +546,7 @@ async def _serve_now(server: LiveServer, args: argparse.Namespace, argv: list[st
         if found is not None:
             logger.info("%s", found.describe())
         if args.worker_index:
+            _stop_with_the_first_process()
             print("ready", flush=True)  # read by the first process (see _start_workers)
             return
         extra = ["--port", str(port)]
@@ -619,7 +621,7 @@ async def _start_workers(argv: list[str], count: int) -> list[subprocess.Popen[b
     workers = [
         subprocess.Popen(
             [sys.executable, "-m", "live.cli", "serve", *argv, "--worker-index", str(index)],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # never written: its end tells the worker this process is gone
             stdout=subprocess.PIPE,
         )
         for index in range(1, count + 1)
@@ -636,6 +638,18 @@ async def _start_workers(argv: list[str], count: int) -> list[subprocess.Popen[b
             worker.poll(),
         )
     return workers
+
+
+def _stop_with_the_first_process() -> None:
+    """A worker stops as on SIGTERM when the first process is gone, even killed
+    outright: its stdin is a pipe from that process, never written, which ends
+    when that process does. No worker outlives the command or holds its port."""
+
+    def watch() -> None:
+        sys.stdin.buffer.read()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="first process watch", daemon=True).start()
 
 
 async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[bytes]]) -> None:
