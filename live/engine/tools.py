@@ -43,7 +43,6 @@ class ToolRules:
     awaiting_reply_since: float | None
     transcript: Transcript
     _sent_unseen: bool
-    _owed: list[types.Content]
 
     def _end_interruption(self) -> None: ...
 
@@ -111,10 +110,7 @@ class ToolRules:
         runs_on = "server" if name in self.server_tools else "client"
         self._forget_closed_calls()
         args = dict(call.args or {})
-        # Like a reply, a call acts on the typed turns sent before it.
-        self.tools[call_id] = ToolCall(
-            name=name, runs_on=runs_on, args=args, epoch=self.epoch, asked=tuple(self._owed)
-        )
+        self.tools[call_id] = ToolCall(name=name, runs_on=runs_on, args=args, epoch=self.epoch)
         self.transcript.call(name, args)
         self._update_hold()
         event = SendEvent(ToolCallEvent(call_id, name, args, runs_on))
