@@ -157,12 +157,7 @@ async def test_a_tool_call_goes_to_the_client_and_its_response_to_the_model(ca, 
     async with serving(script, **cert_files) as (emu, _, url):
         client = sdk_client(url, ca, token())
         async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
-            await session.send_realtime_input(text="please check_stock for kettles")
-            with anyio.fail_after(10):
-                async for message in session.receive():
-                    if message.tool_call:
-                        break
-            [call] = message.tool_call.function_calls
+            call = await first_tool_call(session, "please check_stock for kettles")
             assert (call.name, call.args) == ("check_stock", {"item": "kettle"})
             await session.send_tool_response(
                 function_responses=[types.FunctionResponse(id=call.id, name=call.name, response={"count": 3})]
@@ -722,12 +717,7 @@ async def test_an_apps_tool_answer_is_waited_for_as_long_as_it_takes_and_paired_
     async with serving(script, agent=agent, **cert_files) as (emu, _, url):
         client = sdk_client(url, ca, token())
         async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
-            await session.send_realtime_input(text="please check_stock for kettles")
-            with anyio.fail_after(10):
-                async for message in session.receive():
-                    if message.tool_call:
-                        break
-            [call] = message.tool_call.function_calls
+            call = await first_tool_call(session, "please check_stock for kettles")
             await anyio.sleep(2.5)  # past the server's deadline for a client's tool
             response = types.FunctionResponse(id=call.id, response={"count": 3})
             if named:
@@ -740,3 +730,14 @@ async def test_an_apps_tool_answer_is_waited_for_as_long_as_it_takes_and_paired_
         assert len(upstream.tool_responses) == 1
         [answer] = upstream.tool_responses
         assert "3" in json.dumps(answer)
+
+
+async def first_tool_call(session, text: str) -> types.FunctionCall:
+    """Type `text` and read until the model calls a tool: that call."""
+    await session.send_realtime_input(text=text)
+    with anyio.fail_after(10):
+        async for message in session.receive():
+            if message.tool_call:
+                [call] = message.tool_call.function_calls
+                return call
+    raise AssertionError("the session ended without a tool call")
