@@ -111,7 +111,9 @@ class Page:
             LIVE_LOOP="auto",
         )
         if "LIVE_TOKEN_SECRET" in page.read_text():  # a page that exports one (every live serve then requires tokens)
-            self.env["LIVE_TOKEN_SECRET"] = secrets.token_urlsafe(32)
+            # A secret made as the docs once said (token_urlsafe) starts with "-" one time in 64:
+            # the page's commands must take it, so this one always does.
+            self.env["LIVE_TOKEN_SECRET"] = "-" + secrets.token_urlsafe(32)
         self.server: subprocess.Popen[str] | None = None
         self._endpoint: dict[str, str] | None = None
         self.helpers: list[subprocess.Popen[str]] = []
@@ -207,12 +209,12 @@ class Page:
         env = dict(self.env, LIVE_MINT_KEY=mint_key, LIVE_TOKEN_SECRET=self.env.get("LIVE_TOKEN_SECRET") or secrets.token_urlsafe(32))
         proc, _ = self._start(
             ["live", "serve", "--gemini-endpoint", "--gemini-model", "*", "--certfile", "server.pem",
-             "--token-secret", env["LIVE_TOKEN_SECRET"], "--mint-key", mint_key,
+             f"--token-secret={env['LIVE_TOKEN_SECRET']}", f"--mint-key={mint_key}",
              "--port", self.ports["8765"], "--max-sessions", "4"],
             "live serve --gemini-endpoint", SERVING, env=env, shell=False,
         )
         self.helpers.append(proc)
-        token = subprocess.run(["live", "token", "--secret", env["LIVE_TOKEN_SECRET"], "--ttl", "300"],
+        token = subprocess.run(["live", "token", f"--secret={env['LIVE_TOKEN_SECRET']}", "--ttl", "300"],
                                cwd=self.folder, env=env, capture_output=True, text=True, check=True).stdout.strip()
         return dict(env, LIVE_TOKEN=token, SSL_CERT_FILE=str(self.folder / "ca.pem"))
 

@@ -95,7 +95,7 @@ def check_secret(secret: str) -> str:
     if len(secret.encode()) < MIN_SECRET_BYTES:
         raise ValueError(
             f"the token secret must be at least {MIN_SECRET_BYTES} bytes "
-            "(make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            "(make one with: python3 -c 'import secrets; print(secrets.token_hex(32))')"
         )
     return secret
 

@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument(
         "--fleet-key", action="append", metavar="SECRET",
         help="with --redis, required: a secret every server of the fleet shares (32+ bytes, e.g. "
-        "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'); each session's facts "
+        "python3 -c 'import secrets; print(secrets.token_hex(32))'); each session's facts "
         "(its conversation, the model session's handle) are encrypted with it before Redis sees "
         "them. Give it twice to change keys: the first encrypts, either decrypts "
         "(default: $LIVE_FLEET_KEY)",
@@ -404,7 +404,7 @@ def resolve(args: argparse.Namespace, registry: LlmRegistry) -> LiveServer:
                     issuer=args.token_issuer or None, max_lifetime=args.max_token_lifetime,
                 )
             except ValueError as exc:
-                raise UsageError(f"--mint-key: {exc} (make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')") from None
+                raise UsageError(f"--mint-key: {exc} (make one with: python3 -c 'import secrets; print(secrets.token_hex(32))')") from None
             # On every version the SDKs post to (the service answers v1alpha and v1beta).
             for version in ("v1alpha", "v1beta", "v1"):
                 posts[AUTH_TOKENS_PATH.replace("v1alpha", version)] = minter.answer
@@ -749,7 +749,7 @@ def _facts_key(args: argparse.Namespace) -> FactsKey | None:
         raise UsageError(
             "--redis needs --fleet-key (or $LIVE_FLEET_KEY): a secret every server of the fleet shares, which "
             "encrypts the conversations Redis holds (make one with: python3 -c 'import secrets; "
-            "print(secrets.token_urlsafe(32))')"
+            "print(secrets.token_hex(32))')"
         )
     try:
         return FactsKey(*secrets_given)

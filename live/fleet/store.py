@@ -181,7 +181,7 @@ class FactsKey:
             if len(secret.encode()) < MIN_FACTS_KEY_BYTES:
                 raise ValueError(
                     f"a fleet key must be at least {MIN_FACTS_KEY_BYTES} bytes (make one with: "
-                    "python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+                    "python3 -c 'import secrets; print(secrets.token_hex(32))')"
                 )
             derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"live-sessions fleet facts v1")
             self._ciphers.append(AESGCM(derived.derive(secret.encode())))
