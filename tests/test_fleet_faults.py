@@ -294,13 +294,18 @@ async def _run(seed: int, talkers: list[Talker], run: Run, log_dir: str) -> None
             for server in servers:
                 if not server.alive():
                     await anyio.to_thread.run_sync(server.start)
-            for talker in talkers:
-                if talker.ended is None:
-                    try:
-                        if not await talker.ask(f"q{talker.index}x999", timeout=20):
-                            talker.ended = "its last question went unanswered"
-                    except Exception as exc:
-                        talker.ended = f"{type(exc).__name__}: {exc}"
+
+            async def last_question(talker: Talker) -> None:
+                try:
+                    if not await talker.ask(f"q{talker.index}x999", timeout=20):
+                        talker.ended = "its last question went unanswered"
+                except Exception as exc:
+                    talker.ended = f"{type(exc).__name__}: {exc}"
+
+            async with anyio.create_task_group() as tg:  # at once, as the conversations go on at once
+                for talker in talkers:
+                    if talker.ended is None:
+                        tg.start_soon(last_question, talker)
             run.note("last questions asked")
             for talker in talkers:
                 assert talker.client is not None
@@ -330,14 +335,20 @@ async def test_conversations_survive_a_fleet_under_random_faults(seed: int) -> N
     talkers = [Talker(i) for i in range(CLIENTS)]
     run = Run()
     log_dir = tempfile.mkdtemp(prefix=f"fleet-faults-{seed}-")
-    with anyio.fail_after(150):
-        await _run(seed, talkers, run, log_dir)
-    trace = "\n".join(run.log) + f"\n(server logs in {log_dir})"
+
+    def trace() -> str:
+        return "\n".join(run.log) + f"\n(server logs in {log_dir})"
+
+    try:
+        with anyio.fail_after(150):
+            await _run(seed, talkers, run, log_dir)
+    except TimeoutError:
+        pytest.fail(f"the run took over 150 s; talkers: {[(t.asked[-1:], t.ended) for t in talkers]}\n{trace()}")
     ended = {t.index: t.ended for t in talkers if t.ended}
     twice = {q: n for t in talkers for q, n in t.answers.items() if n > 1}
     print(f"\nseed {seed}: answers {[len(t.answers) for t in talkers]}")
-    assert not ended, f"conversations lost: {ended}\n{trace}"
-    assert not twice, f"answered twice: {twice}\n{trace}"
-    assert not run.driven_twice, f"{run.driven_twice}\n{trace}"
-    assert run.most_open <= CAP, f"{run.most_open} model connections open at once under a limit of {CAP}\n{trace}"
-    assert run.slots_left == 0, f"{run.slots_left} slot(s) still taken after every client left\n{trace}"
+    assert not ended, f"conversations lost: {ended}\n{trace()}"
+    assert not twice, f"answered twice: {twice}\n{trace()}"
+    assert not run.driven_twice, f"{run.driven_twice}\n{trace()}"
+    assert run.most_open <= CAP, f"{run.most_open} model connections open at once under a limit of {CAP}\n{trace()}"
+    assert run.slots_left == 0, f"{run.slots_left} slot(s) still taken after every client left\n{trace()}"
