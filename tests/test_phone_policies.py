@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import anyio
+import numpy as np
 import pytest
 
 from connections.emulator import Script, running_emulator
 from connections.emulator.synth import speak as emulator_speech
 from emulated import gemini_for
-from live.agent import Agent, Say, Silence, TimeLimit
+from live.agent import Agent, HoldSound, Say, Silence, TimeLimit
 from live.phone.audio import ulaw_decode
 from live.phone.control import end_call
 from phone_serving import running_phone, spoken_ulaw, synthetic_ulaw
@@ -149,3 +151,56 @@ async def test_a_call_at_its_maximum_length_wraps_up_says_goodbye_and_is_hung_up
     sent = json.dumps(call.heard.frames)
     assert '"clear"' not in sent
     assert ulaw_decode(call.played())  # the caller heard it, decoded as μ-law
+
+
+async def test_a_slow_tool_fills_the_line_with_the_hold_sound_which_gives_way_to_the_reply(question):
+    """A caller waiting on a slow tool hears the hold sound, not a dead line; the
+    reply is not queued behind it at the carrier (Twilio plays media "in the order
+    received", so whatever was sent ahead of the reply plays first)."""
+    ran: list[float] = []
+
+    async def look_up_order(order: str) -> dict:
+        """Look an order up (slow)."""
+        ran.append(time.monotonic())
+        await anyio.sleep(1.5)
+        ran.append(time.monotonic())
+        return {"order": order, "status": "shipped"}
+
+    reply = "Your order has shipped."
+    agent = Agent(name="desk", model=MODEL, tools=[look_up_order], hold_sound=HoldSound(after=0.4))
+    script = Script(user_says=["where is my order, look_up_order"], tool_args={"look_up_order": {"order": "A17"}},
+                    replies=lambda ctx: reply)
+    async with running_emulator(script) as emu, running_phone(agent, gemini_for(emu)) as phone:
+        async with phone.call() as call:
+            await call.speak(question, silence_after=0.2)
+            [session] = emu.sessions
+            with anyio.fail_after(20):
+                while reply not in session.model_turns:
+                    await anyio.sleep(0.05)
+            await call.wait_quiet(0.8, timeout=20)
+    started, ended = (at - call.started for at in ran)
+    media = call.heard.media
+    answer = len(emulator_speech(reply)) // 6  # 24 kHz PCM16 -> 8 kHz μ-law: a sixth of the bytes
+    received = call.received()
+    hold = len(received) - answer
+    # Before the answer, a second or more of sound: the tool ran 1.5 s, the sound
+    # began 0.4 s into it and lasted until the model spoke.
+    assert 8000 * 0.9 <= hold <= 8000 * 3.0, hold / 8000
+    held = ulaw_decode(received[:hold])
+    level = float(np.sqrt(np.mean(np.frombuffer(held, "<i2").astype(np.float64) ** 2)))
+    assert level > 100  # audible, not the line's silence
+    during = [at for at, _ in media if started + 0.4 <= at <= ended]
+    assert len(during) >= 40  # frames reached the caller while the tool ran: the line was not dead
+    # When did the answer's first frame arrive, and when did the handset play it? Played in
+    # order, each 20 ms frame at its arrival or when the one before it ended.
+    playing, offset = 0.0, 0
+    for arrived, frame in media:
+        start = max(arrived, playing)
+        if offset >= hold:
+            assert start - arrived <= 0.1  # the hold sound gave way within 100 ms
+            break
+        playing = start + len(frame) / 8000
+        offset += len(frame)
+    else:
+        raise AssertionError("the answer never reached the caller")
+    assert not call.heard.clears  # nothing of the reply was cut
