@@ -189,6 +189,8 @@ async def test_a_slow_tool_fills_the_line_with_the_hold_sound_which_gives_way_to
     held = ulaw_decode(received[:hold])
     level = float(np.sqrt(np.mean(np.frombuffer(held, "<i2").astype(np.float64) ** 2)))
     assert level > 100  # audible, not the line's silence
+    # It began at the threshold (plus a 20 ms piece and a timer's slack), not before.
+    assert started + 0.35 <= media[0][0] <= started + 0.4 + 0.15, (media[0][0], started)
     during = [at for at, _ in media if started + 0.4 <= at <= ended]
     assert len(during) >= 40  # frames reached the caller while the tool ran: the line was not dead
     # When did the answer's first frame arrive, and when did the handset play it? Played in
