@@ -9,7 +9,7 @@ import pytest
 from live.agent import Clip, HoldSound, MuteUser, Say, Silence, TimeLimit
 from live.engine.actions import EndSession, PlayClip, Prompt, ThinkingSound, UserInput, WatchPlayback
 from live.engine.policies import ConversationPolicies, PolicyPlan
-from live.engine.voice import EnergyDetector
+from live.engine.voice import EnergyDetector, ScoredSpeech
 
 
 class Run:
@@ -232,3 +232,16 @@ def test_the_energy_detector_hears_speech_by_level_with_attack_and_hangover():
 def test_a_say_takes_exactly_one_thing_to_say(bad):
     with pytest.raises(ValueError, match="one of text, instruction or clip"):
         Say(**bad)
+
+
+def test_scored_speech_needs_a_tenth_of_a_second_of_speech_and_half_a_second_of_quiet():
+    detector = ScoredSpeech(0.032)  # Silero's 32 ms windows
+    # A single loud window (a click the model half believes) is not speech.
+    assert [detector.scored(p) for p in (0.9, 0.1, 0.9, 0.2)] == [None] * 4
+    # Four windows in a row (128 ms >= 100 ms) are.
+    assert [detector.scored(0.8) for _ in range(4)] == [None, None, None, True]
+    # Between words the score dips, not below threshold - 0.15: still speech.
+    assert [detector.scored(p) for p in (0.4, 0.36, 0.7)] == [None, None, None]
+    # Quiet for 16 windows (512 ms >= 500 ms) ends it; not one window sooner.
+    assert [detector.scored(0.05) for _ in range(15)] == [None] * 15
+    assert detector.scored(0.05) is False and not detector.speaking

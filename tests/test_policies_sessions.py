@@ -10,6 +10,7 @@ and gives way to the model's first audio at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -17,6 +18,7 @@ import anyio
 import numpy as np
 import pytest
 
+from audio_fixtures import noise, speak
 from clients.client import AudioFrame, LiveClient
 from connections.emulator import Script, running_emulator
 from connections.emulator.synth import speak as emulator_speech
@@ -35,10 +37,10 @@ OUT_RATE = 2 * 24_000  # reply audio bytes a second
 
 
 def voice(seconds: float) -> bytes:
-    """Speech-like audio at 16 kHz, loud enough for any voice detector (about -16 dBFS)."""
-    t = np.arange(int(seconds * 16_000)) / 16_000
-    buzz = sum(np.sin(2 * np.pi * f * t) / k for k, f in enumerate((150, 300, 450, 900), 1))
-    return (4000 * buzz * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype("<i2").tobytes()
+    """`seconds` of a voice at 16 kHz (espeak-ng): speech to the server's voice
+    detection, which a buzz or a tone is not."""
+    words = speak("Hello, I would like to move my appointment to Thursday afternoon, please.")
+    return words[: 2 * int(seconds * 16_000)].ljust(2 * int(seconds * 16_000), b"\0")
 
 
 async def stream(client: LiveClient, pcm: bytes) -> None:
@@ -201,6 +203,31 @@ async def test_a_silent_user_is_prompted_then_let_go_though_their_line_sends_50_
     assert isinstance(closed, p.SessionClosed) and "said nothing for 3 seconds" in closed.reason and code == 1000
     goodbye = emulator_speech("I haven't heard from you, so I'll say goodbye for now. Goodbye!")
     assert b"".join(e.data for e in events if isinstance(e, AudioFrame)).endswith(goodbye)  # heard whole
+
+
+@pytest.mark.parametrize("turn_taking", ["auto", "server"])
+async def test_a_silent_user_on_a_noisy_line_is_prompted_all_the_same(turn_taking):
+    """Hiss as loud as a voice (-30 dBFS, steady) is not speech: the user who
+    says nothing over it is prompted, then let go. A level detector would take
+    the hiss for a user who never stops talking. (With the server taking the
+    turns, the policies hear its detector's scores.)"""
+    agent = Agent(name="desk", model="gemini-live-2.5-flash-preview", turn_taking=turn_taking,
+                  silence=Silence(prompt_after=1.5, end_after=1.5))
+    hiss = noise(30.0, dbfs=-30.0)
+    async with running_emulator(Script()) as emu, running(agent, gemini_for(emu), audio_lead=0.5) as (_, url):
+        async with LiveClient.connect(url) as client:
+            async def noisy_line() -> None:
+                with anyio.move_on_after(30), contextlib.suppress(Exception):
+                    await stream(client, hiss)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(noisy_line)
+                seen = await timeline(client)
+                tg.cancel_scope.cancel()
+    events = [e for _, e in seen]
+    assert said(events) == ["Are you still there?", "I haven't heard from you, so I'll say goodbye for now. Goodbye!"]
+    closed = events[-1]
+    assert isinstance(closed, p.SessionClosed) and "said nothing for 3 seconds" in closed.reason
 
 
 async def test_a_push_to_talk_client_is_never_prompted_for_its_silence():

@@ -3,9 +3,10 @@
 The policies that wait for the user's silence, or keep a must-hear segment
 from being interrupted, need one fact: when the user starts and stops
 speaking. They take it as two events (`UserVoice`: `user_started(now)`,
-`user_stopped(now)`), so any detector can feed them: the server's turn
-controller when a session has one, else `EnergyDetector` here, a plain
-level detector over the user's audio.
+`user_stopped(now)`), so any detector can feed them: `ScoredSpeech` here
+over the server's voice detection (Silero's speech probability per window,
+the `turns` extra), else `EnergyDetector`, a plain level detector over the
+user's audio, which takes a loud steady noise for speech.
 
 `EnergyDetector` measures the RMS level of each 20 ms of audio (PCM16 at the
 session's input rate, in frames of any size): speech begins after `attack`
@@ -22,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["EnergyDetector", "SpeechDetector", "UserVoice"]
+__all__ = ["EnergyDetector", "ScoredSpeech", "SpeechDetector", "UserVoice"]
 
 
 class UserVoice(Protocol):
@@ -89,3 +90,37 @@ class EnergyDetector:
                 if self._run >= self._attack:
                     self.speaking, self._run, changed = True, 0, True
         return changed
+
+
+class ScoredSpeech:
+    """Speech by a voice detector's scores: a speech probability per window of
+    `window` seconds. Speech begins after `attack` of windows at or above
+    `threshold`, and stays speech down to `threshold - hysteresis` until
+    `hangover` below it: the attack and hangover of `EnergyDetector`, on what
+    a model says is speech instead of on loudness."""
+
+    __slots__ = ("speaking", "_threshold", "_low", "_attack", "_hangover", "_run", "_quiet")
+
+    def __init__(self, window: float, *, threshold: float = 0.5, hysteresis: float = 0.15,
+                 attack: float = 0.1, hangover: float = 0.5) -> None:
+        self.speaking = False
+        self._threshold = threshold
+        self._low = threshold - hysteresis
+        self._attack = max(1, math.ceil(attack / window - 1e-9))
+        self._hangover = max(1, math.ceil(hangover / window - 1e-9))
+        self._run = 0  # speech windows in a row (while not speaking)
+        self._quiet = 0  # windows below speech in a row (while speaking)
+
+    def scored(self, probability: float) -> bool | None:
+        """The next window's probability: True when speech began, False when it ended."""
+        if self.speaking:
+            self._quiet = 0 if probability >= self._low else self._quiet + 1
+            if self._quiet >= self._hangover:
+                self.speaking, self._quiet = False, 0
+                return False
+        else:
+            self._run = self._run + 1 if probability >= self._threshold else 0
+            if self._run >= self._attack:
+                self.speaking, self._run = True, 0
+                return True
+        return None

@@ -16,9 +16,11 @@ plays. None of them starts for a session whose agent has no policy, until a
 tool asks for one: such a session pays one attribute check per batch of
 actions and nothing per audio frame.
 
-The user's speech is heard by `live.engine.voice.EnergyDetector` (RMS over
-20 ms with a hangover). A session whose server runs its own voice detection
-can feed `user_started`/`user_stopped` from that detector instead.
+The user's speech is heard by the server's voice detection (Silero, the
+`turns` extra: the same scores a session that takes its own turns uses, so a
+noisy line's hiss or hum is not speech), through `live.engine.voice.ScoredSpeech`;
+without that extra, by `live.engine.voice.EnergyDetector` (RMS over 20 ms with
+a hangover), which takes loud steady noise for speech.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from live.engine.actions import (
 )
 from live.engine.policies import ConversationPolicies, PolicyPlan
 from live.engine.session_state import TurnState
-from live.engine.voice import EnergyDetector
+from live.engine.voice import EnergyDetector, ScoredSpeech
 from live.protocol import (
     ClientMessage,
     GenerationComplete,
@@ -127,6 +129,14 @@ class PolicyHost(Protocol):
 
     def sync_hold(self) -> None: ...
 
+    def voice_for_policies(
+        self, input_rate: int, on_score: Callable[[float], None]
+    ) -> tuple[Callable[[bytes], None], float] | None:
+        """The server's voice detection for this session: where to feed the user's
+        audio (PCM16 at `input_rate`) and the seconds each score covers
+        (`on_score` gets the scores), or None when the server has none."""
+        ...
+
 
 def plan_for(agent: Agent, door: FrontDoor, start: SessionStart, *, ends_at: float | None, opened: bool,
              push_to_talk: bool) -> PolicyPlan:
@@ -161,6 +171,8 @@ class SessionPolicies:
         self._running = False
         self._input_rate = input_rate
         self._detector: EnergyDetector | None = None
+        self._scored: ScoredSpeech | None = None  # the server's voice detection, when it has one
+        self._voice_feed: Callable[[bytes], None] | None = None
         self._muted = False
         self._input = "open"
         self._deferred: collections.deque[Text] = collections.deque(maxlen=MAX_DEFERRED)
@@ -206,9 +218,15 @@ class SessionPolicies:
 
     def _listen(self) -> None:
         """Hear the user's voice from now on (silence, or speech over a must-hear segment)."""
-        if self._detector is None:
+        if self._detector is not None or self._scored is not None:
+            return
+        voice = self._runner.voice_for_policies(self._input_rate, self._voice_scored)
+        if voice is None:
             self._detector = EnergyDetector(self._input_rate)
-            self._runner.hears = self.user_audio
+        else:
+            self._voice_feed, window = voice
+            self._scored = ScoredSpeech(window)
+        self._runner.hears = self.user_audio
 
     async def _run(self) -> None:
         async with anyio.create_task_group() as tg:
@@ -257,12 +275,24 @@ class SessionPolicies:
     def user_audio(self, frame: bytes) -> bool:
         """A frame of the user's audio: heard by the detector; False when it must
         not reach the model (a listening window)."""
-        detector = self._detector
-        if detector is not None:
-            change = detector.feed(frame)
-            if change is not None:
-                self.user_started(self._runner.clock()) if change else self.user_stopped(self._runner.clock())
+        feed = self._voice_feed
+        if feed is not None:
+            feed(frame)  # scored by the server's detection: `_voice_scored`
+        else:
+            detector = self._detector
+            if detector is not None:
+                self._voice_changed(detector.feed(frame))
         return not self._muted
+
+    def _voice_scored(self, probability: float) -> None:
+        """The server's voice detection scored the next window of the user's audio."""
+        scored = self._scored
+        if scored is not None and self._runner.end_reason is None:
+            self._voice_changed(scored.scored(probability))
+
+    def _voice_changed(self, change: bool | None) -> None:
+        if change is not None:
+            self.user_started(self._runner.clock()) if change else self.user_stopped(self._runner.clock())
 
     def user_started(self, now: float) -> None:
         """The user began speaking (this module's detector, or the server's turn controller)."""

@@ -370,6 +370,8 @@ class SessionRunner(ClientInput, ServerTurns, HeardReplies, FleetHandover):
         finally:
             if self.turns is not None:
                 self.server.voice_detection.remove(self.turns.stream)
+            if self.policy_voice_stream is not None:
+                self.server.voice_detection.remove(self.policy_voice_stream)
             if self.handed_off:
                 self.obs.abandon()
                 return  # this socket served another session, which closes it

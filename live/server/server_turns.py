@@ -25,6 +25,7 @@ from live.engine.turns.controller import (
     TurnController,
     UserSpeaking as SpeechHeard,
 )
+from live.engine.turns.vad import VoiceStream
 from live.protocol import ErrorEvent, ServerEvent, SessionStart, UserSpeaking, UserStopped
 from live.protocol.closes import CLOSE_POLICY
 
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from live.server.queues import ClientOutbox, UpstreamQueue
 
 __all__ = ["ServerTurns"]
+
+
+def _heard_already(frame: bytes) -> None:
+    """The turn controller's stream already takes the user's audio."""
 
 
 class ServerTurns:
@@ -52,6 +57,9 @@ class ServerTurns:
     turn_taking: str
     manual_activity: bool
     turns: TurnController | None
+    # The conversation policies' share of the voice detection (`voice_for_policies`).
+    _policy_voice: Callable[[float], None] | None = None
+    policy_voice_stream: VoiceStream | None = None
 
     if TYPE_CHECKING:
 
@@ -75,11 +83,15 @@ class ServerTurns:
         self.manual_activity = mode != "auto"
         return True
 
+    def _detector_rate(self, input_rate: int) -> int:
+        """The rate the voice detector hears this session at: a phone line's 8 kHz, else 16 kHz."""
+        line_rate = self.door.line_rate()
+        return 8_000 if min(input_rate, line_rate or input_rate) <= 8_000 else 16_000
+
     def _take_turns(self, start: SessionStart) -> None:
         """This server decides the user's turns: a controller, scored by the server's voice detection."""
         settings = self.server.agent.turns
-        line_rate = self.door.line_rate()
-        rate = 8_000 if min(start.input_rate, line_rate or start.input_rate) <= 8_000 else 16_000
+        rate = self._detector_rate(start.input_rate)
         noise_filter = None
         if settings.noise_filter:
             from live.engine.turns.noise import NoiseFilter
@@ -103,6 +115,27 @@ class ServerTurns:
         turns = self.turns
         if turns is not None and self.end_reason is None:
             self._carry_turns(turns.scored(probability, agent_speaking=self.agent_speaking))
+            if self._policy_voice is not None:
+                self._policy_voice(probability)
+
+    def voice_for_policies(
+        self, input_rate: int, on_score: Callable[[float], None]
+    ) -> tuple[Callable[[bytes], None], float] | None:
+        """The server's voice detection for the conversation policies
+        (`live.server.policies.PolicyHost`). A session that takes its own turns
+        shares its controller's scores (its stream already hears the audio);
+        another gets a stream of its own. None when the server has no detection
+        (the `turns` extra is not installed)."""
+        turns = self.turns
+        if turns is not None:
+            self._policy_voice = on_score
+            return _heard_already, turns.stream.window_seconds
+        if self.server.turn_models_missing(False) is not None:
+            return None
+        stream = VoiceStream(input_rate, self._detector_rate(input_rate))
+        self.policy_voice_stream = stream
+        self.server.voice_detection.add(stream, on_score)
+        return stream.feed, stream.window_seconds
 
     def _carry_turns(self, actions: list[TurnAction]) -> None:
         """Carry out what the turn controller decided: activity signals and the
