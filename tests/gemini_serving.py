@@ -117,7 +117,7 @@ def serving(script: Script, *, agent: Agent = AGENT, model: str = MODEL, **confi
 
     # The last words of a reply's transcript come after its turnComplete on
     # some models (as on the real service); these tests read one turn at a time.
-    script = dataclasses.replace(script, profile_overrides={"late_transcripts": False})
+    script = dataclasses.replace(script, profile_overrides={**script.profile_overrides, "late_transcripts": False})
 
     class Both:
         async def __aenter__(self):

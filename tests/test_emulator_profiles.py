@@ -377,6 +377,31 @@ def test_gemini_3_8_silent_results_are_taken_in_without_a_word():
     assert {"functionResponse": {"id": call_ids(d)[0], "name": "lookup", "response": {"city": "Oslo"}}} in history
 
 
+def test_a_streamed_result_keeps_its_call_open_until_one_without_will_continue():
+    """google-genai FunctionResponse.will_continue: "more responses will be
+    returned, turning the function call into a generator ... If set to false,
+    future responses will not be considered." """
+    d = started(G38, fast(tool_calls={1: [ToolCall("lookup")]}), tools=LOOKUP, sessionResumption={})
+    text(d, "look it up")
+    d.run()
+    [call] = call_ids(d)
+    for status, more in (("packed", True), ("shipped", True), ("delivered", None)):
+        answer = {"id": call, "name": "lookup", "response": {"status": status}}
+        if more:
+            answer["willContinue"] = True
+        before = len(flow(d))
+        d.send({"toolResponse": {"functionResponses": [answer]}})
+        d.run()
+        if more:
+            assert "handle" not in flow(d)[before:]  # the call is still open: not resumable
+    late = {"id": call, "name": "lookup", "response": {"status": "returned"}}
+    d.send({"toolResponse": {"functionResponses": [late]}})  # after the last: not considered
+    d.run()
+    assert d.closes() == []
+    assert said(d)[1:] == [f'lookup returned {{"status":"{s}"}}.' for s in ("packed", "shipped", "delivered")]
+    assert flow(d)[-1] == "handle"  # nothing open any more
+
+
 def test_gemini_3_8_when_idle_waits_for_the_current_generation_and_interrupt_cuts_it():
     story = "once upon a time there was a long story with many words in it"
     for scheduling, expected in [("WHEN_IDLE", []), ("INTERRUPT", [True])]:

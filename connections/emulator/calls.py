@@ -5,6 +5,13 @@ A blocking call makes the model wait for every response before it answers;
 a non-blocking one (gemini-3.8 by default, or a declaration that says
 NON_BLOCKING) goes out while the model carries on, and its response is
 answered as its `scheduling` asks (see `profiles.Profile.non_blocking_calls`).
+A non-blocking call's result may stream: a response with `willContinue`
+leaves the call open for more, and the first without it closes it; google-genai's
+`FunctionResponse.will_continue`: "Signals that function call continues, and
+more responses will be returned, turning the function call into a generator.
+Is only applicable to NON_BLOCKING function calls, is ignored otherwise. If
+set to false, future responses will not be considered." A response to a call
+so closed is taken as not considered: ignored.
 `FunctionCalls` is part of `EmulatorSession`; it uses the session's state and
 plumbing (`_send`, `_at`, `_start_reply`, ...) and has none of its own I/O.
 """
@@ -42,13 +49,16 @@ class FunctionCalls:
     State it keeps on the session: `_tools` (the blocking `PendingCalls`, or
     None), `_async_calls` (non-blocking calls sent and unanswered: id -> name),
     `_answers` (results waiting for the model to be free), `_cancelled_ids`
-    (calls cancelled, whose late responses are ignored).
+    (calls cancelled, whose late responses are ignored), `_finished_ids`
+    (non-blocking calls whose results ended, whose further responses are not
+    considered).
     """
 
     _tools: PendingCalls | None
     _async_calls: dict[str, str]
     _answers: list[dict[str, Any]]
     _cancelled_ids: set[str]
+    _finished_ids: set[str]
 
     def _call_unanswered(self) -> bool:
         tools = self._tools
@@ -119,10 +129,14 @@ class FunctionCalls:
         answered: list[tuple[dict[str, Any], Mapping[str, Any]]] = []  # non-blocking calls
         for response in responses:
             call_id = get_field(response, "id")
-            if call_id in self._cancelled_ids:
-                continue  # it crossed the cancellation on the wire
+            if call_id in self._cancelled_ids or call_id in self._finished_ids:
+                continue  # it crossed the cancellation on the wire, or its results ended
             if call_id in self._async_calls:
-                name = self._async_calls.pop(call_id)
+                if get_field(response, "willContinue") is True:
+                    name = self._async_calls[call_id]  # more results follow: the call stays open
+                else:
+                    name = self._async_calls.pop(call_id)
+                    self._finished_ids.add(call_id)
                 answered.append((self._take_result(response, call_id, name), response))
             elif pending is None or call_id not in pending.ids:
                 # A response to a call this session never issued, or answered
@@ -143,6 +157,9 @@ class FunctionCalls:
         """A function response into the conversation, as the model will see it."""
         name = get_field(response, "name") or name
         result = {"id": call_id, "name": name, "response": get_field(response, "response")}
+        parts = get_field(response, "parts")
+        if parts:
+            result["parts"] = parts  # files the result carries, as the model takes them
         self._history.append({"role": "user", "parts": [{"functionResponse": result}]})
         self._ctx_tokens["TEXT"] = self._ctx_tokens.get("TEXT", 0) + token_count(json.dumps(result))
         return result

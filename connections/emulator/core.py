@@ -184,6 +184,7 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         self._history_in_client_content = False
         self._awaiting_history = False
         self._cancelled_ids: set[str] = set()
+        self._finished_ids: set[str] = set()  # non-blocking calls whose results ended
         # conversation state (restored on resume)
         self._history: list[dict[str, Any]] = []
         self._turn = 0

@@ -1,0 +1,148 @@
+"""Conformance rows H (server messages) of the Live API endpoint
+(docs/gemini-endpoint.md, "Conformance"): what the model sends besides its
+speech reaches the app as the service writes it, read with the unmodified
+google-genai client (only its base URL changed).
+
+The Live emulator plays the model; what it sends is written as the Live API
+reference describes each message (BidiGenerateContentServerContent:
+`modelTurn` parts, `groundingMetadata`, `urlContextMetadata`,
+`waitingForInput`; BidiGenerateContentServerMessage: `voiceActivity`), with
+the tools that make the service send them declared by the app (Search, code
+execution, URL context: ai.google.dev/gemini-api/docs/live-tools).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import anyio
+import pytest
+from audio_fixtures import silence, tone
+from emulated import MODEL
+from gemini_serving import (
+    CONFIG,
+    app_client,
+    ca_fixture,  # noqa: F401 (a fixture)
+    cert_files_fixture,  # noqa: F401 (a fixture)
+    said,
+    serving,
+    token,
+    trusted_fixture,  # noqa: F401 (a fixture)
+    turn,
+)
+from google.genai import types
+from PIL import Image as PILImage
+
+from connections.emulator import Script
+
+pytestmark = pytest.mark.anyio
+
+
+def chart() -> bytes:
+    out = io.BytesIO()
+    PILImage.new("RGB", (20, 10), (250, 200, 0)).save(out, "PNG")
+    return out.getvalue()
+
+
+def parts_of(messages: list[types.LiveServerMessage]) -> list[types.Part]:
+    return [
+        part
+        for m in messages
+        if m.server_content and m.server_content.model_turn
+        for part in m.server_content.model_turn.parts or []
+    ]
+
+
+async def test_H5_H6_H7_H11_H16_thoughts_code_files_grounding_and_url_context_reach_the_app(trusted, cert_files):
+    png = chart()
+    grounding = {
+        "webSearchQueries": ["weather in Paris"],
+        "groundingChunks": [{"web": {"uri": "https://example.com/paris", "title": "Paris weather"}}],
+        "groundingSupports": [{"segment": {"endIndex": 12, "text": "Sunny, 21 C."}, "groundingChunkIndices": [0]}],
+    }
+    url_context = {
+        "urlMetadata": [{"retrievedUrl": "https://example.com/menu", "urlRetrievalStatus": "URL_RETRIEVAL_STATUS_SUCCESS"}]
+    }
+    extras = [
+        {"serverContent": {"modelTurn": {"parts": [{"text": "The user wants the weather.", "thought": True}]}}},
+        {"serverContent": {"modelTurn": {"parts": [{"executableCode": {"language": "PYTHON", "code": "print(6 * 7)"}}]}}},
+        {"serverContent": {"modelTurn": {"parts": [{"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "42\n"}}]}}},
+        {"serverContent": {"modelTurn": {"parts": [{"inlineData": {"mimeType": "image/png", "data": base64.b64encode(png).decode()}}]}}},
+        {"serverContent": {"groundingMetadata": grounding}},
+        {"serverContent": {"urlContextMetadata": url_context}},
+    ]
+    script = Script(speed=20, replies=["Sunny, 21 C."], extras=extras)
+    config = CONFIG.model_copy(
+        update={
+            "thinking_config": types.ThinkingConfig(include_thoughts=True),  # the thoughts are asked for
+            "tools": [
+                types.Tool(google_search=types.GoogleSearch()),
+                types.Tool(code_execution=types.ToolCodeExecution()),
+                types.Tool(url_context=types.UrlContext()),
+            ]
+        }
+    )
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=config) as session:
+            await session.send_realtime_input(text="what is the weather in Paris?")
+            messages = await turn(session)
+    assert said(messages) == "Sunny, 21 C."
+    parts = parts_of(messages)
+    thoughts = [p.text for p in parts if p.thought]
+    assert thoughts == ["The user wants the weather."]
+    [code] = [p.executable_code for p in parts if p.executable_code]
+    assert (code.language, code.code) == (types.Language.PYTHON, "print(6 * 7)")
+    [result] = [p.code_execution_result for p in parts if p.code_execution_result]
+    assert (result.outcome, result.output) == (types.Outcome.OUTCOME_OK, "42\n")
+    [image] = [p.inline_data for p in parts if p.inline_data and p.inline_data.mime_type == "image/png"]
+    assert image.data == png
+    [searched] = [m.server_content.grounding_metadata for m in messages if m.server_content and m.server_content.grounding_metadata]
+    assert searched.web_search_queries == ["weather in Paris"]
+    assert searched.grounding_chunks[0].web.uri == "https://example.com/paris"
+    assert searched.grounding_supports[0].grounding_chunk_indices == [0]
+    [fetched] = [m.server_content.url_context_metadata for m in messages if m.server_content and m.server_content.url_context_metadata]
+    assert fetched.url_metadata[0].retrieved_url == "https://example.com/menu"
+    assert fetched.url_metadata[0].url_retrieval_status == types.UrlRetrievalStatus.URL_RETRIEVAL_STATUS_SUCCESS
+    # The reply's own text is its speech's, never a thought: google-genai's `text` joins non-thought parts only.
+    assert "".join(m.text or "" for m in messages) == ""
+
+
+async def test_H18_the_model_waiting_for_more_words_is_told_to_the_app(trusted, cert_files):
+    """google-genai's LiveServerContent.waiting_for_input: "If true, indicates
+    that the model is not generating content because it is waiting for more
+    input from the user, e.g. because it expects the user to continue talking.\""""
+    script = Script(speed=20, replies=["Tea with milk, then."], profile_overrides={"waits_for_more_input": True})
+    async with serving(script, **cert_files) as (emu, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="I would like tea and")
+            waiting = None
+            with anyio.fail_after(10):
+                async for message in session.receive():
+                    if message.server_content and message.server_content.waiting_for_input:
+                        waiting = message
+                        break
+            assert waiting is not None
+            await session.send_realtime_input(text="milk, please.")
+            messages = await turn(session)
+        assert said(messages) == "Tea with milk, then."
+        [upstream] = emu.sessions
+        assert upstream.model_turns == ["Tea with milk, then."]  # one answer, to the whole of it
+
+
+async def test_H24_the_models_voice_activity_reaches_the_app(trusted, cert_files):
+    """BidiGenerateContentServerMessage.voiceActivity (google-genai
+    LiveServerMessage.voice_activity: "Voice activity detection signal"): the
+    start and the end of the user's speech as the model heard them."""
+    script = Script(speed=20, user_says=["what time is it"], replies=["Half past nine."],
+                    profile_overrides={"voice_activity_messages": True})
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            speech = tone(0.4) + silence(0.8)
+            for i in range(0, len(speech), 3200):
+                await session.send_realtime_input(audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000"))
+                await anyio.sleep(0.01)
+            messages = await turn(session)
+    assert said(messages) == "Half past nine."
+    kinds = [m.voice_activity.voice_activity_type for m in messages if m.voice_activity]
+    assert kinds == [types.VoiceActivityType.ACTIVITY_START, types.VoiceActivityType.ACTIVITY_END]
