@@ -491,7 +491,12 @@ async def test_reply_audio_plays_where_audio_may_only_start_from_the_click(tmp_p
         finally:
             print("contexts:", await page.evaluate("window.__contexts.map((c) => [c.sampleRate, c.state])"),
                   "stats:", await stats(page))
-        assert (await stats(page))["framesSent"] > 0  # the microphone's context runs too
+
+        async def sending():  # the microphone's context runs too (muted while the reply played)
+            s = await stats(page)
+            return s if s["framesSent"] > 0 else None
+
+        await wait_until(sending, 5, "the microphone to send")
         states = await page.evaluate("window.__contexts.map((c) => c.state)")
         assert states == ["running", "running"]  # one speaker, one microphone: nothing left over
         await page.click("#hangup")
