@@ -341,8 +341,12 @@ class ServerMessageMapper:
             tail.interaction_status = sc.interaction_status
         if input_final is not None:
             tail.input_transcription = input_final
+            if sc is not None and sc.input_transcription is not None and sc.input_transcription.finished:
+                tail.input_transcription_sent = sc.input_transcription  # the model's own final, as it came
         if output_final is not None:
             tail.output_transcription = output_final
+            if sc is not None and sc.output_transcription is not None and sc.output_transcription.finished:
+                tail.output_transcription_sent = sc.output_transcription
         return out
 
     def _with_id(self, call: types.FunctionCall) -> types.FunctionCall:

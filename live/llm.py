@@ -133,6 +133,9 @@ class LlmResponse:
     - `input_transcription` / `output_transcription`: `types.Transcription` with
       `text` and `finished`. Fragments come with `finished=False` and
       `partial=True`; one final transcript per turn comes with `finished=True`.
+    - `input_transcription_sent` / `output_transcription_sent`: with a final
+      transcript made from a fragment the model marked `finished` itself,
+      that fragment as it came (the final may be the whole turn's text).
     - `late_transcription`: the `output_transcription` fragment here belongs to
       the model turn that already completed (Gemini does not order transcripts
       with turns: the tail of a turn's transcript may follow its
@@ -167,6 +170,8 @@ class LlmResponse:
     waiting_for_input: bool = False
     interaction_status: types.InteractionStatus | None = None
     late_transcription: bool = False
+    input_transcription_sent: types.Transcription | None = None
+    output_transcription_sent: types.Transcription | None = None
     grounding_metadata: types.GroundingMetadata | None = None
     go_away_time_left: float | None = None
     session_resumption_update: types.LiveServerSessionResumptionUpdate | None = None

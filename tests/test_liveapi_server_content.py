@@ -146,3 +146,48 @@ async def test_H24_the_models_voice_activity_reaches_the_app(trusted, cert_files
     assert said(messages) == "Half past nine."
     kinds = [m.voice_activity.voice_activity_type for m in messages if m.voice_activity]
     assert kinds == [types.VoiceActivityType.ACTIVITY_START, types.VoiceActivityType.ACTIVITY_END]
+
+
+G31 = "gemini-3.1-flash-live-preview"
+G38_THINKING = "gemini-3.8-live-extended-thinking"
+
+
+async def test_H12_a_transcription_the_model_marks_finished_reaches_the_app_as_it_came(trusted, cert_files):
+    """google-genai's Transcription.finished: "The bool indicates the end of the
+    transcription." gemini-3.1 marks the first input transcription message of
+    a turn finished, and more fragments follow (google/adk-python#6045): the
+    app gets every fragment, that one with its flag, and nothing twice."""
+    question = "I would like to know what time it is in Paris right now, and what the weather is like there"
+    script = Script(speed=20, user_says=[question], replies=["Half past nine, and sunny."])
+    async with serving(script, model=G31, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=G31, config=CONFIG) as session:
+            speech = tone(0.4) + silence(1.4)
+            for i in range(0, len(speech), 3200):
+                await session.send_realtime_input(audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000"))
+            messages = await turn(session)
+    heard = [m.server_content.input_transcription for m in messages if m.server_content and m.server_content.input_transcription]
+    assert "".join(t.text or "" for t in heard) == question
+    assert len(heard) > 1 and heard[0].finished is True
+    assert not any(t.finished for t in heard[1:])
+    assert said(messages) == "Half past nine, and sunny."
+
+
+async def test_H13_the_interaction_status_of_each_turn_reaches_the_app(trusted, cert_files):
+    """google-genai's LiveServerContent.interaction_status (IN_PROGRESS, IDLE),
+    sent with turnComplete by gemini-3.8 extended thinking: a filler turn
+    completes while the interaction goes on, and google-genai's `receive()`
+    ends only at IDLE (`live.py`), so the app reads the filler and the answer
+    in one receive."""
+    script = Script(speed=20, replies=["Paris is sunny today."])
+    async with serving(script, model=G38_THINKING, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=G38_THINKING, config=CONFIG) as session:
+            await session.send_realtime_input(text="what is the weather in Paris?")
+            messages = await turn(session, timeout=20)
+    statuses = [
+        m.server_content.interaction_status
+        for m in messages
+        if m.server_content and m.server_content.turn_complete
+    ]
+    assert statuses == [types.InteractionStatus.IN_PROGRESS, types.InteractionStatus.IDLE]
+    assert said(messages).endswith("Paris is sunny today.")
+    assert said(messages) != "Paris is sunny today."  # the filler came first, in the same receive

@@ -77,8 +77,7 @@ class Listening:
             if name == "audio":
                 self._on_blob(value, "realtime_input.audio")
             elif name == "mediaChunks":
-                for blob in value or []:
-                    self._on_blob(blob, "realtime_input.media_chunks")
+                self._on_media_chunks(value)
             elif name == "video":
                 self._on_video(value, "realtime_input.video")
             elif name == "text":
@@ -108,6 +107,28 @@ class Listening:
                     self._end_spoken_turn()
             else:
                 self._close(1007, f'Invalid JSON payload received. Unknown name "{key}" at \'realtime_input\': Cannot find field.')
+
+    def _on_media_chunks(self, chunks: Any) -> None:
+        """The deprecated field: "Multiple `media_chunks` are not supported, all
+        but the first will be ignored" (BidiGenerateContentRealtimeInput). The
+        rest are parsed (their bytes must be base64), never heard; an image
+        chunk is a frame, as `video` is now."""
+        if not isinstance(chunks, list) or not all(isinstance(c, Mapping) for c in chunks):
+            self._close(1007, INVALID)
+            return
+        for i, ignored in enumerate(chunks[1:], 1):
+            try:
+                b64decode(get_field(ignored, "data") or "")
+            except ValueError:
+                self._close(1007, f"Invalid value at 'realtime_input.media_chunks[{i}].data' (TYPE_BYTES), Base64 decoding failed.")
+                return
+        if not chunks:
+            return
+        first = chunks[0]
+        if str(get_field(first, "mimeType") or "").startswith("image/"):
+            self._on_video(first, "realtime_input.media_chunks[0]")
+        else:
+            self._on_blob(first, "realtime_input.media_chunks[0]")
 
     def _open_question(self) -> str | None:
         """The text of the history's last turn when the user said it and no one answered yet."""

@@ -75,17 +75,18 @@ class LiveApiEvents:
     def event(self, event: ServerEvent) -> str | tuple[str, ...] | None:
         kind = type(event)
         if kind is TranscriptOutput:
-            # Fragments, as the service sends them. The whole text the session
+            # Fragments, as the service sends them, and a fragment the model
+            # marked finished itself as it came. The whole text the session
             # puts together at a turn's end (final) and its estimate of what
             # was heard of a cut reply are ours: a client that joins the
             # fragments would get them twice.
-            if event.final or event.heard or not self.transcribe_output:  # type: ignore[union-attr]
+            if event.heard or not self.transcribe_output:  # type: ignore[union-attr]
                 return None
-            return _content({"outputTranscription": {"text": event.text}})  # type: ignore[union-attr]
+            return _transcription("outputTranscription", event)  # type: ignore[arg-type]
         if kind is TranscriptInput:
-            if event.final or not self.transcribe_input:  # type: ignore[union-attr]
+            if not self.transcribe_input:
                 return None
-            return _content({"inputTranscription": {"text": event.text}})  # type: ignore[union-attr]
+            return _transcription("inputTranscription", event)  # type: ignore[arg-type]
         if kind is TurnComplete:
             return self._turn_complete(event)  # type: ignore[arg-type]
         if kind is TextEvent:
@@ -208,6 +209,16 @@ class LiveApiEvents:
             if names is not None:
                 out[names[self.vertex]] = [{"modality": m, "tokenCount": n} for m, n in modalities.items()]
         return out
+
+
+def _transcription(field: str, event: TranscriptInput | TranscriptOutput) -> str | None:
+    """A transcription fragment as the service sent it: the fragments, and the
+    one it marked `finished` (never a final put together here)."""
+    if not event.final:
+        return _content({field: {"text": event.text}})
+    if event.fragment is None:
+        return None
+    return _content({field: {"text": event.fragment, "finished": True}})
 
 
 def _content(body: dict[str, Any]) -> str:

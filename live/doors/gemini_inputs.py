@@ -98,6 +98,19 @@ class LiveApiInputs:
         chunks = repeated(get_field(body, "mediaChunks"))
         if chunks and not self.family.media_chunks:
             raise invalid(INVALID)  # 3.1 closes with 1007 on the deprecated field
+        # "Multiple `media_chunks` are not supported, all but the first will be
+        # ignored" (BidiGenerateContentRealtimeInput): the rest are read as
+        # the message's bytes, never heard.
+        for i, ignored in enumerate(chunks[1:], 1):
+            if not isinstance(ignored, Mapping):
+                raise invalid(INVALID)
+            try:
+                b64decode(get_field(ignored, "data", ""))
+            except ValueError:
+                raise invalid(
+                    f"Invalid value at 'realtime_input.media_chunks[{i}].data' (TYPE_BYTES), Base64 decoding failed."
+                ) from None
+        chunks = chunks[:1]
         audio = get_field(body, "audio")
         if audio is not None:
             chunks.append(audio)

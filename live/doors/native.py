@@ -8,6 +8,7 @@ kept for a replay.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
@@ -20,6 +21,8 @@ from live.protocol import (
     SessionResume,
     SessionStart,
     TextEvent,
+    TranscriptInput,
+    TranscriptOutput,
     encode,
     parse_client_message,
 )
@@ -54,6 +57,8 @@ class NativeDoor(FrontDoor):
             return None  # another service's own messages: not on this protocol's wire
         if type(event) is TextEvent and event.thought:
             return None
+        if (type(event) is TranscriptInput or type(event) is TranscriptOutput) and event.fragment is not None:
+            event = dataclasses.replace(event, fragment=None)  # another service's own message: not on this wire
         return encode(event)
 
     def audio(self, pcm: bytes) -> Sequence[bytes]:

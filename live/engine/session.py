@@ -475,7 +475,9 @@ class SessionCore(Handover, ToolRules):
         if response.input_transcription is not None:
             t = response.input_transcription
             if t.text or t.finished:
-                actions.append(SendEvent(TranscriptInput(t.text or "", bool(t.finished))))
+                sent = response.input_transcription_sent if t.finished else None
+                fragment = None if sent is None else sent.text or ""
+                actions.append(SendEvent(TranscriptInput(t.text or "", bool(t.finished), fragment)))
             if t.finished:
                 self._heard = []
                 if t.text:
@@ -486,7 +488,9 @@ class SessionCore(Handover, ToolRules):
         if response.output_transcription is not None:
             t = response.output_transcription
             if t.text or t.finished:
-                actions.append(SendEvent(TranscriptOutput(t.text or "", bool(t.finished))))
+                sent = response.output_transcription_sent if t.finished else None
+                fragment = None if sent is None else sent.text or ""
+                actions.append(SendEvent(TranscriptOutput(t.text or "", bool(t.finished), fragment=fragment)))
             if t.text and not t.finished:
                 self._reply_said.append(t.text)  # what the client heard of the reply so far
             if t.finished and t.text:

@@ -117,6 +117,8 @@ def response_to_json(response: LlmResponse, audio_sink: Any = None) -> dict[str,
 _PYDANTIC_FIELDS: dict[str, Any] = {
     "input_transcription": types.Transcription,
     "output_transcription": types.Transcription,
+    "input_transcription_sent": types.Transcription,
+    "output_transcription_sent": types.Transcription,
     "usage_metadata": types.UsageMetadata,
     "grounding_metadata": types.GroundingMetadata,
     "session_resumption_update": types.LiveServerSessionResumptionUpdate,

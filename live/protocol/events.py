@@ -118,11 +118,17 @@ class SessionReattached:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TranscriptInput:
-    """What the user said, as the model heard it. `final` closes the turn's text."""
+    """What the user said, as the model heard it. `final` closes the turn's text.
+
+    `fragment`: on a final the model marked finished itself, the text of its
+    own message as it came (None on a final put together here); for a door
+    that passes the model's fragments on as they came, never on this
+    protocol's wire."""
 
     type: ClassVar[str] = "transcript.input"
     text: str
     final: bool
+    fragment: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -134,6 +140,7 @@ class TranscriptOutput:
     seconds into the reply. `late` true: the tail of the reply that already
     ended (its final and `turn.complete` came first; Gemini does not order
     transcripts with turns): append it to that reply, not to a new one.
+    `fragment`: as for `TranscriptInput`.
     """
 
     type: ClassVar[str] = "transcript.output"
@@ -142,6 +149,7 @@ class TranscriptOutput:
     heard: bool | None = None
     played: float | None = None
     late: bool | None = None
+    fragment: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -58,7 +58,15 @@ def server_messages(response: LlmResponse) -> list[types.LiveServerMessage]:
             message["tool_call"] = types.LiveServerToolCall(function_calls=calls)
         if others:
             content["model_turn"] = types.Content(role="model", parts=others)
-    for name in ("input_transcription", "output_transcription", "grounding_metadata", "turn_complete_reason"):
+    for name in ("input_transcription", "output_transcription"):
+        value = getattr(response, name)
+        if value is not None and value.finished:
+            # A final the model sent goes as it came; one the mapper put
+            # together at the turn's end is put together again from the fragments.
+            value = getattr(response, f"{name}_sent")
+        if value is not None:
+            content[name] = value
+    for name in ("grounding_metadata", "turn_complete_reason"):
         value = getattr(response, name)
         if value is not None:
             content[name] = value
