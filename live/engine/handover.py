@@ -23,6 +23,7 @@ from live.engine.session_state import ToolCall, ToolState, TurnState, tool_conte
 
 if TYPE_CHECKING:
     from live.engine.transcript import Transcript
+    from live.families import ModelFamily
 
 __all__ = ["Handover"]
 
@@ -43,6 +44,8 @@ class Handover:
     _reply_said: list[str]
     _reply_texts: list[str]
     _retold: list[ClientTurns]  # appended content on its way to a new connection
+    _answering_calls: list[str]  # calls whose results the reply in progress follows
+    family: ModelFamily
 
     def for_connection(self, content: types.Content) -> types.Content:
         """What of `content` the current connection may take, decided as it is sent.
@@ -189,6 +192,7 @@ class Handover:
         self._appended = []
         self._retold = []
         self._answerable = 0
+        self._answering_calls = []
         for call in self.tools.values():
             if call.told:
                 call.covered = True
@@ -203,7 +207,8 @@ class Handover:
         A reply cut short will not go on: the client hears `turn.complete` with
         reason `connection_lost`, and nothing more of that reply. What the next
         connection must be told is gathered: results of calls the old one took
-        but no handle covers, and a typed turn it never finished answering.
+        but no handle covers, and a typed turn it never finished answering
+        (as context when the model called tools for it: the results ask).
         """
         actions: list[Action] = []
         if self.turn is not TurnState.LISTENING:
@@ -217,6 +222,7 @@ class Handover:
                 said = ("".join(self._reply_said) or "".join(self._reply_texts)).strip()
                 cut = types.Content(role="model", parts=[types.Part(text=said)]) if said else None
                 self._appended.append(ClientTurns((*asked, *((cut,) if cut else ())), False))
+                self._results_answered()  # the results it followed are not asked about again either
                 if said:
                     self.transcript.model(said)
                 self._reply_texts = []
@@ -237,6 +243,11 @@ class Handover:
         for call_id in told:
             # To be told again; tracked until a handle holds what the new connection took.
             self.tools[call_id].sent_epoch = None
+        # Context that asks for no reply needs client content mid-session; a
+        # family without it (3.1) is told in a turn, as what it may not lose.
+        context_only = self.family.client_content_mid_session
+        answered = [i for i in told if self.tools[i].replied] if context_only else []
+        told = [i for i in told if i not in answered]
         replay: list[types.Content] = []
         if told:
             replay.append(
@@ -245,6 +256,22 @@ class Handover:
                 )
             )
         typed = self._owed
+        acted = self._acted_on(typed, self.epoch - 1) if context_only and told else []
+        if acted:
+            # The model called tools for these: asked again, it would call
+            # them again. They go as what was said, and the calls' results,
+            # told with them, ask for the answer.
+            typed = [c for c in typed if not any(c is a for a in acted)]
+            self._appended.append(ClientTurns(tuple(acted), False))
+        if answered:
+            # Results the model already answered from: told as context, not
+            # asked about (the user would hear that answer twice). The content
+            # carries them from now on, until a handle holds it.
+            results = [(self.tools[i].name, self.tools[i].args, self.tools[i].response or {}) for i in answered]
+            self._appended.append(ClientTurns((tool_context_content(results),), False))
+            for call_id in answered:
+                self.tools[call_id].covered = True
+        self._answering_calls = []
         heard = "".join(self._heard).strip()
         self._heard = []
         if heard:
@@ -269,6 +296,23 @@ class Handover:
             self._replay.append(joined)
         return actions
 
+    def _results_answered(self) -> None:
+        """The reply in progress is whole: the results it followed are answered."""
+        for call_id in self._answering_calls:
+            call = self.tools.get(call_id)
+            if call is not None:
+                call.replied = True
+        self._answering_calls = []
+
+    def _acted_on(self, owed: list[types.Content], epoch: int) -> list[types.Content]:
+        """The turns of `owed` the connection of `epoch` made calls for, that
+        ran or still run (a cancelled call answers nothing)."""
+        calls = [
+            c for c in self.tools.values()
+            if c.epoch == epoch and c.asked and c.state is not ToolState.CANCELLED
+        ]
+        return [t for t in owed if any(t is a for c in calls for a in c.asked)]
+
     def connection_resumed(self, now: float) -> list[Action]:
         """A resumed connection took over: send what it must be told first.
 
@@ -278,8 +322,8 @@ class Handover:
         if self.awaiting_reply_since is not None:
             self.awaiting_reply_since = now
         replay, self._replay = self._replay, []
-        if replay:
-            self.awaiting_reply_since = now
+        if any(not isinstance(item, ClientTurns) or item.turn_complete for item in replay):
+            self.awaiting_reply_since = now  # it asks for a reply (context alone does not)
         return [ToUpstream(item) for item in replay]
 
     # -------------------------------------------------------------- durable facts

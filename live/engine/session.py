@@ -27,7 +27,11 @@ made). Instead, the result goes to the new connection as context the model
 reads: a short user-role note saying which tool ran, with what, and what it
 returned. The same holds for results that reached the old connection but that
 no handle since covers. A typed turn the model has not finished answering, and
-that no handle covers, is sent again on the new connection.
+that no handle covers, is sent again on the new connection; unless the model
+called tools for it and results are told with it: then it is told as what was
+said, not asked (asked, the model would call them again), and the results ask
+for the answer. Results the model already answered from are told as context
+that asks nothing (on families that take client content mid-session).
 """
 
 from __future__ import annotations
@@ -217,6 +221,7 @@ class SessionCore(Handover, ToolRules):
         # Typed turns sent that no handle holds yet and the model has not answered.
         self._owed: list[types.Content] = []
         self._answerable = 0  # how many of them the reply in progress answers
+        self._answering_calls: list[str] = []  # the results it follows (their calls)
         self._generated: list[types.Content] = []  # answered by a generation whose turn is open
         # Content went to the model and it has not acted since (no reply or call
         # began): a handle now may predate that content.
@@ -515,6 +520,7 @@ class SessionCore(Handover, ToolRules):
             self._generated = self._owed[: self._answerable]
             del self._owed[: self._answerable]
             self._answerable = 0
+            self._results_answered()
         usage = response.usage_metadata
         if usage is not None:
             self.tokens_used += usage.total_token_count or 0
@@ -525,6 +531,7 @@ class SessionCore(Handover, ToolRules):
                 self._owed[:0] = self._generated
             elif self.turn is TurnState.RESPONDING:
                 del self._owed[: self._answerable]  # answered: the turns sent before the reply
+                self._results_answered()
             self._generated = []
             self._answerable = 0
             self.turn = TurnState.LISTENING
@@ -630,6 +637,11 @@ class SessionCore(Handover, ToolRules):
         """A reply begins: it can answer the typed turns sent before it, not later ones."""
         self.turn = TurnState.RESPONDING
         self._answerable = len(self._owed)
+        epoch = self.epoch
+        self._answering_calls = [
+            i for i, c in self.tools.items()
+            if c.sent_epoch == epoch and c.response is not None and not c.covered and not c.replied
+        ]
         self._sent_unseen = False
 
     @property
