@@ -46,6 +46,11 @@ class Handover:
     _retold: list[ClientTurns]  # appended content on its way to a new connection
     _answering_calls: list[str]  # calls whose results the reply in progress follows
     family: ModelFamily
+    _sent_unseen: bool
+    _handle_due: bool
+    _held_by_next: list[ClientTurns]
+
+    def _quiet(self) -> bool: ...
 
     def for_connection(self, content: types.Content) -> types.Content:
         """What of `content` the current connection may take, decided as it is sent.
@@ -147,13 +152,23 @@ class Handover:
     def _client_turns_sent(self, content: ClientTurns) -> None:
         """Client content reached the model: its turns join the transcript; a
         completed one is owed a reply (its user's words), one that completes
-        nothing (or the initial history) is held until a handle covers it."""
-        self._sent_unseen = True
+        nothing (or the initial history) is held until a handle covers it.
+
+        The model acts on nothing content that completes no turn says, so no
+        reply or call shows a handle was taken after it arrived. A resumable
+        handle comes as a turn ends, with nothing more coming; sent while the
+        model is quiet (no turn going, owed, or ended with its handle still to
+        come; no call unanswered), the context arrives before the next one is
+        taken, and that handle holds it.
+        """
+        quiet = not content.turn_complete and not content.initial and self._quiet()
+        if not quiet:
+            self._sent_unseen = True
         texts = []
         retold = next((i for i, c in enumerate(self._retold) if c is content), None)
         if retold is not None:  # told again to a new connection: in the transcript already
             del self._retold[retold]
-            self._appended.append(content)
+            self._appended_until_held(content, quiet)
             return
         for turn in content.turns:
             text = "".join(part.text or "" for part in turn.parts or () if not part.thought)
@@ -166,7 +181,14 @@ class Handover:
             if texts:
                 self._owed.append(types.Content(role="user", parts=[types.Part(text="\n".join(texts))]))
         elif content.turns:
-            self._appended.append(content)
+            self._appended_until_held(content, quiet)
+
+    def _appended_until_held(self, content: ClientTurns, quiet: bool) -> None:
+        """Content appended without a reply: told again to a new connection until
+        a handle holds it (the next one, when it was sent to a quiet model)."""
+        self._appended.append(content)
+        if quiet:
+            self._held_by_next.append(content)
 
     def _told(self, call: ToolCall) -> None:
         """A call's result reached the model: into the transcript, once."""
@@ -190,6 +212,7 @@ class Handover:
         self._replay = []
         self._owed = []
         self._appended = []
+        self._held_by_next = []
         self._retold = []
         self._answerable = 0
         self._answering_calls = []
@@ -232,6 +255,7 @@ class Handover:
         self._hearing_user = False
         self.interaction_busy = False  # the new connection has no interaction going on
         self._sent_unseen = False  # what goes to the new connection is tracked anew
+        self._handle_due = False  # no turn of the new connection has ended yet
         self._generated = []  # answered: not to be asked again
         self.epoch += 1
         self._update_hold()  # the new connection owes nothing: it made no call yet
@@ -286,6 +310,7 @@ class Handover:
         # Content appended without a reply, that no handle holds: first, again.
         appended = [ClientTurns(tuple(t for c in self._appended for t in c.turns), False)] if self._appended else []
         self._appended = []
+        self._held_by_next = []
         self._retold = list(appended)
         self._replay = list(appended)
         # Notes still waiting in the upstream queue keep their entries: they go to
