@@ -13,6 +13,7 @@ from clients.client import LiveClient
 from connections.emulator import Fault, Script, running_emulator
 from live.liveapi import ENTITY_NOT_FOUND, SESSION_NOT_FOUND
 from emulated import gemini_for
+from bench.emulated_backends import reply as emulated_reply
 from live import protocol as p
 from live.agent import Agent
 from serving import collect, late_tail, replies, running
@@ -88,6 +89,41 @@ async def test_a_1008_right_after_a_tool_response_is_survived_and_the_result_is_
     told = str(second.frames)
     assert '"count": 3' in told or '"count":3' in told  # the new connection knows the result
     assert replies(events)  # and answers
+
+
+async def test_a_1008_right_after_a_tool_response_with_a_handle_to_resume_from_does_not_run_the_tool_again():
+    """As above, later in a conversation: the connection resumes from the handle
+    of an earlier answer, which predates the question. The resumed model is
+    told the question as what was said and the tool's result as context, and
+    answers from it: it does not call the tool again, and the user hears the
+    answer once."""
+    runs = 0
+
+    async def check_stock(item: str) -> dict:
+        """How many of an item are in stock."""
+        nonlocal runs
+        runs += 1
+        return {"item": item, "count": 3}
+
+    agent = Agent(name="shop", model="gemini-live-2.5-flash-preview", tools=[check_stock])
+    script = Script(
+        speed=10, tool_args={"check_stock": {"item": "kettle"}}, replies=emulated_reply,
+        faults=[Fault("after_tool_response", code=1008, reason=ENTITY_NOT_FOUND)],
+    )
+    async with running_emulator(script) as emu, running(agent, gemini_for(emu)) as (_, url):
+        async with LiveClient.connect(url) as client:
+            await client.send_text("q1x1")
+            events = await reply(client)
+            await client.send_text("please check_stock for q1x2")
+            events += await collect(client, lambda e: isinstance(e, p.SessionResumed), timeout=10)
+            events += await reply(client)
+            await client.send_text("q1x3")
+            events += await reply(client)
+    first, second = emu.sessions[:2]
+    assert first.close == (1008, ENTITY_NOT_FOUND) and second.resumed_from == first.handles[-1]
+    assert runs == 1 and not second.sent_of("toolCall")
+    assert replies(events) == ["q1x1, you said: q1x1.", 'check_stock returned {"count": 3, "item": "kettle"}.', "q1x3, you said: q1x3."]
+    assert "please check_stock for q1x2" in str(second.frames)  # the model knows what was asked
 
 
 async def test_a_handle_the_service_no_longer_knows_starts_fresh_from_the_conversation():

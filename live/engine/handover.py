@@ -23,6 +23,7 @@ from live.engine.session_state import ToolCall, ToolState, TurnState, tool_conte
 
 if TYPE_CHECKING:
     from live.engine.transcript import Transcript
+    from live.families import ModelFamily
 
 __all__ = ["Handover"]
 
@@ -43,6 +44,13 @@ class Handover:
     _reply_said: list[str]
     _reply_texts: list[str]
     _retold: list[ClientTurns]  # appended content on its way to a new connection
+    _answering_calls: list[str]  # calls whose results the reply in progress follows
+    family: ModelFamily
+    _sent_unseen: bool
+    _handle_due: bool
+    _held_by_next: list[ClientTurns]
+
+    def _quiet(self) -> bool: ...
 
     def for_connection(self, content: types.Content) -> types.Content:
         """What of `content` the current connection may take, decided as it is sent.
@@ -144,13 +152,23 @@ class Handover:
     def _client_turns_sent(self, content: ClientTurns) -> None:
         """Client content reached the model: its turns join the transcript; a
         completed one is owed a reply (its user's words), one that completes
-        nothing (or the initial history) is held until a handle covers it."""
-        self._sent_unseen = True
+        nothing (or the initial history) is held until a handle covers it.
+
+        The model acts on nothing content that completes no turn says, so no
+        reply or call shows a handle was taken after it arrived. A resumable
+        handle comes as a turn ends, with nothing more coming; sent while the
+        model is quiet (no turn going, owed, or ended with its handle still to
+        come; no call unanswered), the context arrives before the next one is
+        taken, and that handle holds it.
+        """
+        quiet = not content.turn_complete and not content.initial and self._quiet()
+        if not quiet:
+            self._sent_unseen = True
         texts = []
         retold = next((i for i, c in enumerate(self._retold) if c is content), None)
         if retold is not None:  # told again to a new connection: in the transcript already
             del self._retold[retold]
-            self._appended.append(content)
+            self._appended_until_held(content, quiet)
             return
         for turn in content.turns:
             text = "".join(part.text or "" for part in turn.parts or () if not part.thought)
@@ -163,7 +181,14 @@ class Handover:
             if texts:
                 self._owed.append(types.Content(role="user", parts=[types.Part(text="\n".join(texts))]))
         elif content.turns:
-            self._appended.append(content)
+            self._appended_until_held(content, quiet)
+
+    def _appended_until_held(self, content: ClientTurns, quiet: bool) -> None:
+        """Content appended without a reply: told again to a new connection until
+        a handle holds it (the next one, when it was sent to a quiet model)."""
+        self._appended.append(content)
+        if quiet:
+            self._held_by_next.append(content)
 
     def _told(self, call: ToolCall) -> None:
         """A call's result reached the model: into the transcript, once."""
@@ -187,8 +212,10 @@ class Handover:
         self._replay = []
         self._owed = []
         self._appended = []
+        self._held_by_next = []
         self._retold = []
         self._answerable = 0
+        self._answering_calls = []
         for call in self.tools.values():
             if call.told:
                 call.covered = True
@@ -203,7 +230,8 @@ class Handover:
         A reply cut short will not go on: the client hears `turn.complete` with
         reason `connection_lost`, and nothing more of that reply. What the next
         connection must be told is gathered: results of calls the old one took
-        but no handle covers, and a typed turn it never finished answering.
+        but no handle covers, and a typed turn it never finished answering
+        (as context when the model called tools for it: the results ask).
         """
         actions: list[Action] = []
         if self.turn is not TurnState.LISTENING:
@@ -217,6 +245,7 @@ class Handover:
                 said = ("".join(self._reply_said) or "".join(self._reply_texts)).strip()
                 cut = types.Content(role="model", parts=[types.Part(text=said)]) if said else None
                 self._appended.append(ClientTurns((*asked, *((cut,) if cut else ())), False))
+                self._results_answered()  # the results it followed are not asked about again either
                 if said:
                     self.transcript.model(said)
                 self._reply_texts = []
@@ -226,6 +255,7 @@ class Handover:
         self._hearing_user = False
         self.interaction_busy = False  # the new connection has no interaction going on
         self._sent_unseen = False  # what goes to the new connection is tracked anew
+        self._handle_due = False  # no turn of the new connection has ended yet
         self._generated = []  # answered: not to be asked again
         self.epoch += 1
         self._update_hold()  # the new connection owes nothing: it made no call yet
@@ -237,6 +267,11 @@ class Handover:
         for call_id in told:
             # To be told again; tracked until a handle holds what the new connection took.
             self.tools[call_id].sent_epoch = None
+        # Context that asks for no reply needs client content mid-session; a
+        # family without it (3.1) is told in a turn, as what it may not lose.
+        context_only = self.family.client_content_mid_session
+        answered = [i for i in told if self.tools[i].replied] if context_only else []
+        told = [i for i in told if i not in answered]
         replay: list[types.Content] = []
         if told:
             replay.append(
@@ -245,6 +280,22 @@ class Handover:
                 )
             )
         typed = self._owed
+        acted = self._acted_on(typed, self.epoch - 1) if context_only and told else []
+        if acted:
+            # The model called tools for these: asked again, it would call
+            # them again. They go as what was said, and the calls' results,
+            # told with them, ask for the answer.
+            typed = [c for c in typed if not any(c is a for a in acted)]
+            self._appended.append(ClientTurns(tuple(acted), False))
+        if answered:
+            # Results the model already answered from: told as context, not
+            # asked about (the user would hear that answer twice). The content
+            # carries them from now on, until a handle holds it.
+            results = [(self.tools[i].name, self.tools[i].args, self.tools[i].response or {}) for i in answered]
+            self._appended.append(ClientTurns((tool_context_content(results),), False))
+            for call_id in answered:
+                self.tools[call_id].covered = True
+        self._answering_calls = []
         heard = "".join(self._heard).strip()
         self._heard = []
         if heard:
@@ -259,6 +310,7 @@ class Handover:
         # Content appended without a reply, that no handle holds: first, again.
         appended = [ClientTurns(tuple(t for c in self._appended for t in c.turns), False)] if self._appended else []
         self._appended = []
+        self._held_by_next = []
         self._retold = list(appended)
         self._replay = list(appended)
         # Notes still waiting in the upstream queue keep their entries: they go to
@@ -269,6 +321,23 @@ class Handover:
             self._replay.append(joined)
         return actions
 
+    def _results_answered(self) -> None:
+        """The reply in progress is whole: the results it followed are answered."""
+        for call_id in self._answering_calls:
+            call = self.tools.get(call_id)
+            if call is not None:
+                call.replied = True
+        self._answering_calls = []
+
+    def _acted_on(self, owed: list[types.Content], epoch: int) -> list[types.Content]:
+        """The turns of `owed` the connection of `epoch` made calls for, that
+        ran or still run (a cancelled call answers nothing)."""
+        calls = [
+            c for c in self.tools.values()
+            if c.epoch == epoch and c.asked and c.state is not ToolState.CANCELLED
+        ]
+        return [t for t in owed if any(t is a for c in calls for a in c.asked)]
+
     def connection_resumed(self, now: float) -> list[Action]:
         """A resumed connection took over: send what it must be told first.
 
@@ -278,8 +347,8 @@ class Handover:
         if self.awaiting_reply_since is not None:
             self.awaiting_reply_since = now
         replay, self._replay = self._replay, []
-        if replay:
-            self.awaiting_reply_since = now
+        if any(not isinstance(item, ClientTurns) or item.turn_complete for item in replay):
+            self.awaiting_reply_since = now  # it asks for a reply (context alone does not)
         return [ToUpstream(item) for item in replay]
 
     # -------------------------------------------------------------- durable facts

@@ -27,7 +27,14 @@ made). Instead, the result goes to the new connection as context the model
 reads: a short user-role note saying which tool ran, with what, and what it
 returned. The same holds for results that reached the old connection but that
 no handle since covers. A typed turn the model has not finished answering, and
-that no handle covers, is sent again on the new connection.
+that no handle covers, is sent again on the new connection; unless the model
+called tools for it and results are told with it: then it is told as what was
+said, not asked (asked, the model would call them again), and the results ask
+for the answer. Results the model already answered from are told as context
+that asks nothing (on families that take client content mid-session). Such
+context is told on each new connection until a handle holds it: a resumable
+handle that came after it, when it was sent while the model had nothing going
+whose end the service could mark with a handle taken before it arrived.
 """
 
 from __future__ import annotations
@@ -217,6 +224,7 @@ class SessionCore(Handover, ToolRules):
         # Typed turns sent that no handle holds yet and the model has not answered.
         self._owed: list[types.Content] = []
         self._answerable = 0  # how many of them the reply in progress answers
+        self._answering_calls: list[str] = []  # the results it follows (their calls)
         self._generated: list[types.Content] = []  # answered by a generation whose turn is open
         # Content went to the model and it has not acted since (no reply or call
         # began): a handle now may predate that content.
@@ -230,7 +238,11 @@ class SessionCore(Handover, ToolRules):
         # Client content that completed no turn (appended to the conversation)
         # and that no handle holds yet: told again to a new connection.
         self._appended: list[ClientTurns] = []
+        self._held_by_next: list[ClientTurns] = []  # of those, what the next handle holds
         self._retold: list[ClientTurns] = []
+        # A turn of the connection ended (or a call of it was cancelled) and no
+        # resumable handle came since: one may be on its way.
+        self._handle_due = False
         self.max_image_bytes = max_image_bytes
         self.max_image_rate = max_image_rate
         self._image_burst = max(1, round(max_image_rate))
@@ -498,10 +510,12 @@ class SessionCore(Handover, ToolRules):
                 self._reply_transcribed = True
         if response.cancelled_tool_call_ids:
             actions.extend(self._cancel_tools(response.cancelled_tool_call_ids))
+            self._handle_due = True
         if response.generation_complete:
             actions.append(SendEvent(GenerationComplete()))
         if response.turn_complete or response.interrupted:
             self._reply_ended()
+            self._handle_due = True
         if response.waiting_for_input:
             # The model waits for more of the user's words: it owes no reply yet,
             # and nothing is to be sent again (not a stall).
@@ -519,6 +533,7 @@ class SessionCore(Handover, ToolRules):
             self._generated = self._owed[: self._answerable]
             del self._owed[: self._answerable]
             self._answerable = 0
+            self._results_answered()
         usage = response.usage_metadata
         if usage is not None:
             self.tokens_used += usage.total_token_count or 0
@@ -529,6 +544,7 @@ class SessionCore(Handover, ToolRules):
                 self._owed[:0] = self._generated
             elif self.turn is TurnState.RESPONDING:
                 del self._owed[: self._answerable]  # answered: the turns sent before the reply
+                self._results_answered()
             self._generated = []
             self._answerable = 0
             self.turn = TurnState.LISTENING
@@ -564,9 +580,14 @@ class SessionCore(Handover, ToolRules):
         once the model has acted on the last of it (a reply or a call began
         after it was sent). Before that, the handle may have been taken as
         that content was on its way: it is kept to resume from, and what was
-        sent stays owed."""
+        sent stays owed. Context that asks nothing, sent while the model was
+        quiet, is held by the next handle (see `_client_turns_sent`)."""
         self.resumption_handle = handle
+        self._handle_due = False
+        held, self._held_by_next = self._held_by_next, []
         if self._sent_unseen:
+            # Context sent to a quiet model arrived before this handle was taken.
+            self._appended = [c for c in self._appended if not any(c is h for h in held)]
             return
         self._owed.clear()
         self._appended.clear()
@@ -634,6 +655,11 @@ class SessionCore(Handover, ToolRules):
         """A reply begins: it can answer the typed turns sent before it, not later ones."""
         self.turn = TurnState.RESPONDING
         self._answerable = len(self._owed)
+        epoch = self.epoch
+        self._answering_calls = [
+            i for i, c in self.tools.items()
+            if c.sent_epoch == epoch and c.response is not None and not c.covered and not c.replied
+        ]
         self._sent_unseen = False
 
     @property
@@ -651,6 +677,12 @@ class SessionCore(Handover, ToolRules):
             and not self.interaction_busy
             and not self.pending_tool_calls
         )
+
+    def _quiet(self) -> bool:
+        """Nothing on the connection can end with a handle the model takes before
+        what is sent now arrives: no turn going, owed or ended with its handle
+        still to come, no call of it unanswered, the user not speaking."""
+        return self.at_safe_point and not self.call_owed and not self._handle_due
 
     def stalled(self, now: float, timeout: float) -> bool:
         """The model owes a reply (to a user turn or a tool result) for too long."""

@@ -38,6 +38,10 @@ class ToolCall:
     sent_epoch: int | None = None  # the epoch whose connection took the response
     covered: bool = False  # a resumable handle issued after the response holds it
     told: bool = False  # its result reached a model connection (and the transcript)
+    # The typed turns owed an answer when the model made this call: the call
+    # acts on them, so they are never asked again (the call would run again).
+    asked: tuple[Any, ...] = ()
+    replied: bool = False  # the model answered after taking its result
 
 
 def function_response_content(

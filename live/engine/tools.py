@@ -43,6 +43,7 @@ class ToolRules:
     awaiting_reply_since: float | None
     transcript: Transcript
     _sent_unseen: bool
+    _owed: list[types.Content]
 
     def _end_interruption(self) -> None: ...
 
@@ -110,7 +111,10 @@ class ToolRules:
         runs_on = "server" if name in self.server_tools else "client"
         self._forget_closed_calls()
         args = dict(call.args or {})
-        self.tools[call_id] = ToolCall(name=name, runs_on=runs_on, args=args, epoch=self.epoch)
+        # Like a reply, a call acts on the typed turns sent before it.
+        self.tools[call_id] = ToolCall(
+            name=name, runs_on=runs_on, args=args, epoch=self.epoch, asked=tuple(self._owed)
+        )
         self.transcript.call(name, args)
         self._update_hold()
         event = SendEvent(ToolCallEvent(call_id, name, args, runs_on))
