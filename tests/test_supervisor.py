@@ -193,6 +193,31 @@ def test_every_backend_tried_without_an_answer_gives_up_and_an_answer_forgets_th
     assert isinstance(back, Move) and back.target in (A, C)
 
 
+def test_when_every_backend_failed_for_a_passing_cause_the_session_goes_round_again_until_its_budget_ends():
+    """A backend refusing connects now (an outage) while the others failed for a
+    moment earlier: the session goes back to the healthiest other one, after a
+    backoff, instead of spending every attempt on the one refusing now."""
+    refused = UnreachableError("could not reach the Live endpoint: ConnectionRefusedError")
+    s = pooled(max_failures=3)
+    assert s.reconnect_failed(0.0, refused, has_handle=False).target == B
+    assert s.reconnect_failed(0.1, refused, has_handle=False).target == C
+    rounds = []
+    now = 0.2
+    while isinstance(next_step := s.reconnect_failed(now, refused, has_handle=False), Move):
+        rounds.append((next_step.target, next_step.delay))
+        now += 1.0
+    # Back to A, then B, then C, each after a longer wait: never twice in a row where it just failed.
+    assert [t for t, _ in rounds] == [A, B, C]
+    assert [d for _, d in rounds] == [0.25, 0.5, 1.0]
+    assert isinstance(next_step, GiveUp)  # the budget of reconnects is spent: the session ends
+    # An answer on the way forgets the tries and the budget.
+    s = pooled(max_failures=3)
+    for now in (0.0, 0.1, 0.2):
+        s.reconnect_failed(now, refused, has_handle=False)
+    s.useful()
+    assert s.reconnect_failed(5.0, refused, has_handle=False).delay == 0.0
+
+
 def test_the_first_connection_moves_down_the_pool_and_a_refused_context_does_not():
     s = pooled()
     moved = s.start_failed(0.0, QUOTA)

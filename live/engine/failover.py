@@ -33,13 +33,17 @@ from live.errors import (
     UnreachableError,
 )
 
-__all__ = ["AT_ONCE", "CAUSES", "Failover", "backend_key", "failure_cause", "failure_label", "model_key"]
+__all__ = ["AT_ONCE", "CAUSES", "LASTING", "Failover", "backend_key", "failure_cause", "failure_label", "model_key"]
 
 CAUSES: Final = ("quota", "model_missing", "unreachable", "refused", "unavailable", "breaker_open")
 """Why a session moved, as metric labels (a closed set)."""
 
 # Causes that say the backend cannot serve anyone now: its breaker opens at once.
 AT_ONCE: Final = frozenset({"quota", "refused"})
+
+# Causes that last (a key's quota, a model a backend does not serve, a key it
+# refuses): a session they met on every target does not go round again.
+LASTING: Final = frozenset({"quota", "model_missing", "refused"})
 
 
 def backend_key(target: Target) -> str:
@@ -82,6 +86,8 @@ class Failover:
         self._health: dict[str, Breaker] = {}
         self._health_now = 0.0  # the store's clock when the breakers were read
         self._tried: set[Target] = set()  # failed since the last useful connection
+        self._moves = 0
+        self._left_at: dict[Target, int] = {}  # the move each target was last left at
 
     @property
     def single(self) -> bool:
@@ -116,7 +122,16 @@ class Failover:
         """Where to move from the current target (marked tried): the healthiest
         untried one, or None when every target was tried."""
         self._tried.add(self.current)
+        self._moves += 1
+        self._left_at[self.current] = self._moves
         return self._best([t for t in self.targets if t not in self._tried])
+
+    def another_round(self) -> Target:
+        """Every target was tried: the healthiest one other than the current
+        (the one tried longest ago among equals), the others tried anew from here."""
+        self._tried = {self.current}
+        others = [t for t in self.targets if t != self.current]
+        return min(others, key=lambda t: (self.rank(t), self._left_at.get(t, -1)), default=self.current)
 
     def moved(self, target: Target) -> None:
         self.current = target

@@ -61,7 +61,7 @@ import math
 from typing import TypeAlias
 
 from live.backends import Target
-from live.engine.failover import Failover, failure_cause
+from live.engine.failover import LASTING, Failover, failure_cause
 from live.errors import (
     ConfigurationError,
     InvalidArgumentError,
@@ -195,6 +195,7 @@ class Supervisor:
         self.failover = failover
         self.retries_here = retries_here
         self._failed_here = 0  # reconnects that failed on the current target, in a row
+        self._going_round = False  # every target failed since the last answer: moves are paid for
 
     def connected(self, now: float) -> None:
         """A connection is up (the first, or a resumed one)."""
@@ -278,19 +279,39 @@ class Supervisor:
         """The connection in use answered a turn or gave a resumable handle."""
         self.policy.useful()
         self._failed_here = 0
+        self._going_round = False
         if self.failover is not None:
             self.failover.useful()
 
     def _move(self, now: float, why: str, cause: str) -> Move | None:
         """A move to the healthiest target not tried since the last useful
         connection, or None (no pool, or nowhere left). The budget of
-        reconnects starts again there."""
+        reconnects starts again there.
+
+        When every target failed since then, a passing failure (unreachable,
+        unavailable, a breaker open) may be over at one tried earlier: the
+        session goes round the pool again, healthiest first, rather than spend
+        every attempt on the target failing now; but from then on each move
+        waits its backoff and is paid from the budget, so the rounds end when
+        it does. A lasting failure (quota, a model missing, a refused key) on
+        every target ends the session.
+        """
         failover = self.failover
         if failover is None or failover.single:
             return None
         target = failover.next_target()
         if target is None:
-            return None
+            if cause in LASTING:
+                return None
+            target = failover.another_round()
+            self._going_round = True
+        if self._going_round:
+            delay = self.policy.failed(now)
+            if delay is None:
+                return None
+            failover.moved(target)
+            self._failed_here = 0
+            return Move(f"{why}; every backend failed since the last answer: trying {target} again", cause, target, delay)
         failover.moved(target)
         self.policy.failures = 0
         self._failed_here = 0
