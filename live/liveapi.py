@@ -41,6 +41,8 @@ __all__ = [
     "TOP_LEVEL",
     "UNAVAILABLE",
     "UNREGISTERED",
+    "VERTEX_BAD_CREDENTIAL",
+    "VERTEX_NO_CREDENTIAL",
     "b64decode",
     "check_video",
     "duration_text",
@@ -51,6 +53,7 @@ __all__ = [
     "route",
     "routes",
     "unknown_field",
+    "vertex_not_found",
 ]
 
 
@@ -175,6 +178,17 @@ UNREGISTERED = (
 )
 BAD_KEY = "API key not valid. Please pass a valid API key."
 BAD_TOKEN = "The ephemeral auth token is invalid or has expired."
+# Vertex AI takes Google Cloud credentials (an OAuth 2 access token as
+# `Authorization: Bearer`): a request without one, or with one that is wrong or
+# expired, is UNAUTHENTICATED ("The request does not have valid authentication
+# credentials for the operation": google.rpc.Code), in Google Cloud's words for
+# each (as its REST APIs, aiplatform's among them, answer them).
+_OAUTH_EXPECTED = (
+    "Expected OAuth 2 access token, login cookie or other valid authentication credential."
+    " See https://developers.google.com/identity/sign-in/web/devconsole-project."
+)
+VERTEX_NO_CREDENTIAL = "Request is missing required authentication credential. " + _OAUTH_EXPECTED
+VERTEX_BAD_CREDENTIAL = "Request had invalid authentication credentials. " + _OAUTH_EXPECTED
 TOP_LEVEL = {
     "setup": "setup",
     "clientContent": "clientContent",
@@ -235,6 +249,16 @@ def not_found(model: str, version: str) -> str:
         f"{model} is not found for API version {version}, or is not supported for"
         " bidiGenerateContent. Call ListModels to see the list of available models"
         " and their supported methods."
+    )
+
+
+def vertex_not_found(model: str) -> str:
+    """Vertex AI's words for a model it does not serve (its Live close 1008
+    quotes them, cut at 123 bytes: google/adk-python#3314)."""
+    return (
+        f"Publisher Model `{model}` was not found or your project does not have access to it."
+        " Please ensure you are using a valid model version. For more information, see:"
+        " https://cloud.google.com/vertex-ai/generative-ai/docs/learn/model-versions"
     )
 
 

@@ -14,7 +14,7 @@ A block that cannot run here says why just above it:
 directives give a block what it needs: `emulator` (the Live emulator, with
 GOOGLE_GEMINI_BASE_URL, SSL_CERT_FILE and a key set, as `live emulator` says
 to export), `endpoint` (a server with the Live API's own endpoint over TLS, a
-token in LIVE_TOKEN and a mint key in LIVE_MINT_KEY), `pipecat` (Python from
+fresh token in LIVE_TOKEN for each block and a mint key in LIVE_MINT_KEY), `pipecat` (Python from
 tests/.pipecat-venv, where ./test installs Pipecat). Only shell blocks may be
 skipped; every Python block runs.
 """
@@ -214,16 +214,18 @@ class Page:
             "live serve --gemini-endpoint", SERVING, env=env, shell=False,
         )
         self.helpers.append(proc)
-        token = subprocess.run(["live", "token", f"--secret={env['LIVE_TOKEN_SECRET']}", "--ttl", "300"],
-                               cwd=self.folder, env=env, capture_output=True, text=True, check=True).stdout.strip()
-        return dict(env, LIVE_TOKEN=token, SSL_CERT_FILE=str(self.folder / "ca.pem"))
+        return dict(env, SSL_CERT_FILE=str(self.folder / "ca.pem"))
 
     def env_for(self, block: Block) -> dict[str, str]:
         if block.directive == "emulator":
             return self.with_emulator()
         if block.directive == "endpoint":
             self.stop_server(block)  # the endpoint's server takes the page's port
-            return self.with_endpoint()
+            env = self.with_endpoint()
+            # A token opens one session: each app of the page gets its own, as the page says to mint one per session.
+            token = subprocess.run(["live", "token", f"--secret={env['LIVE_TOKEN_SECRET']}", "--ttl", "300"],
+                                   cwd=self.folder, env=env, capture_output=True, text=True, check=True).stdout.strip()
+            return dict(env, LIVE_TOKEN=token)
         return self.env
 
     # ------------------------------------------------------------ running

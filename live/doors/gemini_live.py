@@ -22,7 +22,8 @@ conformance table, message by message and field by field):
   (`live.doors.gemini_events`);
 - what the service would refuse ends the socket with the service's close code
   and words (1008 for a bad key or an unknown model, 1007 for a frame it
-  cannot read).
+  cannot read); on Vertex AI's path, in Vertex AI's words (Google Cloud's for
+  a missing or bad access token, its own for a model it does not serve).
 
 The server's own recovery stays invisible: a go-away or a drop upstream is
 handled by the session, and this client never hears of it.
@@ -52,12 +53,15 @@ from live.liveapi import (
     SESSION_NOT_FOUND,
     TOP_LEVEL,
     UNREGISTERED,
+    VERTEX_BAD_CREDENTIAL,
+    VERTEX_NO_CREDENTIAL,
     Route,
     get_field,
     not_found,
     route,
     routes,
     unknown_field,
+    vertex_not_found,
 )
 from live.observe.record import redact
 from live.protocol import (
@@ -151,6 +155,12 @@ class GeminiLiveDoor(FrontDoor):
 
     def credential(self) -> str | None:
         """The client's token, where the SDKs put a key or an ephemeral token."""
+        found = self._credential()
+        return found[0] if found else None
+
+    def _credential(self) -> tuple[str, bool] | None:
+        """The client's token, and whether it came as an API key (`x-goog-api-key`,
+        `?key=`) rather than as an access or ephemeral token."""
         request = self.request
         if request is None:
             return None
@@ -159,13 +169,13 @@ class GeminiLiveDoor(FrontDoor):
         auth = _one(headers.get_all("Authorization")) or ""
         scheme, _, value = auth.partition(" ")
         candidates = (
-            _one(headers.get_all("x-goog-api-key")),
-            _one(query.get("key", [])),
-            _one(query.get("access_token", [])),
-            value.strip() if scheme.lower() in ("token", "bearer") else None,
+            (_one(headers.get_all("x-goog-api-key")), True),
+            (_one(query.get("key", [])), True),
+            (_one(query.get("access_token", [])), False),
+            (value.strip() if scheme.lower() in ("token", "bearer") else None, False),
         )
-        found = next((c.strip() for c in candidates if c and c.strip()), None)
-        return found.removeprefix(EPHEMERAL_PREFIX) if found else None
+        found = next(((c.strip(), key) for c, key in candidates if c and c.strip()), None)
+        return (found[0].removeprefix(EPHEMERAL_PREFIX), found[1]) if found else None
 
     def opening(self, frame: str | bytes) -> Opening | ErrorEvent | None:
         message = _message(frame)
@@ -239,11 +249,11 @@ class GeminiLiveDoor(FrontDoor):
             raise invalid(unknown)
         name = _model_name(model, self.route)
         if name is None:
-            raise ProtocolError("model_not_found", not_found(str(model or "models/"), self.version), fatal=True)
+            raise ProtocolError("model_not_found", self._not_found(model), fatal=True)
         if not self.policy.allows_model(name):
             shown = repr(name[:100])
             hint = f"the app asked for model {shown}: allow it with --gemini-model {shown} (or the policy's models)"
-            raise ProtocolError("model_not_found", not_found(str(model), self.version), fatal=True, hint=hint)
+            raise ProtocolError("model_not_found", self._not_found(model), fatal=True, hint=hint)
         refused = setup_refusal(setup, self.family, f"models/{name}")
         if refused is not None:
             raise invalid(refused)
@@ -266,6 +276,12 @@ class GeminiLiveDoor(FrontDoor):
             turn_taking="manual" if manual else "auto",
             config=config,
         )
+
+    def _not_found(self, model: Any) -> str:
+        """The service's words for a model it does not serve, as the app named it."""
+        if self.route.vertex:
+            return vertex_not_found(str(model or ""))
+        return not_found(str(model or "models/"), self.version)
 
     # ------------------------------------------------------------------ inputs
 
@@ -305,7 +321,14 @@ class GeminiLiveDoor(FrontDoor):
         ):
             return CLOSE_POLICY, SESSION_NOT_FOUND  # no session for that handle (any more)
         if error.code == "unauthorized":
-            if self.credential() is None:
+            found = self._credential()
+            if self.route.vertex:
+                # Vertex AI takes Google Cloud credentials; an app in its
+                # express mode sends an API key, told as any API key is.
+                if found is None:
+                    return CLOSE_POLICY, VERTEX_NO_CREDENTIAL
+                return CLOSE_POLICY, BAD_KEY if found[1] else VERTEX_BAD_CREDENTIAL
+            if found is None:
                 return CLOSE_POLICY, UNREGISTERED
             return CLOSE_POLICY, BAD_TOKEN if self.constrained else BAD_KEY
         if error.code == "model_not_found":

@@ -1,0 +1,181 @@
+"""Conformance row A6 of the Live API endpoint (docs/gemini-endpoint.md,
+"Conformance"): an app on Vertex AI's path, driven by the unmodified
+google-genai client in Vertex AI mode. Only its base URL is changed; the
+access token its credentials hold is one of the server's tokens.
+
+How google-genai dials Vertex AI (`live.py`, `AsyncLive.connect`): with a
+project and a location it opens
+`wss://BASE/ws/google.cloud.aiplatform.v1beta1.LlmBidiService/BidiGenerateContent`,
+sends `Authorization: Bearer <credentials.token>`, names the model
+`projects/P/locations/L/publishers/google/models/M`, and asks for AUDIO when
+the app's config names no modality. It reads usage under Vertex AI's names
+(`_live_converters._UsageMetadata_from_vertex`: `candidatesTokenCount` and
+`candidatesTokensDetails` become `response_token_count` and
+`response_tokens_details`; the Gemini API's `responseTokenCount` is not read).
+
+What Vertex AI answers a request without valid credentials: UNAUTHENTICATED,
+"The request does not have valid authentication credentials for the
+operation" (google.rpc.Code), in Google Cloud's words for a missing and for an
+invalid or expired token ("Request is missing required authentication
+credential. …", "Request had invalid authentication credentials. …"). How its
+Live socket says it is not documented; the strictest reading: as its Live
+socket says a refused model (1008 with the REST words, cut at 123 bytes,
+google/adk-python#3314), and as the Gemini API's says a bad key (1008).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from typing import Any
+
+import anyio
+import pytest
+import trustme
+from emulated import MODEL
+from gemini_serving import (
+    AGENT,
+    CONFIG,
+    SECRET,
+    ca_fixture,  # noqa: F401 (a fixture)
+    cert_files_fixture,  # noqa: F401 (a fixture)
+    reply_audio,
+    said,
+    serving,
+    token,
+    trusted_fixture,  # noqa: F401 (a fixture)
+    turn,
+)
+from google import genai
+from google.genai import errors, types
+from google.oauth2.credentials import Credentials
+from websockets.asyncio.client import connect as ws_connect
+
+from connections.emulator import Script
+from live.access.auth import mint_token
+from live.liveapi import BAD_KEY, VERTEX_BAD_CREDENTIAL, VERTEX_NO_CREDENTIAL, vertex_not_found
+
+pytestmark = pytest.mark.anyio
+
+PROJECT, LOCATION = "shop-project", "us-central1"
+PATH = "/ws/google.cloud.aiplatform.v1beta1.LlmBidiService/BidiGenerateContent"
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
+def vertex_app(url: str, access_token: str) -> genai.Client:
+    """google-genai as a Vertex AI app builds it: a project, a location and
+    Google Cloud credentials (an access token), with only its base URL changed."""
+    return genai.Client(
+        vertexai=True,
+        project=PROJECT,
+        location=LOCATION,
+        credentials=Credentials(token=access_token),
+        http_options={"base_url": f"https://127.0.0.1:{port_of(url)}"},
+    )
+
+
+def close_words(text: str) -> str:
+    """A reason as a close frame carries it: 123 bytes at most."""
+    return text.encode()[:123].decode("utf-8", "ignore")
+
+
+async def refusal(client: genai.Client, model: str = MODEL) -> tuple[int, str]:
+    with pytest.raises(errors.APIError) as caught:
+        with anyio.fail_after(10):
+            async with client.aio.live.connect(model=model, config=CONFIG) as session:
+                await session.send_realtime_input(text="hello")
+                await turn(session)
+    return caught.value.code, caught.value.details
+
+
+async def test_A6_a_vertex_ai_app_with_bearer_credentials_is_answered_and_reads_its_usage(trusted, cert_files):
+    script = Script(speed=20, replies=["Hello from the shop."])
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = vertex_app(url, token())
+        assert client._api_client._http_options.api_version == "v1beta1"  # Vertex AI's default
+        async with client.aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_client_content(
+                turns=types.Content(role="user", parts=[types.Part(text="hello")]), turn_complete=True
+            )
+            messages = await turn(session)
+        assert said(messages) == "Hello from the shop."
+        assert len(reply_audio(messages)) > 24_000  # more than half a second of speech
+        # Usage under Vertex AI's names, which is all google-genai reads on Vertex AI.
+        [usage] = [m.usage_metadata for m in messages if m.usage_metadata]
+        assert messages[-1].server_content.turn_complete and messages[-1].usage_metadata is usage
+        assert usage.response_token_count > 0
+        assert usage.response_tokens_details and usage.response_tokens_details[0].modality == types.MediaModality.AUDIO
+        assert usage.total_token_count >= usage.response_token_count
+        # The server talked to Google on the Gemini API with its own key and model.
+        [upstream] = emu.sessions
+        assert upstream.setup["model"] == f"models/{MODEL}"
+
+
+async def test_A6_a_model_the_server_does_not_allow_is_vertex_ais_not_found_for_the_apps_path(trusted, cert_files):
+    async with serving(Script(speed=20), **cert_files) as (emu, _, url):
+        code, reason = await refusal(vertex_app(url, token()), model="gemini-2.0-flash-exp")
+        assert emu.sessions == []
+    full = f"projects/{PROJECT}/locations/{LOCATION}/publishers/google/models/gemini-2.0-flash-exp"
+    assert (code, reason) == (1008, close_words(vertex_not_found(full)))
+    assert reason.startswith(f"Publisher Model `{full}` was not found")
+
+
+async def test_A6_a_wrong_or_expired_bearer_token_is_vertex_ais_unauthenticated(trusted, cert_files):
+    forged = mint_token("another-secret-that-is-long-enough-for-hs256", agent=AGENT.name, ttl=600)
+    expired = mint_token(SECRET, agent=AGENT.name, ttl=60, now=time.time() - 3600)
+    async with serving(Script(speed=20), **cert_files) as (emu, _, url):
+        for bad in ("not-a-token", forged, expired):
+            assert await refusal(vertex_app(url, bad)) == (1008, close_words(VERTEX_BAD_CREDENTIAL)), bad
+            # A stranger hears it before anything about the models served.
+            assert await refusal(vertex_app(url, bad), model="gemini-2.0-flash-exp") == (
+                1008, close_words(VERTEX_BAD_CREDENTIAL)
+            )
+        assert emu.sessions == []  # nothing reached Google
+        # The server goes on: the next app with a good token is answered.
+        async with vertex_app(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="still there")
+            assert said(await turn(session)) == "You said: still there."
+
+
+async def test_A6_no_credentials_at_all_is_vertex_ais_missing_credential(ca: trustme.CA, cert_files):
+    """google-genai always sends a bearer token on Vertex AI (it refreshes
+    credentials without one before it dials), so this app is the WebSocket
+    tutorial's (docs.cloud.google.com/vertex-ai/generative-ai/docs/live-api/
+    get-started-websocket): a plain client on the same URL with the setup it
+    sends, here without its `Authorization` header."""
+    setup: dict[str, Any] = {
+        "setup": {
+            "model": f"projects/{PROJECT}/locations/{LOCATION}/publishers/google/models/{MODEL}",
+            "generationConfig": {"responseModalities": ["AUDIO"]},
+        }
+    }
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    async with serving(Script(speed=20), **cert_files) as (emu, _, url):
+        async with ws_connect(f"wss://127.0.0.1:{port_of(url)}{PATH}", ssl=context,
+                              additional_headers={"Content-Type": "application/json"}) as ws:
+            await ws.send(json.dumps(setup))
+            with anyio.fail_after(10):
+                await ws.wait_closed()
+        assert emu.sessions == []
+    assert (ws.close_code, ws.close_reason) == (1008, close_words(VERTEX_NO_CREDENTIAL))
+
+
+async def test_A6_an_express_mode_app_sends_an_api_key_on_vertex_ais_path(trusted, cert_files):
+    """Vertex AI's express mode: `Client(vertexai=True, api_key=...)` dials the
+    same path with `x-goog-api-key` and names the model
+    `publishers/google/models/M`; a wrong key is told as any API key is."""
+    script = Script(speed=20, replies=["Express."])
+    async with serving(script, **cert_files) as (emu, _, url):
+        def express(key: str) -> genai.Client:
+            return genai.Client(vertexai=True, api_key=key, http_options={"base_url": f"https://127.0.0.1:{port_of(url)}"})
+
+        async with express(token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="hello")
+            assert said(await turn(session)) == "Express."
+        assert await refusal(express("not-a-token")) == (1008, BAD_KEY)
+        assert len(emu.sessions) == 1
