@@ -225,18 +225,7 @@ def test_a_result_answered_on_the_connection_it_was_told_to_is_not_asked_about_a
     """The result of a call made before a drop was told to the next connection,
     which answered from it and dropped before its first handle: the one after
     asks for nothing."""
-    s = core()
-    ask(s, "What is the weather in Oslo?")
-    weather = types.FunctionCall(id="w1", name="get_weather", args={"city": "Oslo"})
-    s.model_response(LlmResponse(content=types.Content(role="model", parts=[types.Part(function_call=weather)])), now=0.5)
-    [up, _] = s.tool_finished("w1", {"sky": "snow"}, now=1.0)
-    s.content_sent(up.item)
-    s.connection_lost()
-    for action in s.connection_resumed(now=2.0):
-        s.content_sent(action.item)
-    answer(s, "It snows in Oslo.", now=2.5)
-    assert s.awaiting_reply_since is None
-    s.connection_lost()
+    s = told_the_result_then_answered_and_dropped()
     told = sent_as(s.connection_resumed(now=3.0))
     assert [reply for _, reply in told] == [False]  # the question, then the result: not asked
     assert told[0][0].startswith("What is the weather in Oslo?\n") and '"sky": "snow"' in told[0][0]
@@ -257,6 +246,7 @@ def told_the_result_then_answered_and_dropped() -> SessionCore:
     for action in s.connection_resumed(now=2.0):
         s.content_sent(action.item)
     answer(s, "It snows in Oslo.", now=2.5)
+    assert s.awaiting_reply_since is None  # answered: nothing owed
     s.connection_lost()  # e.g. 1008 on a working connection: no handle since the first
     return s
 
