@@ -27,29 +27,31 @@ __all__ = [
     "DEADLINE_EXPIRED",
     "DEFAULT_REASONS",
     "ENTITY_NOT_FOUND",
-    "Handshake",
+    "EXPLICIT_ACTIVITY",
     "INTERNAL",
     "INVALID",
     "INVALID_HANDLE",
+    "INVALID_SESSION_HANDLE",
     "NOT_IMPLEMENTED",
     "PROACTIVE_OFF_REFUSED",
-    "EXPLICIT_ACTIVITY",
-    "INVALID_SESSION_HANDLE",
-    "Route",
     "SESSION_NOT_FOUND",
     "THINKING_REFUSED",
     "TOP_LEVEL",
     "UNAVAILABLE",
     "UNREGISTERED",
+    "UNSUPPORTED_GENERATION",
     "VERTEX_BAD_CREDENTIAL",
     "VERTEX_NO_CREDENTIAL",
+    "Handshake",
+    "Route",
     "b64decode",
     "check_video",
     "duration_text",
+    "generation_refusal",
     "get_field",
+    "modalities_refused",
     "not_found",
     "rate_of",
-    "modalities_refused",
     "route",
     "routes",
     "unknown_field",
@@ -260,6 +262,36 @@ def vertex_not_found(model: str) -> str:
         " Please ensure you are using a valid model version. For more information, see:"
         " https://cloud.google.com/vertex-ai/generative-ai/docs/learn/model-versions"
     )
+
+
+# generationConfig's fields the Live API does not support, whatever the model:
+# its reference (BidiGenerateContentSetup.generationConfig) says "The following
+# fields are not supported: responseLogprobs, responseMimeType, logprobs,
+# responseSchema, stopSequence, routingConfig, audioTimestamp" (and
+# responseJsonSchema, the alternative to responseSchema, goes with it). What
+# the service answers is not quoted anywhere: its generic 1007, the strictest
+# reading.
+UNSUPPORTED_GENERATION = (
+    "responseLogprobs", "responseMimeType", "logprobs", "responseSchema",
+    "responseJsonSchema", "stopSequences", "routingConfig", "audioTimestamp",
+)
+
+
+def generation_refusal(generation: Any) -> str | None:
+    """The service's 1007 reason for a `generationConfig` the Live API refuses
+    on every model, or None: a field it does not support (above), or more than
+    one response modality ("only one response modality can be set", a
+    google-genai maintainer in googleapis/js-genai#382; googleapis/go-genai#490
+    quotes the close for AUDIO and TEXT on gemini-live-2.5-flash-preview: 1007
+    "Request contains an invalid argument.")."""
+    if not isinstance(generation or {}, Mapping):
+        return INVALID
+    if any(get_field(generation, name) is not None for name in UNSUPPORTED_GENERATION):
+        return INVALID
+    modalities = get_field(generation, "responseModalities")
+    if isinstance(modalities, list) and len(modalities) > 1:
+        return INVALID
+    return None
 
 
 def modalities_refused(asked: list[str], model: str, accepted: tuple[str, ...]) -> str:

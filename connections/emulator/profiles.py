@@ -22,6 +22,7 @@ from live.liveapi import (
     AFFECTIVE_REFUSED,
     PROACTIVE_OFF_REFUSED,
     THINKING_REFUSED,
+    generation_refusal,
     get_field,
     modalities_refused,
 )
@@ -341,8 +342,14 @@ def declared_behaviours(tools: Iterable[Any] | None) -> dict[str, str]:
 
 
 def setup_error(profile: Profile, setup: Mapping[str, Any]) -> str | None:
-    """Why this family refuses the setup (a 1007 reason), or None."""
-    gen = get_field(setup, "generationConfig") or {}
+    """Why the service refuses the setup on this family (a 1007 reason), or
+    None: what the Live API refuses on every model (`generation_refusal`),
+    then what the family refuses."""
+    gen = get_field(setup, "generationConfig")
+    refused = generation_refusal(gen)
+    if refused is not None:
+        return refused
+    gen = gen or {}
     modalities = [str(m).upper() for m in get_field(gen, "responseModalities") or []]
     if profile.audio_only and any(m != "AUDIO" for m in modalities):
         return modalities_refused(modalities, str(get_field(setup, "model")), ("AUDIO",))

@@ -14,13 +14,18 @@ from typing import Any
 import pydantic
 from google.genai import types
 
-from live.doors.gemini_policy import BUILTIN_TOOL_KINDS, GeminiPolicy, valid_function_name
+from live.doors.gemini_policy import (
+    BUILTIN_TOOL_KINDS,
+    GeminiPolicy,
+    valid_function_name,
+)
 from live.families import ModelFamily
 from live.liveapi import (
     AFFECTIVE_REFUSED,
     INVALID,
     PROACTIVE_OFF_REFUSED,
     THINKING_REFUSED,
+    generation_refusal,
     get_field,
     modalities_refused,
 )
@@ -63,25 +68,16 @@ def check_setup(setup: Mapping[str, Any], policy: GeminiPolicy) -> None:
     manual_turns(setup)
 
 
-# generationConfig's fields the Live API does not support (its reference: "The
-# following fields are not supported: ..."); what the service answers is not
-# documented: the strictest reading, its 1007.
-UNSUPPORTED_GENERATION = (
-    "responseLogprobs", "responseMimeType", "logprobs", "responseSchema",
-    "responseJsonSchema", "stopSequences", "routingConfig", "audioTimestamp",
-)
-
-
 def setup_refusal(setup: Mapping[str, Any], family: ModelFamily, model: str) -> str | None:
     """Why the service refuses this setup, its fields all known (a 1007 reason,
-    in its words), or None: a generation field the Live API does not support,
+    in its words), or None: what the Live API refuses on every model (a
+    generation field it does not support, more than one response modality),
     what the family of the model refuses."""
     generation = get_field(setup, "generationConfig")
-    if not isinstance(generation or {}, Mapping):
-        return INVALID
+    refused = generation_refusal(generation)
+    if refused is not None:
+        return refused
     generation = generation or {}
-    if any(get_field(generation, name) is not None for name in UNSUPPORTED_GENERATION):
-        return INVALID
     modalities = get_field(generation, "responseModalities")
     if isinstance(modalities, list) and modalities:
         asked = [str(m).upper() for m in modalities]
