@@ -199,3 +199,28 @@ async def test_C8_C9_proactivity_and_affective_dialog_on_v1alpha_reach_the_model
     [upstream] = emu.sessions
     assert get_field(get_field(upstream.setup, "proactivity"), "proactiveAudio") is True
     assert get_field(get_field(upstream.setup, "generationConfig"), "enableAffectiveDialog") is True
+
+
+async def test_C32_the_transcriptions_options_reach_the_model(trusted, cert_files):
+    heard = types.AudioTranscriptionConfig(language_codes=["en-US"], custom_vocabulary=["Zorblax"])
+    spoken = types.AudioTranscriptionConfig(language_codes=["fr-FR"])
+    config = CONFIG.model_copy(update={"input_audio_transcription": heard, "output_audio_transcription": spoken})
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        assert await answered(app_client(url, token()), MODEL, config) == "Hello."
+    [upstream] = emu.sessions
+    assert get_field(get_field(upstream.setup, "inputAudioTranscription"), "languageCodes") == ["en-US"]
+    assert get_field(get_field(upstream.setup, "inputAudioTranscription"), "customVocabulary") == ["Zorblax"]
+    assert get_field(get_field(upstream.setup, "outputAudioTranscription"), "languageCodes") == ["fr-FR"]
+
+
+async def test_C33_safety_settings_reach_the_model(trusted, cert_files):
+    safety = types.SafetySetting(
+        category=types.HarmCategory.HARM_CATEGORY_HARASSMENT, threshold=types.HarmBlockThreshold.BLOCK_ONLY_HIGH
+    )
+    config = CONFIG.model_copy(update={"safety_settings": [safety]})
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        assert await answered(app_client(url, token()), MODEL, config) == "Hello."
+    [upstream] = emu.sessions
+    [setting] = get_field(upstream.setup, "safetySettings")
+    assert get_field(setting, "category") == "HARM_CATEGORY_HARASSMENT"
+    assert get_field(setting, "threshold") == "BLOCK_ONLY_HIGH"
