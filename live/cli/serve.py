@@ -174,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument(
         "--drain-timeout", type=_positive(float), default=30.0, metavar="SECONDS",
         help="on SIGTERM with --redis, how long to wait for each session to reach a safe point "
-        "before handing it to another server anyway (default 30)",
+        "before handing it to another server anyway; without --redis, how long a Live API app's "
+        "session may finish its reply after the goAway it is sent (default 30)",
     )
     fleet.add_argument(
         "--max-sessions-global", type=_positive(int), metavar="N",
@@ -664,7 +665,8 @@ async def _stop_workers_with(server: LiveServer, workers: list[subprocess.Popen[
                 if worker.poll() is None:
                     worker.terminate()
             config = server.config
-            deadline = anyio.current_time() + config.shutdown_grace + config.call_drain_timeout + config.goodbye_timeout + 5
+            draining = max(config.call_drain_timeout + config.goodbye_timeout, config.drain_timeout)
+            deadline = anyio.current_time() + config.shutdown_grace + draining + 5
             for worker in workers:
                 while worker.poll() is None and anyio.current_time() < deadline:
                     await anyio.sleep(0.05)

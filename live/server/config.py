@@ -91,7 +91,9 @@ class ServerConfig:
       come back with `session.resume`; 0 ends it at once.
     - `drain_timeout`: with a shared store (`--redis`), how long a stopping
       server waits for each session to reach a safe point before it hands the
-      session to the fleet anyway.
+      session to the fleet anyway; without one, how long a Live API app's
+      session, told with the service's goAway, may finish what is in flight
+      before it ends.
     - `reattach_audio_seconds`, `reattach_events`: what a session keeps of its
       stream for a client that comes back (`live.access.reattach.ReplayBuffer`):
       beyond the first, the oldest reply audio is dropped; beyond the second,

@@ -105,22 +105,30 @@ async def park(session: SessionRunner, seconds: float, fleet: Fleet | None, here
     log.info("session %s parked for %g s (%d parked here)", session.id, seconds, len(here))
 
 
+def told_going_away(sessions: Iterable[SessionRunner]) -> list[SessionRunner]:
+    """The sessions a server stopping on its own tells it goes away: those
+    whose client is on a socket and whose door has a go-away of its own."""
+    return [
+        s
+        for s in sessions
+        if s.core is not None and s.end_reason is None and s.door.tells_going_away and s.client.ws is not None
+    ]
+
+
 async def say_going_away(sessions: Iterable[SessionRunner], seconds: float) -> None:
-    """A server stopping on its own: each client whose door has a go-away of
-    its own (the Live API's goAway, which the service sends before it closes
-    any connection) hears it, and its session is let finish what is in
-    flight, for `seconds` at most, before it ends."""
-    told = [s for s in sessions if s.core is not None and s.door.tells_going_away and s.client.ws is not None]
-    if not told:
-        return
+    """A server stopping on its own: each of `sessions` (`told_going_away`)
+    hears its door's go-away (the Live API's goAway, `timeLeft` `seconds`),
+    is let finish what is in flight (the reply, a call the app is answering)
+    for `seconds` at most, and then ends."""
 
     async def tell(session: SessionRunner) -> None:
-        async with session.client.send_lock:
-            await session.client.send_frames(session.door.going_away(seconds))
-        while not session.core.at_safe_point:
-            await anyio.sleep(0.05)
+        with anyio.move_on_after(seconds):
+            async with session.client.send_lock:
+                await session.client.send_frames(session.door.going_away(seconds))
+            while not (session.core.at_safe_point and session.outbox.empty) and session.end_reason is None:
+                await anyio.sleep(0.05)
+        session.shutdown()
 
-    with anyio.move_on_after(seconds):
-        async with anyio.create_task_group() as tg:
-            for session in told:
-                tg.start_soon(tell, session)
+    async with anyio.create_task_group() as tg:
+        for session in sessions:
+            tg.start_soon(tell, session)

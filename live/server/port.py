@@ -40,7 +40,7 @@ from live.protocol import SessionStart
 from live.observe.record import Recorder
 from live.server.backends import Backends
 from live.server.detection import EndOfTurnChecks, VoiceDetection
-from live.server.parking import ParkedSessions, say_going_away
+from live.server.parking import ParkedSessions, say_going_away, told_going_away
 from live.server.runner import SessionRunner
 from live.net.loop import tune_gc_for_serving
 from live.net.sockets import serve_with
@@ -298,16 +298,21 @@ class LiveServer(HttpRoutes, SessionAdmission, SessionResumes, Draining):
                     )
                 await self._stop.wait()
                 self._draining = True
+                # Without a fleet to carry them on, the clients whose door has a
+                # go-away of its own (a Live API app: the service's goAway before
+                # it closes a connection) hear it first, and their sessions end
+                # once what is in flight is done (within the drain's time).
+                told = [] if self.fleet is not None else told_going_away(self.sessions)
                 if self.fleet is not None:
                     await self.drain()
                 for session in list(self.sessions):
-                    if not session.door.capabilities.call or session.core is None:
+                    if (not session.door.capabilities.call or session.core is None) and session not in told:
                         session.shutdown()
-                await self.drain_calls()
+                async with anyio.create_task_group() as stopping:
+                    stopping.start_soon(say_going_away, told, config.drain_timeout)
+                    stopping.start_soon(self.drain_calls)
                 if self.fleet is not None:
                     await self.fleet.retire()
-                else:
-                    await say_going_away(self.sessions, config.shutdown_grace)
                 tg.cancel_scope.cancel()
             for session in list(self.sessions):
                 session.shutdown()
