@@ -279,14 +279,23 @@ UNSUPPORTED_GENERATION = (
 
 def generation_refusal(generation: Any) -> str | None:
     """The service's 1007 reason for a `generationConfig` the Live API refuses
-    on every model, or None: a field it does not support (above), or more than
+    on every model, or None: a field it does not support (above), more than
     one response modality ("only one response modality can be set", a
     google-genai maintainer in googleapis/js-genai#382; googleapis/go-genai#490
     quotes the close for AUDIO and TEXT on gemini-live-2.5-flash-preview: 1007
-    "Request contains an invalid argument.")."""
+    "Request contains an invalid argument."), or several speakers' voices
+    (`speechConfig.multiSpeakerVoiceConfig`: "multi_speaker_voice_config is not
+    supported in the live API", google-genai's `t_live_speech_config`, which
+    will not send it; the close is not quoted anywhere: the generic 1007, the
+    strictest reading)."""
     if not isinstance(generation or {}, Mapping):
         return INVALID
     if any(get_field(generation, name) is not None for name in UNSUPPORTED_GENERATION):
+        return INVALID
+    speech = get_field(generation, "speechConfig")
+    if speech is not None and (
+        not isinstance(speech, Mapping) or get_field(speech, "multiSpeakerVoiceConfig") is not None
+    ):
         return INVALID
     modalities = get_field(generation, "responseModalities")
     if isinstance(modalities, list) and len(modalities) > 1:

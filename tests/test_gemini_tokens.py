@@ -372,6 +372,49 @@ async def test_live_serve_mints_on_its_one_port_as_the_endpoint_page_shows(ca, c
             proc.wait()
 
 
+async def test_J2_a_backend_on_v1beta_mints_with_auth_tokens_create_and_its_app_opens_a_session(ca, cert_files):
+    """A backend whose google-genai is set to v1beta (the version the Live API's
+    guides name) posts `client.auth_tokens.create` to `/v1beta/auth_tokens`,
+    and its app, also on v1beta, opens its session with the token on v1beta's
+    Constrained path (google-genai warns that it knows tokens on v1alpha only,
+    and dials it all the same)."""
+    import signal
+    import subprocess
+    import sys
+
+    from test_phone_cli import env, free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "live.cli", "serve", "--model", "local/echo", "--gemini-endpoint",
+         "--port", str(port), *sum(([f"--{k}", v] for k, v in cert_files.items()), [])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env(LIVE_MINT_KEY=MINT_KEY, LIVE_TOKEN_SECRET=SECRET),
+    )
+    try:
+        [await anyio.to_thread.run_sync(proc.stdout.readline) for _ in range(2)]
+        minter = sdk_client(f"wss://127.0.0.1:{port}", ca, MINT_KEY, api_version="v1beta")
+        token = await create(minter, uses=1)
+        assert token.name.startswith("auth_tokens/")
+        app_v1beta = sdk_client(f"wss://127.0.0.1:{port}", ca, token.name, api_version="v1beta")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", errors.ExperimentalWarning)
+            async with app_v1beta.aio.live.connect(model="local/echo", config=CONFIG):
+                pass
+        # It was a token for one session: a second is the close for a spent token.
+        assert await refused(f"wss://127.0.0.1:{port}", ca, token.name, model="local/echo") == (1008, BAD_TOKEN)
+        # The v1beta route is the minting one, with its key checked as on v1alpha.
+        with pytest.raises(errors.ClientError) as caught:
+            await create(sdk_client(f"wss://127.0.0.1:{port}", ca, "not-the-mint-key", api_version="v1beta"))
+        assert caught.value.code == 400 and caught.value.message == BAD_KEY
+        proc.send_signal(signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=10)) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ------------------------------------------------------------------ what a token must not do
 
 

@@ -40,7 +40,7 @@ from websockets.exceptions import ConnectionClosed
 
 from connections.emulator import Emulator, Script
 from connections.emulator.client import emulator_client
-from live.liveapi import EXPLICIT_ACTIVITY
+from live.liveapi import EXPLICIT_ACTIVITY, INVALID
 
 pytestmark = pytest.mark.anyio
 
@@ -145,3 +145,18 @@ async def test_E9_a_realtime_input_field_the_service_does_not_know_is_its_1007_u
     code, reason = endpoint
     assert code == 1007 and reason.startswith("Invalid JSON payload received. Unknown name ")
     assert "'realtime_input" in reason
+
+
+async def test_C37_several_speakers_voices_are_the_services_1007(ca, cert_files):
+    """google-genai will not send them ("multi_speaker_voice_config is not
+    supported in the live API", its `t_live_speech_config`), nor does Firebase
+    AI Logic ("Multi-speaker configurations are not supported by the Live
+    API"); an app that writes its own frames is refused as the service refuses
+    a setup it does not support: the generic 1007."""
+    voices = [{"speaker": name, "voiceConfig": {"prebuiltVoiceConfig": {"voiceName": voice}}}
+              for name, voice in (("Ada", "Kore"), ("Bob", "Puck"))]
+    setup = {**SETUP, "generationConfig": {"speechConfig": {"multiSpeakerVoiceConfig": {"speakerVoiceConfigs": voices}}}}
+    async with serving(Script(speed=20), **cert_files) as (emu, _, url):
+        endpoint, service, upstream = await both(emu, url, ca, [{"setup": setup}])
+    assert upstream == 0  # refused before anything reached Google
+    assert endpoint == service == (1007, INVALID)

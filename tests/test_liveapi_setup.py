@@ -224,3 +224,30 @@ async def test_C33_safety_settings_reach_the_model(trusted, cert_files):
     [setting] = get_field(upstream.setup, "safetySettings")
     assert get_field(setting, "category") == "HARM_CATEGORY_HARASSMENT"
     assert get_field(setting, "threshold") == "BLOCK_ONLY_HIGH"
+
+
+async def test_C37_the_voice_and_its_language_reach_the_model(trusted, cert_files):
+    """`speechConfig.languageCode` (BCP-47) with a prebuilt voice: a half-cascade
+    model speaks the language set (native audio "automatically chooses the
+    appropriate language", the Live guide: the field reaches it all the same)."""
+    speech = types.SpeechConfig(
+        voice_config=types.VoiceConfig(prebuilt_voice_config=types.PrebuiltVoiceConfig(voice_name="Kore")),
+        language_code="fr-FR",
+    )
+    async with serving(Script(speed=20, replies=["Bonjour."]), **cert_files) as (emu, _, url):
+        assert await answered(app_client(url, token()), MODEL, CONFIG.model_copy(update={"speech_config": speech})) == "Bonjour."
+    [upstream] = emu.sessions
+    sent = get_field(get_field(upstream.setup, "generationConfig"), "speechConfig")
+    assert get_field(sent, "languageCode") == "fr-FR"
+    assert get_field(get_field(get_field(sent, "voiceConfig"), "prebuiltVoiceConfig"), "voiceName") == "Kore"
+
+
+async def test_C34_labels_reach_the_model(trusted, cert_files):
+    """google-genai sends `labels` in the setup on the Gemini API (on Vertex AI
+    it refuses to: "labels parameter is only supported in Gemini Developer API
+    mode"), and the service bills the session under them."""
+    config = CONFIG.model_copy(update={"labels": {"team": "support", "app": "kiosk"}})
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        assert await answered(app_client(url, token()), MODEL, config) == "Hello."
+    [upstream] = emu.sessions
+    assert get_field(upstream.setup, "labels") == {"team": "support", "app": "kiosk"}

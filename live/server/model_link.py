@@ -470,7 +470,7 @@ class ModelLink:
                 try:
                     async with anyio.create_task_group() as tg:
                         link = Connection(conn, tg.cancel_scope, self.poke)
-                        tg.start_soon(self._send_upstream, link)
+                        tg.start_soon(self._send_upstream, link, target)
                         tg.start_soon(self._receive_upstream, link)
                         task_status.started(link)
                 finally:
@@ -481,7 +481,7 @@ class ModelLink:
             if link is not None:
                 link.closed.set()
 
-    async def _send_upstream(self, link: Connection) -> None:
+    async def _send_upstream(self, link: Connection, target: Target) -> None:
         """Client input to the model, in order; an item is removed once it was sent."""
         runner = self._runner
         queue = runner.upstream
@@ -516,7 +516,7 @@ class ModelLink:
                             core.content_sent(content)
                             runner.facts_changed()
                         elif isinstance(items[0], ContextChange):
-                            await self._change_context(conn, items[0])
+                            await self._change_context(conn, items[0], target)
                         elif isinstance(items[0], (ClientTurns, RealtimeText)):
                             # The Live API's client content and realtime text,
                             # whole or not at all, as a typed turn goes.
@@ -550,10 +550,11 @@ class ModelLink:
         finally:
             link.sender_done.set()
 
-    async def _change_context(self, conn: BaseLlmConnection, change: ContextChange) -> None:
+    async def _change_context(self, conn: BaseLlmConnection, change: ContextChange, target: Target) -> None:
         """The client's own instruction or tools change: the session's config
         takes them (every later connection opens with them), and this
-        connection is told the whole instruction or tools that now hold."""
+        connection (on `target`, whose model's rules fit them) is told the
+        whole instruction or tools that now hold."""
         runner = self._runner
         new = change.config
         update = {name: getattr(new, name) for name in ("system_instruction", "tools") if getattr(new, name) is not None}
@@ -561,7 +562,7 @@ class ModelLink:
             return
         runner.client_config = (runner.client_config or types.LiveConnectConfig()).model_copy(update=update)
         runner.facts_changed()  # a session carried on elsewhere opens with them too
-        merged = self._request().live_connect_config
+        merged = self._request(target=target).live_connect_config
         instruction = merged.system_instruction if "system_instruction" in update else None
         if isinstance(instruction, str):
             instruction = types.Content(role="user", parts=[types.Part(text=instruction)])
