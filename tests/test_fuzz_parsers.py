@@ -262,6 +262,8 @@ telnyx_messages = (
 @given(frames_of(*telnyx_messages))
 @example([json.dumps({"event": "start", "start": {"call_control_id": "v3:1", "media_format": "L16"}})])
 @example([json.dumps({"event": "error", "payload": "not an object"})])
+@example([json.dumps({"event": "start", "stream_id": "s1", "start": {"call_control_id": "v3:1", "client_state": "\x80",
+                                                                     "media_format": {"encoding": "L16", "sample_rate": 16000}}})])
 def test_the_telnyx_door_answers_any_frame_with_an_error_value(frames):
     t.telnyx_door(frames)
 

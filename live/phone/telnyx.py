@@ -108,13 +108,7 @@ class TelnyxDoor(CarrierDoor):
         stream_id = str(message.get("stream_id") or "")
         if not stream_id:
             raise ProtocolError("bad_frame", "'start' names no stream_id")
-        token = None
-        state = start.get("client_state")
-        if isinstance(state, str) and state:
-            try:
-                token = base64.b64decode(state, validate=True).decode("ascii")
-            except (binascii.Error, UnicodeDecodeError):
-                token = None
+        token = _client_state(start)
         custom = start.get("custom_parameters")
         facts = {k: str(v)[:200] for k, v in custom.items()} if isinstance(custom, dict) else {}
         for name in ("from", "to", "call_session_id"):
@@ -483,5 +477,5 @@ def _client_state(payload: dict) -> str | None:
         return None
     try:
         return base64.b64decode(state, validate=True).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # not base64 (binascii.Error), not ASCII text, or not ASCII base64 at all
         return None
