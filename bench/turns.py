@@ -82,6 +82,7 @@ REPLY = (
 )  # about 5 s at the emulator's 15 characters a second
 OVER_REPLY_AFTER = 1.0  # seconds into a reply the user speaks over it
 INTERRUPTED_WITHIN = 2.5
+ACTIVITY_KEPT = 60.0  # seconds of each turn's audio kept to find onsets in: the server's longest turn
 
 
 # ---------------------------------------------------------------------------- the model's side
@@ -120,7 +121,7 @@ class TurnsSession(EmulatorSession):
 
     def heard_audio(self, data: bytes, rate: int) -> None:
         collecting = self._collecting
-        if collecting is not None and len(collecting) < 6 * 2 * RATE:
+        if collecting is not None and len(collecting) < ACTIVITY_KEPT * 2 * RATE:
             collecting += data
         super().heard_audio(data, rate)
 
@@ -222,6 +223,7 @@ class SessionRun:
     interrupted: list[float] = dataclasses.field(default_factory=list)
     reply_starts: list[float] = dataclasses.field(default_factory=list)
     turn_ends: list[float] = dataclasses.field(default_factory=list)
+    reply_bytes: int = 0  # reply audio received, PCM16 at 24 kHz
     model: TurnsSession | None = None
     mic: Mic | None = None
     error: str | None = None
@@ -245,6 +247,7 @@ class User:
         async for event in client.events():
             now = time.monotonic()
             if isinstance(event, AudioFrame):
+                run.reply_bytes += len(event.data)
                 if now - self._last_audio > 0.3:
                     run.reply_starts.append(now)
                     self._reply.set()
@@ -466,13 +469,17 @@ async def cpu(spoken: SpokenSet, mode: str, sessions: int, duration: float, cond
             def frames() -> int:
                 return sum(r.mic.sent for r in runs if r.mic is not None)
 
+            def replied() -> int:
+                return sum(r.reply_bytes for r in runs)
+
             async def measure() -> None:
                 await anyio.sleep(5.0)  # every session past its first turn
                 cpu0, _ = tree_usage(server.popen.pid)
-                t0, sent0 = time.monotonic(), frames()
+                t0, sent0, replied0 = time.monotonic(), frames(), replied()
                 await anyio.sleep(duration)
                 cpu1, rss = tree_usage(server.popen.pid)
-                measured.update(cpu=cpu1 - cpu0, seconds=time.monotonic() - t0, rss=rss, frames=frames() - sent0)
+                measured.update(cpu=cpu1 - cpu0, seconds=time.monotonic() - t0, rss=rss, frames=frames() - sent0,
+                                replied=replied() - replied0)
                 stop.set()
 
             await _sessions(runs, spoken, 1000, 0, stop, measure)
@@ -484,6 +491,9 @@ async def cpu(spoken: SpokenSet, mode: str, sessions: int, duration: float, cond
     # Per minute of audio the users really streamed: a loaded generator that
     # falls behind real time sends less, and the server has less to do.
     audio_minutes = measured["frames"] * 0.02 / 60
+    # The model's detector cuts its replies on noise, so a mode can relay less
+    # reply audio with the same users: the share of each minute it spoke.
+    reply_minutes = measured["replied"] / (2 * 24_000) / 60
     failed = [r.error for r in runs if r.error]
     return {
         "mode": mode,
@@ -492,6 +502,7 @@ async def cpu(spoken: SpokenSet, mode: str, sessions: int, duration: float, cond
         "cpu_s": round(cpu_s, 2),
         "seconds": round(elapsed, 1),
         "cpu_per_session_minute": round(cpu_s / max(audio_minutes, 1e-9), 4),
+        "reply_share": round(reply_minutes / max(audio_minutes, 1e-9), 3),
         "real_time": round(audio_minutes / (sessions * elapsed / 60), 3),
         "rss_mb": round(rss / 2**20, 1),
         "failed": failed,
@@ -520,7 +531,8 @@ def figures(runs: list[SessionRun]) -> dict[str, Any]:
     phantom = 0
     to_end: list[float] = []
     to_audio: list[float] = []
-    by_condition: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0, 0])  # paused, cut, overs, false
+    # paused, cut, overs, false barge-ins, sentences, onsets clipped
+    by_condition: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0, 0, 0, 0])
     by_kind: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])  # over-reply kind: heard, cut the reply
     by_pause: dict[float, list[int]] = collections.defaultdict(lambda: [0, 0])  # pause: sentences, cut
     failed = [r.error for r in runs if r.error]
@@ -533,6 +545,7 @@ def figures(runs: list[SessionRun]) -> dict[str, Any]:
         for said in run.said:
             if said.kind in ("paused", "whole"):
                 sentences += 1
+                by_condition[run.condition][4] += 1
                 was_cut = any(said.onset < t < said.end - 0.01 for t in closes)
                 if said.kind == "paused":
                     paused += 1
@@ -552,6 +565,7 @@ def figures(runs: list[SessionRun]) -> dict[str, Any]:
                     frame = run.mic.frames.get(said.onset_frame) if run.mic else None
                     if frame is not None and not any(frame in bytes(audio) for _, audio in model.activities):
                         clipped += 1
+                        by_condition[run.condition][5] += 1
             elif said.kind in ("backchannel", "burst"):
                 overs += 1
                 hit = any(said.onset - 0.05 <= t <= said.end + 1.0 for t in run.interrupted)
@@ -584,7 +598,10 @@ def figures(runs: list[SessionRun]) -> dict[str, Any]:
         "turns_with_no_one_speaking": phantom,
         "by_kind": {k: {"over_reply": v[0], "cut_the_reply": v[1]} for k, v in by_kind.items()},
         "by_pause": {str(k): {"paused": v[0], "cut": v[1]} for k, v in sorted(by_pause.items())},
-        "by_condition": {k: {"paused": v[0], "cut": v[1], "over_reply": v[2], "false_barge_ins": v[3]} for k, v in by_condition.items()},
+        "by_condition": {
+            k: {"paused": v[0], "cut": v[1], "over_reply": v[2], "false_barge_ins": v[3], "sentences": v[4], "onsets_clipped": v[5]}
+            for k, v in by_condition.items()
+        },
     }
 
 
@@ -621,8 +638,8 @@ def table(results: dict[str, dict[str, Any]], cpu_rows: list[dict[str, Any]]) ->
 
 
 def _cpu(c: dict[str, Any]) -> str:
-    late = "" if c["real_time"] >= 0.95 else f" ({c['real_time']:.0%} of real time)"
-    return f"{c['cpu_per_session_minute']:.3f}{late}"
+    late = "" if c["real_time"] >= 0.95 else f", {c['real_time']:.0%} of real time"
+    return f"{c['cpu_per_session_minute']:.3f} (replies {c['reply_share']:.0%} of the time{late})"
 
 
 def _pp(p: dict[str, Any]) -> str:
