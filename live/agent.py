@@ -81,7 +81,8 @@ class TurnSettings:
       that interrupts the agent while it speaks; shorter speech over a reply
       (a backchannel, a cough) leaves it alone.
     - `onset_gap`: a gap that abandons speech not yet taken as a turn.
-    - `preroll`: audio before the detected onset the model gets with the turn.
+    - `preroll`: audio before the detected onset the model gets with the turn
+      (in heavy noise speech is found up to about 0.4 s after it began).
     - `threshold`: the voice detector's speech probability for speech; it
       stays speech down to `threshold - 0.15`.
     - `energy_floor_dbfs`: quieter audio is silence without running the
@@ -101,7 +102,7 @@ class TurnSettings:
     min_speech: float = 0.1
     barge_in: float = 0.8
     onset_gap: float = 0.25
-    preroll: float = 0.3
+    preroll: float = 0.5
     threshold: float = 0.5
     energy_floor_dbfs: float = -55.0
     noise_filter: bool = False
