@@ -5,7 +5,9 @@ and when: Gemini 2.5's native-audio models close the connection (1008) on any
 realtime input while a function call is unanswered, and speak only; 3.1 refuses
 client content after its initial history, and `mediaChunks`; 3.8 calls
 functions without blocking, takes client content all session, and refuses
-thinking settings and affective dialog. The session, and the Live API's
+thinking settings and affective dialog; each carries its own set of the
+service's tools (Search everywhere, code execution and URL context on the
+half-cascade 2.5 models only). The session, and the Live API's
 endpoint answering for the model it runs, read these rules here, by model
 name, instead of testing names where they act. Sources for each rule are in
 docs/emulator.md and docs/gemini-endpoint.md.
@@ -24,11 +26,24 @@ from typing import Final
 
 from google.genai import types
 
-__all__ = ["DEFAULT", "FAMILIES", "ModelFamily", "family_of", "fit_config"]
+__all__ = ["DEFAULT", "FAMILIES", "ModelFamily", "family_named", "family_of", "fit_config"]
 
 # The eight voices of the half-cascade Live models (Gemini 2.5 Live without
 # native audio); native audio and Gemini 3 speak with every prebuilt voice.
 HALF_CASCADE_VOICES: Final = frozenset({"Puck", "Charon", "Kore", "Fenrir", "Aoede", "Leda", "Orus", "Zephyr"})
+
+# The tools the service runs itself (google-genai `Tool` fields, snake_case)
+# that a family's Live models carry; function declarations go to every model.
+# The Live tools guide (ai.google.dev/gemini-api/docs/live-tools) lists, for
+# Gemini 3.1 Flash Live and 2.5 Flash Live (native audio): "Search: Supported;
+# Function calling: Supported; Google Maps: Not supported; Code execution: Not
+# supported; URL context: Not supported". Its older versions marked code
+# execution and URL context "Yes" for the half-cascade 2.5 models. Kinds the
+# guide does not list for Live (Search as retrieval, File Search, computer
+# use, MCP servers, Vertex AI's retrieval and web searches) are taken as not
+# carried by any family: the strictest reading.
+SEARCH_ONLY: Final = frozenset({"google_search"})
+HALF_CASCADE_TOOLS: Final = frozenset({"google_search", "code_execution", "url_context"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,6 +72,8 @@ class ModelFamily:
     - `blocking_calls`: functions may be declared BLOCKING (3.8 extended
       thinking calls functions only asynchronously).
     - `voices`: the prebuilt voices it speaks with (None: any).
+    - `service_tools`: the tools the service runs itself that it carries
+      (None: any); a setup that declares another is refused (1007).
 
     What else differs (non-blocking calls, `interactionStatus`) the session
     reads from the messages themselves, on any model.
@@ -74,9 +91,10 @@ class ModelFamily:
     context_update: bool = False
     blocking_calls: bool = True
     voices: frozenset[str] | None = None
+    service_tools: frozenset[str] | None = SEARCH_ONLY
 
 
-DEFAULT: Final = ModelFamily("default", context_update=True)
+DEFAULT: Final = ModelFamily("default", context_update=True, service_tools=None)
 """Models that are not Gemini (local/echo, local/voice): no restriction."""
 
 _GEMINI_3_ON = ModelFamily("gemini-3", client_content_mid_session=False, history_flag=True, media_chunks=False)
@@ -104,7 +122,7 @@ FAMILIES: Final[tuple[tuple[re.Pattern[str], ModelFamily], ...]] = (
     (re.compile(r"^(?:models/)?gemini-(?:[3-9]|[1-9]\d+)(?!\d)"), _GEMINI_3_ON),
     (re.compile(r"native-audio"),
      ModelFamily("gemini-2.5-native-audio", realtime_input_while_call_owed=False, modalities=("AUDIO",))),
-    (re.compile(r"gemini"), ModelFamily("gemini-2.5", voices=HALF_CASCADE_VOICES)),
+    (re.compile(r"gemini"), ModelFamily("gemini-2.5", voices=HALF_CASCADE_VOICES, service_tools=HALF_CASCADE_TOOLS)),
 )
 
 
@@ -116,13 +134,21 @@ def family_of(model: str) -> ModelFamily:
     return DEFAULT
 
 
+def family_named(name: str) -> ModelFamily:
+    """The family called `name` (as `ModelFamily.name`), or DEFAULT."""
+    for _, family in FAMILIES:
+        if family.name == name:
+            return family
+    return DEFAULT
+
+
 def fit_config(
     config: types.LiveConnectConfig, family: ModelFamily, *, voice: str | None = None
 ) -> tuple[types.LiveConnectConfig, list[str]]:
     """`config` as `family` takes it, and what was changed (for the log).
 
     Settings the family refuses are left out (the model's own default
-    applies); BLOCKING declarations become unset where calls cannot block; a
+    applies), and so are the service's tools it does not carry; BLOCKING declarations become unset where calls cannot block; a
     voice the family does not have becomes `voice` (a backend's), or the
     model's default. `config` itself is not changed.
     """
@@ -160,6 +186,23 @@ def fit_config(
                 declarations.append(declaration)
             tools.append(tool.model_copy(update={"function_declarations": declarations}) if declarations else tool)
         update["tools"] = tools
+    if family.service_tools is not None and config.tools:
+        kept, dropped = [], []
+        for tool in update.get("tools", config.tools):
+            refused = [
+                name for name in type(tool).model_fields
+                if name != "function_declarations" and getattr(tool, name) is not None
+                and name not in family.service_tools
+            ]
+            if refused:
+                dropped.extend(refused)
+                tool = tool.model_copy(update=dict.fromkeys(refused))
+                if all(getattr(tool, name) is None for name in type(tool).model_fields):
+                    continue
+            kept.append(tool)
+        if dropped:
+            update["tools"] = kept
+            changed.extend(f"tool {name}" for name in dropped)
     speech = config.speech_config
     prebuilt = speech.voice_config.prebuilt_voice_config if speech and speech.voice_config else None
     current = prebuilt.voice_name if prebuilt is not None else None

@@ -54,6 +54,7 @@ __all__ = [
     "rate_of",
     "route",
     "routes",
+    "tools_refusal",
     "unknown_field",
     "vertex_not_found",
 ]
@@ -300,6 +301,25 @@ def generation_refusal(generation: Any) -> str | None:
     modalities = get_field(generation, "responseModalities")
     if isinstance(modalities, list) and len(modalities) > 1:
         return INVALID
+    return None
+
+
+def tools_refusal(tools: Any, carried: frozenset[str] | None) -> str | None:
+    """The service's 1007 reason for a `tools` list that declares a tool the
+    service runs itself (Search, code execution, URL context, Maps, ...) which
+    the model's family does not carry (`carried`, snake_case `Tool` field
+    names; None: any), or None. Function declarations go to every model. Which
+    kinds each family carries is `live.families`'; what the service answers
+    for another is not quoted anywhere: its generic 1007, the strictest reading."""
+    if carried is None or not isinstance(tools, list):
+        return None
+    for tool in tools:
+        if not isinstance(tool, Mapping):
+            continue
+        for key, value in tool.items():
+            name = _SNAKE.sub(lambda m: "_" + m.group(1).lower(), str(key))
+            if name != "function_declarations" and value is not None and name not in carried:
+                return INVALID
     return None
 
 

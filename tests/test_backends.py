@@ -117,6 +117,27 @@ def test_a_move_to_another_family_fits_the_settings_that_family_refuses():
     assert unchanged is config and nothing == []
 
 
+def test_a_move_to_a_family_that_does_not_carry_a_service_tool_leaves_that_tool_out():
+    """The Live tools guide: code execution and URL context on the half-cascade
+    2.5 models only; Search and functions everywhere."""
+    config = types.LiveConnectConfig(
+        tools=[
+            types.Tool(function_declarations=[types.FunctionDeclaration(name="f")]),
+            types.Tool(google_search=types.GoogleSearch(), code_execution=types.ToolCodeExecution()),
+            types.Tool(url_context=types.UrlContext()),
+        ]
+    )
+    on_31, changed = fit_config(config, family_of("gemini-3.1-flash-live-preview"))
+    assert on_31.tools == [
+        types.Tool(function_declarations=[types.FunctionDeclaration(name="f")]),
+        types.Tool(google_search=types.GoogleSearch()),
+    ]
+    assert changed == ["tool code_execution", "tool url_context"]
+    assert len(config.tools) == 3 and config.tools[1].code_execution is not None  # the agent's own is untouched
+    same, nothing = fit_config(config, family_of("gemini-live-2.5-flash-preview"))
+    assert same is config and nothing == []
+
+
 def test_an_agent_carries_its_pool():
     pool = BackendPool((Backend("a"),))
     assert Agent(name="a", model="gemini-live-2.5-flash-preview", backends=pool).backends is pool

@@ -101,6 +101,7 @@ UNKNOWN_SETUPS = {
     "a nested name": {**SETUP, "generationConfig": {"voiceName": "Puck"}},  # belongs in speechConfig
     "in a list": {**SETUP, "tools": [{"functionDeclarations": [{"name": "f", "returns": {}}]}]},
     "Vertex AI's only": {**SETUP, "explicitVadSignal": True},
+    "Vertex AI's only, nested": {**SETUP, "sessionResumption": {"transparent": True}},
     "v1alpha's only, on v1beta": {**SETUP, "proactivity": {"proactiveAudio": True}},
 }
 

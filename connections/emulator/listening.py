@@ -18,6 +18,7 @@ from typing import Any
 from connections.emulator import synth
 from connections.emulator.script import VideoFrame
 from connections.emulator.wire import AUDIO_TOKENS_PER_S, MAX_AUDIO, MAX_FRAMES, text_of, token_count
+from live.families import family_named
 from live.liveapi import (
     EXPLICIT_ACTIVITY,
     INVALID,
@@ -26,6 +27,7 @@ from live.liveapi import (
     check_video,
     get_field,
     rate_of,
+    tools_refusal,
     unknown_field,
 )
 
@@ -179,6 +181,10 @@ class Listening:
         unknown = unknown_field("context_update", body, self.route) if isinstance(body, Mapping) else INVALID
         if unknown is not None or not self.profile.context_update:
             self._close(1007, unknown or 'Invalid JSON payload received. Unknown name "contextUpdate": Cannot find field.')
+            return
+        refused = tools_refusal(get_field(get_field(body, "tools"), "tools"), family_named(self.profile.family).service_tools)
+        if refused is not None:
+            self._close(1007, refused)
             return
         instruction = get_field(body, "systemInstruction")
         if instruction is not None:

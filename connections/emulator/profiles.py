@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from live.families import family_named
 from live.liveapi import (
     AFFECTIVE_REFUSED,
     PROACTIVE_OFF_REFUSED,
@@ -25,6 +26,7 @@ from live.liveapi import (
     generation_refusal,
     get_field,
     modalities_refused,
+    tools_refusal,
 )
 
 __all__ = [
@@ -344,9 +346,12 @@ def declared_behaviours(tools: Iterable[Any] | None) -> dict[str, str]:
 def setup_error(profile: Profile, setup: Mapping[str, Any]) -> str | None:
     """Why the service refuses the setup on this family (a 1007 reason), or
     None: what the Live API refuses on every model (`generation_refusal`),
-    then what the family refuses."""
+    then what the family refuses (a setting; a tool the service runs itself
+    that the family does not carry, as `live.families` says)."""
     gen = get_field(setup, "generationConfig")
-    refused = generation_refusal(gen)
+    refused = generation_refusal(gen) or tools_refusal(
+        get_field(setup, "tools"), family_named(profile.family).service_tools
+    )
     if refused is not None:
         return refused
     gen = gen or {}

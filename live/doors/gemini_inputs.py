@@ -26,7 +26,16 @@ from live.doors.gemini_policy import GeminiPolicy
 from live.doors.gemini_setup import app_tools, invalid, repeated
 from live.families import ModelFamily
 from live.images import IMAGE_TYPES, InvalidImage, inspect_image
-from live.liveapi import EXPLICIT_ACTIVITY, INVALID, Route, b64decode, get_field, rate_of, unknown_field
+from live.liveapi import (
+    EXPLICIT_ACTIVITY,
+    INVALID,
+    Route,
+    b64decode,
+    get_field,
+    rate_of,
+    tools_refusal,
+    unknown_field,
+)
 from live.protocol import (
     DEFAULT_INPUT_RATE,
     ActivityEnd,
@@ -231,6 +240,9 @@ class LiveApiInputs:
         """A new system instruction or new tools, on a family that takes them."""
         if not self.family.context_update:
             raise invalid('Invalid JSON payload received. Unknown name "contextUpdate": Cannot find field.')
+        refused = tools_refusal(get_field(get_field(body, "tools"), "tools"), self.family.service_tools)
+        if refused is not None:
+            raise invalid(refused)
         fields: dict[str, Any] = {}
         try:
             instruction = get_field(body, "systemInstruction")

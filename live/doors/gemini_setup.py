@@ -28,6 +28,7 @@ from live.liveapi import (
     generation_refusal,
     get_field,
     modalities_refused,
+    tools_refusal,
 )
 from live.protocol import ProtocolError
 
@@ -72,9 +73,10 @@ def setup_refusal(setup: Mapping[str, Any], family: ModelFamily, model: str) -> 
     """Why the service refuses this setup, its fields all known (a 1007 reason,
     in its words), or None: what the Live API refuses on every model (a
     generation field it does not support, more than one response modality),
-    what the family of the model refuses."""
+    what the family of the model refuses (a setting, a tool the service runs
+    itself that its models do not carry)."""
     generation = get_field(setup, "generationConfig")
-    refused = generation_refusal(generation)
+    refused = generation_refusal(generation) or tools_refusal(get_field(setup, "tools"), family.service_tools)
     if refused is not None:
         return refused
     generation = generation or {}
