@@ -343,6 +343,20 @@ async def test_live_serve_mints_on_its_post_port_and_never_logs_the_key_or_a_tok
 async def test_live_serve_mints_on_its_one_port_as_the_endpoint_page_shows(ca, cert_files):
     # docs/gemini-endpoint.md: `live serve --gemini-endpoint --certfile ...`, and
     # the backend's google-genai with the server's own port as its base_url.
+    async with live_serve(cert_files) as (port, lines):
+        assert any(f":{port}/v1alpha/auth_tokens" in line for line in lines), lines
+        token = await create(backend(port, ca), uses=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", errors.ExperimentalWarning)
+            async with app(f"wss://127.0.0.1:{port}", ca, token).aio.live.connect(model="local/echo", config=CONFIG):
+                pass
+
+
+@contextlib.asynccontextmanager
+async def live_serve(cert_files):
+    """`live serve --gemini-endpoint` as an operator starts it, with a mint key
+    and a token secret: yields its port and its first two lines of output, and
+    checks that SIGTERM stops it cleanly."""
     import signal
     import subprocess
     import sys
@@ -358,12 +372,7 @@ async def test_live_serve_mints_on_its_one_port_as_the_endpoint_page_shows(ca, c
     )
     try:
         lines = [await anyio.to_thread.run_sync(proc.stdout.readline) for _ in range(2)]
-        assert any(f":{port}/v1alpha/auth_tokens" in line for line in lines), lines
-        token = await create(backend(port, ca), uses=1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", errors.ExperimentalWarning)
-            async with app(f"wss://127.0.0.1:{port}", ca, token).aio.live.connect(model="local/echo", config=CONFIG):
-                pass
+        yield port, lines
         proc.send_signal(signal.SIGTERM)
         assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=10)) == 0
     finally:
@@ -378,21 +387,7 @@ async def test_J2_a_backend_on_v1beta_mints_with_auth_tokens_create_and_its_app_
     and its app, also on v1beta, opens its session with the token on v1beta's
     Constrained path (google-genai warns that it knows tokens on v1alpha only,
     and dials it all the same)."""
-    import signal
-    import subprocess
-    import sys
-
-    from test_phone_cli import env, free_port
-
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "live.cli", "serve", "--model", "local/echo", "--gemini-endpoint",
-         "--port", str(port), *sum(([f"--{k}", v] for k, v in cert_files.items()), [])],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env(LIVE_MINT_KEY=MINT_KEY, LIVE_TOKEN_SECRET=SECRET),
-    )
-    try:
-        [await anyio.to_thread.run_sync(proc.stdout.readline) for _ in range(2)]
+    async with live_serve(cert_files) as (port, _):
         minter = sdk_client(f"wss://127.0.0.1:{port}", ca, MINT_KEY, api_version="v1beta")
         token = await create(minter, uses=1)
         assert token.name.startswith("auth_tokens/")
@@ -407,12 +402,6 @@ async def test_J2_a_backend_on_v1beta_mints_with_auth_tokens_create_and_its_app_
         with pytest.raises(errors.ClientError) as caught:
             await create(sdk_client(f"wss://127.0.0.1:{port}", ca, "not-the-mint-key", api_version="v1beta"))
         assert caught.value.code == 400 and caught.value.message == BAD_KEY
-        proc.send_signal(signal.SIGTERM)
-        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=10)) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 # ------------------------------------------------------------------ what a token must not do
