@@ -33,6 +33,7 @@ from typing import Any
 import anyio
 import pytest
 import trustme
+from audio_fixtures import silence, tone
 from emulated import MODEL
 from gemini_serving import (
     AGENT,
@@ -179,3 +180,48 @@ async def test_A6_an_express_mode_app_sends_an_api_key_on_vertex_ais_path(truste
             assert said(await turn(session)) == "Express."
         assert await refusal(express("not-a-token")) == (1008, BAD_KEY)
         assert len(emu.sessions) == 1
+
+
+async def speak(session: Any, seconds: float = 0.4, pause: float = 0.8) -> None:
+    """The user says something, then is silent, as a microphone streams it."""
+    speech = tone(seconds) + silence(pause)
+    for i in range(0, len(speech), 3200):
+        await session.send_realtime_input(audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000"))
+        await anyio.sleep(0.01)
+
+
+async def test_C38_explicit_vad_signal_tells_a_vertex_ai_app_where_the_users_speech_starts_and_ends(trusted, cert_files):
+    """Vertex AI's own `explicitVadSignal` (google-genai LiveConnectConfig
+    `explicit_vad_signal`, which it sends on Vertex AI only: "explicit_vad_signal
+    parameter is only supported in Gemini Enterprise Agent Platform mode"):
+    ADK's RunConfig reference says it "Enables explicit voice activity detection
+    (VAD) signals from the model"; they come as the server message's
+    `voiceActivityDetectionSignal` (google-genai LiveServerMessage
+    .voice_activity_detection_signal, "Voice activity detection signal",
+    read on Vertex AI by `_LiveServerMessage_from_vertex`), whose
+    `vadSignalType` is VAD_SIGNAL_TYPE_SOS ("Start of sentence signal.") or
+    VAD_SIGNAL_TYPE_EOS ("End of sentence signal."). Here they say what the
+    model's own detection says (its `voiceActivity`); an app that did not ask
+    gets none."""
+    script = Script(speed=20, user_says=["what time is it"], replies=["Half past nine."],
+                    profile_overrides={"voice_activity_messages": True})
+    async with serving(script, **cert_files) as (emu, _, url):
+        asked = CONFIG.model_copy(update={"explicit_vad_signal": True})
+        async with vertex_app(url, token()).aio.live.connect(model=MODEL, config=asked) as session:
+            await speak(session)
+            messages = await turn(session)
+        assert said(messages) == "Half past nine."
+        signals = [m.voice_activity_detection_signal.vad_signal_type for m in messages if m.voice_activity_detection_signal]
+        assert signals == [types.VadSignalType.VAD_SIGNAL_TYPE_SOS, types.VadSignalType.VAD_SIGNAL_TYPE_EOS]
+        # The model's own voice activity reaches the app as it came, as well (row H24).
+        kinds = [m.voice_activity.voice_activity_type for m in messages if m.voice_activity]
+        assert kinds == [types.VoiceActivityType.ACTIVITY_START, types.VoiceActivityType.ACTIVITY_END]
+        # Vertex AI's field never goes to Google: the Gemini API does not know it.
+        assert "explicitVadSignal" not in emu.sessions[0].setup
+
+        async with vertex_app(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await speak(session)
+            messages = await turn(session)
+        assert said(messages) == "Half past nine."
+        assert not any(m.voice_activity_detection_signal for m in messages)
+        assert any(m.voice_activity for m in messages)
