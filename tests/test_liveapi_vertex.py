@@ -53,7 +53,7 @@ from google.genai import errors, types
 from google.oauth2.credentials import Credentials
 from websockets.asyncio.client import connect as ws_connect
 
-from connections.emulator import Script
+from connections.emulator import ReplyContext, Script
 from live.access.auth import mint_token
 from live.liveapi import BAD_KEY, VERTEX_BAD_CREDENTIAL, VERTEX_NO_CREDENTIAL, vertex_not_found
 
@@ -225,3 +225,58 @@ async def test_C38_explicit_vad_signal_tells_a_vertex_ai_app_where_the_users_spe
         assert said(messages) == "Half past nine."
         assert not any(m.voice_activity_detection_signal for m in messages)
         assert any(m.voice_activity for m in messages)
+
+
+def knows_the_name(ctx: ReplyContext) -> str:
+    """The model's answer from the conversation it holds (the emulator's history)."""
+    said_before = json.dumps(ctx.history)
+    if "my name" in ctx.user_text.lower():
+        return "Your name is Ada." if "Ada" in said_before else "I do not know your name."
+    return f"You said: {ctx.user_text}."
+
+
+async def test_C39_transparent_resumption_needs_no_resending_and_updates_carry_no_index(trusted, cert_files):
+    """Vertex AI's `sessionResumption.transparent` (google-genai
+    SessionResumptionConfig.transparent: "If set the server will send
+    `last_consumed_client_message_index` in the `session_resumption_update`
+    messages to allow for transparent reconnections"; the index is "Index of
+    last message sent by client that is included in state represented by this
+    SessionResumptionToken", so that an app "can do it without losing state by
+    buffering messages sent since last `SessionResumptionTokenUpdate`").
+
+    Here a handle stands for the session, not for a moment of it: what the
+    server read of the app's socket before it ended is in the session it
+    resumes, including what came after the last update. An index sent with an
+    update would be short of that, and an app resending after it would say it
+    twice; so the updates carry none (a documented difference), the app is
+    taken with the field, and finds after resuming what it sent before."""
+    script = Script(speed=20, replies=knows_the_name)
+    transparent = CONFIG.model_copy(update={"session_resumption": types.SessionResumptionConfig(transparent=True)})
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = vertex_app(url, token())
+        async with client.aio.live.connect(model=MODEL, config=transparent) as session:
+            await session.send_realtime_input(text="hello")
+            messages = await turn(session)
+            updates = [m.session_resumption_update for m in messages if m.session_resumption_update]
+            # Sent after the last update: no reply, so no update follows it.
+            await session.send_client_content(
+                turns=types.Content(role="user", parts=[types.Part(text="My name is Ada.")]), turn_complete=False
+            )
+        assert said(messages) == "You said: hello."
+        [handle] = {u.new_handle for u in updates if u.resumable}
+        assert all(u.last_consumed_client_message_index is None for u in updates)
+        # Back with its handle, resending nothing: the name it gave is known, once.
+        again = CONFIG.model_copy(
+            update={"session_resumption": types.SessionResumptionConfig(handle=handle, transparent=True)}
+        )
+        async with client.aio.live.connect(model=MODEL, config=again) as session:
+            await session.send_realtime_input(text="What is my name?")
+            messages = await turn(session)
+        assert said(messages) == "Your name is Ada."
+        assert all(
+            m.session_resumption_update.last_consumed_client_message_index is None
+            for m in messages
+            if m.session_resumption_update
+        )
+        [upstream] = emu.sessions  # the same conversation, on the same connection to Google
+        assert json.dumps(upstream.frames).count("My name is Ada.") == 1
