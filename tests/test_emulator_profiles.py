@@ -299,6 +299,26 @@ def test_the_last_transcript_fragments_arrive_after_turn_complete(model):
     assert "turnComplete" in d.messages("serverContent")[-1]["serverContent"]
 
 
+@pytest.mark.parametrize("model", [FLASH, G31])
+@pytest.mark.parametrize("late", [True, False])
+def test_output_transcription_finished_marks_the_fragment_that_ends_the_reply(model, late):
+    overrides = {"output_transcription_finished": True, "late_transcripts": late}
+    d = started(model, fast(profile_overrides=overrides), outputAudioTranscription={})
+    text(d, "hello there")
+    d.run()
+    pieces = d.content("outputTranscription")
+    assert "".join(p["text"] for p in pieces) == "You said: hello there."
+    assert pieces[-1]["finished"] is True and all("finished" not in p for p in pieces[:-1])
+    done = next(i for i, m in enumerate(d.messages("serverContent")) if m["serverContent"].get("turnComplete"))
+    marked = next(i for i, m in enumerate(d.messages("serverContent")) if m["serverContent"].get("outputTranscription", {}).get("finished"))
+    assert (marked >= done) is late  # the last fragment, wherever it comes
+    # Off by default, on every family.
+    d = started(model, fast(), outputAudioTranscription={})
+    text(d, "hello there")
+    d.run()
+    assert all("finished" not in p for p in d.content("outputTranscription"))
+
+
 # --- g. gemini-3.1 ---------------------------------------------------------------------------------
 
 

@@ -172,6 +172,25 @@ async def test_H12_a_transcription_the_model_marks_finished_reaches_the_app_as_i
     assert said(messages) == "Half past nine, and sunny."
 
 
+@pytest.mark.parametrize("model", [MODEL, "gemini-3.1-flash-live-preview"])  # fragments alone, and bundled with audio
+async def test_H36_an_output_transcription_the_model_marks_finished_reaches_the_app_as_it_came(trusted, cert_files, model):
+    """google-genai's Transcription.finished ("The bool indicates the end of the
+    transcription.") on the model's `outputTranscription`: a model that marks
+    the fragment ending a reply's transcript (the emulator's
+    `output_transcription_finished`) has it reach the app as it came, every
+    fragment once, that one with its flag, none put together here."""
+    reply = "It is half past nine in Paris, and the weather there is sunny and warm today."
+    script = Script(speed=20, replies=[reply], profile_overrides={"output_transcription_finished": True})
+    async with serving(script, model=model, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=model, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it in Paris?")
+            messages = await turn(session)
+    spoken = [m.server_content.output_transcription for m in messages if m.server_content and m.server_content.output_transcription]
+    assert "".join(t.text or "" for t in spoken) == reply
+    assert len(spoken) > 1 and spoken[-1].finished is True
+    assert not any(t.finished for t in spoken[:-1])
+
+
 async def test_H13_the_interaction_status_of_each_turn_reaches_the_app(trusted, cert_files):
     """google-genai's LiveServerContent.interaction_status (IN_PROGRESS, IDLE),
     sent with turnComplete by gemini-3.8 extended thinking: a filler turn

@@ -33,6 +33,7 @@ from typing import Any
 import anyio
 import pytest
 import trustme
+from audio_fixtures import silence, tone
 from emulated import MODEL
 from gemini_serving import (
     AGENT,
@@ -52,7 +53,7 @@ from google.genai import errors, types
 from google.oauth2.credentials import Credentials
 from websockets.asyncio.client import connect as ws_connect
 
-from connections.emulator import Script
+from connections.emulator import ReplyContext, Script
 from live.access.auth import mint_token
 from live.liveapi import BAD_KEY, VERTEX_BAD_CREDENTIAL, VERTEX_NO_CREDENTIAL, vertex_not_found
 
@@ -179,3 +180,103 @@ async def test_A6_an_express_mode_app_sends_an_api_key_on_vertex_ais_path(truste
             assert said(await turn(session)) == "Express."
         assert await refusal(express("not-a-token")) == (1008, BAD_KEY)
         assert len(emu.sessions) == 1
+
+
+async def speak(session: Any, seconds: float = 0.4, pause: float = 0.8) -> None:
+    """The user says something, then is silent, as a microphone streams it."""
+    speech = tone(seconds) + silence(pause)
+    for i in range(0, len(speech), 3200):
+        await session.send_realtime_input(audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000"))
+        await anyio.sleep(0.01)
+
+
+async def test_C44_explicit_vad_signal_tells_a_vertex_ai_app_where_the_users_speech_starts_and_ends(trusted, cert_files):
+    """Vertex AI's own `explicitVadSignal` (google-genai LiveConnectConfig
+    `explicit_vad_signal`, which it sends on Vertex AI only: "explicit_vad_signal
+    parameter is only supported in Gemini Enterprise Agent Platform mode"):
+    ADK's RunConfig reference says it "Enables explicit voice activity detection
+    (VAD) signals from the model"; they come as the server message's
+    `voiceActivityDetectionSignal` (google-genai LiveServerMessage
+    .voice_activity_detection_signal, "Voice activity detection signal",
+    read on Vertex AI by `_LiveServerMessage_from_vertex`), whose
+    `vadSignalType` is VAD_SIGNAL_TYPE_SOS ("Start of sentence signal.") or
+    VAD_SIGNAL_TYPE_EOS ("End of sentence signal."). Here they say what the
+    model's own detection says (its `voiceActivity`); an app that did not ask
+    gets none."""
+    script = Script(speed=20, user_says=["what time is it"], replies=["Half past nine."],
+                    profile_overrides={"voice_activity_messages": True})
+    async with serving(script, **cert_files) as (emu, _, url):
+        asked = CONFIG.model_copy(update={"explicit_vad_signal": True})
+        async with vertex_app(url, token()).aio.live.connect(model=MODEL, config=asked) as session:
+            await speak(session)
+            messages = await turn(session)
+        assert said(messages) == "Half past nine."
+        signals = [m.voice_activity_detection_signal.vad_signal_type for m in messages if m.voice_activity_detection_signal]
+        assert signals == [types.VadSignalType.VAD_SIGNAL_TYPE_SOS, types.VadSignalType.VAD_SIGNAL_TYPE_EOS]
+        # The model's own voice activity reaches the app as it came, as well (row H24).
+        kinds = [m.voice_activity.voice_activity_type for m in messages if m.voice_activity]
+        assert kinds == [types.VoiceActivityType.ACTIVITY_START, types.VoiceActivityType.ACTIVITY_END]
+        # Vertex AI's field never goes to Google: the Gemini API does not know it.
+        assert "explicitVadSignal" not in emu.sessions[0].setup
+
+        async with vertex_app(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await speak(session)
+            messages = await turn(session)
+        assert said(messages) == "Half past nine."
+        assert not any(m.voice_activity_detection_signal for m in messages)
+        assert any(m.voice_activity for m in messages)
+
+
+def knows_the_name(ctx: ReplyContext) -> str:
+    """The model's answer from the conversation it holds (the emulator's history)."""
+    said_before = json.dumps(ctx.history)
+    if "my name" in ctx.user_text.lower():
+        return "Your name is Ada." if "Ada" in said_before else "I do not know your name."
+    return f"You said: {ctx.user_text}."
+
+
+async def test_C45_transparent_resumption_needs_no_resending_and_updates_carry_no_index(trusted, cert_files):
+    """Vertex AI's `sessionResumption.transparent` (google-genai
+    SessionResumptionConfig.transparent: "If set the server will send
+    `last_consumed_client_message_index` in the `session_resumption_update`
+    messages to allow for transparent reconnections"; the index is "Index of
+    last message sent by client that is included in state represented by this
+    SessionResumptionToken", so that an app "can do it without losing state by
+    buffering messages sent since last `SessionResumptionTokenUpdate`").
+
+    Here a handle stands for the session, not for a moment of it: what the
+    server read of the app's socket before it ended is in the session it
+    resumes, including what came after the last update. An index sent with an
+    update would be short of that, and an app resending after it would say it
+    twice; so the updates carry none (a documented difference), the app is
+    taken with the field, and finds after resuming what it sent before."""
+    script = Script(speed=20, replies=knows_the_name)
+    transparent = CONFIG.model_copy(update={"session_resumption": types.SessionResumptionConfig(transparent=True)})
+    async with serving(script, **cert_files) as (emu, _, url):
+        client = vertex_app(url, token())
+        async with client.aio.live.connect(model=MODEL, config=transparent) as session:
+            await session.send_realtime_input(text="hello")
+            messages = await turn(session)
+            updates = [m.session_resumption_update for m in messages if m.session_resumption_update]
+            # Sent after the last update: no reply, so no update follows it.
+            await session.send_client_content(
+                turns=types.Content(role="user", parts=[types.Part(text="My name is Ada.")]), turn_complete=False
+            )
+        assert said(messages) == "You said: hello."
+        [handle] = {u.new_handle for u in updates if u.resumable}
+        assert all(u.last_consumed_client_message_index is None for u in updates)
+        # Back with its handle, resending nothing: the name it gave is known, once.
+        again = CONFIG.model_copy(
+            update={"session_resumption": types.SessionResumptionConfig(handle=handle, transparent=True)}
+        )
+        async with client.aio.live.connect(model=MODEL, config=again) as session:
+            await session.send_realtime_input(text="What is my name?")
+            messages = await turn(session)
+        assert said(messages) == "Your name is Ada."
+        assert all(
+            m.session_resumption_update.last_consumed_client_message_index is None
+            for m in messages
+            if m.session_resumption_update
+        )
+        [upstream] = emu.sessions  # the same conversation, on the same connection to Google
+        assert json.dumps(upstream.frames).count("My name is Ada.") == 1

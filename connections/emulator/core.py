@@ -115,7 +115,13 @@ class _Generation:
     filler: bool = False
     then: Callable[[], None] | None = None
     late: str = ""
+    late_finished: bool = False
     fail_at: int | None = None
+
+
+def _transcription(text: str, finished: bool) -> dict[str, Any]:
+    """A transcription fragment; `finished` on the one that ends its transcript."""
+    return {"text": text, "finished": True} if finished else {"text": text}
 
 
 # --- the session ---------------------------------------------------------------
@@ -589,6 +595,8 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         else:
             chunks = synth.fragments(text, size=12)
             frags = []
+        # The fragment that ends the reply's transcript, where the profile marks it.
+        mark_last = bool(frags) and self.profile.output_transcription_finished
         if frags and self.profile.late_transcripts:
             gen.late = frags.pop()
         gen.fail_at = self._dice.mid_turn(len(chunks))
@@ -602,10 +610,13 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
             self._at(t0, functools.partial(self._send, copy.deepcopy(dict(extra))), group)
         burst_s = script.chunk_ms * script.burst_chunks / 1000
         last_due = t0
+        # The chunk whose fragments end the transcript (none when the last comes late).
+        ending = -1 if gen.late or not mark_last else max(i for i, f in enumerate(per_chunk) if f)
+        gen.late_finished = bool(gen.late) and mark_last
         for i, chunk in enumerate(chunks):
             due = t0 + script.scaled((i // max(1, script.burst_chunks)) * burst_s)
             last_due = due
-            self._at(due, self._chunk_sender(gen, chunk, per_chunk[i], i == len(chunks) - 1), group)
+            self._at(due, self._chunk_sender(gen, chunk, per_chunk[i], i == len(chunks) - 1, i == ending), group)
         if not chunks or not self._bundle:
             self._at(last_due, lambda: self._send({"serverContent": {"generationComplete": True}}), group)
         self._at(max(last_due, t0 + script.scaled(duration)), lambda: self._finish(gen), group)
@@ -617,8 +628,11 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         return {blob: {mime: f"audio/pcm;rate={synth.OUTPUT_RATE}", "data": encode(chunk).decode("ascii")}}
 
     def _chunk_sender(
-        self, gen: _Generation, chunk: Any, frags: list[str], last: bool
+        self, gen: _Generation, chunk: Any, frags: list[str], last: bool, ends_transcript: bool = False
     ) -> Callable[[], None]:
+        """`ends_transcript`: its last fragment ends the reply's transcript and
+        is marked `finished` (`Profile.output_transcription_finished`)."""
+
         def send() -> None:
             if isinstance(chunk, bytes):
                 part = self._audio_part(chunk)
@@ -629,14 +643,15 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
             gen.spoken.extend(frags)
             if self._bundle:
                 if frags:
-                    content["outputTranscription"] = {"text": "".join(frags)}
+                    content["outputTranscription"] = _transcription("".join(frags), ends_transcript)
                 if last:
                     content["generationComplete"] = True
                 self._send({"serverContent": content})
             else:
                 self._send({"serverContent": content})
-                for frag in frags:
-                    self._send({"serverContent": {"outputTranscription": {"text": frag}}})
+                for k, frag in enumerate(frags):
+                    piece = _transcription(frag, ends_transcript and k == len(frags) - 1)
+                    self._send({"serverContent": {"outputTranscription": piece}})
             gen.chunks_sent += 1
             if gen.chunks_sent == gen.fail_at:
                 self._close(1011, INTERNAL)
@@ -661,7 +676,7 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         if not gen.filler:
             self._model_turns += 1
         if gen.late:
-            self._late.insert(0, {"serverContent": {"outputTranscription": {"text": gen.late}}})
+            self._late.insert(0, {"serverContent": {"outputTranscription": _transcription(gen.late, gen.late_finished)}})
         if gen.then is not None:
             self._think(gen.then)
         self._turn_complete(usage)

@@ -124,6 +124,14 @@ class Profile:
     `finished: true`, and more fragments follow it (gemini-3.1;
     google/adk-python#6045)."""
 
+    output_transcription_finished: bool = False
+    """The output transcription message that ends a reply's transcript carries
+    `finished: true` (google-genai `types.py` Transcription.finished: "The bool
+    indicates the end of the transcription."): its last fragment, wherever it
+    arrives (after `turnComplete` with `late_transcripts`). Off on every
+    family: no report says which models send it (the service rarely does;
+    peers put a final together themselves at the turn's end)."""
+
     rejects_thinking_config: bool = False
     """`generationConfig.thinkingConfig` in setup closes with 1007 (gemini-3.8:
     ai.google.dev Gemini 3.8 Live page; Vertex AI 3.8 migration guide). The

@@ -8,7 +8,10 @@ context, interim transcripts, `waitingForInput`), `toolCall`,
 `toolCallCancellation`, `usageMetadata`, `voiceActivity`,
 `sessionResumptionUpdate`. What the session says of its own recovery, and
 what the Live API has no message for, the app never hears. Vertex AI's apps
-read usage under Vertex AI's names. One connection's state; no I/O.
+read usage under Vertex AI's names, and, when they ask for them
+(`explicitVadSignal`), get Vertex AI's `voiceActivityDetectionSignal` as the
+model's own detection hears the user start and stop. One connection's state;
+no I/O.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _TURN_COMPLETE_REASONS = frozenset(reason.value for reason in types.TurnCompleteReason)
 _INTERACTION = frozenset(status.value for status in types.InteractionStatus) - {"INTERACTION_STATUS_UNSPECIFIED"}
 
+# The model's voice activity as Vertex AI's VAD signal says it (`explicitVadSignal`).
+_VAD_SIGNALS = {"ACTIVITY_START": "VAD_SIGNAL_TYPE_SOS", "ACTIVITY_END": "VAD_SIGNAL_TYPE_EOS"}
+
 # Our usage kinds, as the service names its per-modality details (Gemini API, Vertex AI).
 _DETAILS = {
     "prompt": ("promptTokensDetails", "promptTokensDetails"),
@@ -67,6 +73,9 @@ class LiveApiEvents:
         self.transcribe_output = False
         # The app asked for session resumption: it gets handles as the session goes.
         self.resumption = False
+        # A Vertex AI app asked for `explicitVadSignal`: the start and the end of
+        # the user's speech as `voiceActivityDetectionSignal` too.
+        self.vad_signal = False
         self.session_id = ""
         # The calls sent to the app and not yet answered (shared with its reader).
         self.calls: dict[str, str] = {} if calls is None else calls
@@ -163,15 +172,20 @@ class LiveApiEvents:
             return _content({"interrupted": True}), dumps(message)
         return dumps(message)
 
-    def _signal(self, fields: dict[str, Any]) -> str | None:
+    def _signal(self, fields: dict[str, Any]) -> str | tuple[str, ...] | None:
         content: dict[str, Any] = {}
         message: dict[str, Any] = {}
+        vad: str | None = None
         for name, value in fields.items():
             if name == "voice_activity":
                 activity = _wire(value)
                 if "voiceActivityType" in activity:  # the wire's name for it is `type`
                     activity["type"] = activity.pop("voiceActivityType")
                 message["voiceActivity"] = activity
+                kind = _VAD_SIGNALS.get(activity.get("type", ""))
+                if self.vad_signal and kind is not None:
+                    # Its own message: the server message holds one kind of message.
+                    vad = dumps({"voiceActivityDetectionSignal": {"vadSignalType": kind}})
             elif name == "waiting_for_input":
                 content["waitingForInput"] = True
             elif name == "url_context_metadata":
@@ -180,6 +194,8 @@ class LiveApiEvents:
                 content["interimInputTranscription"] = _wire(value)
         if content:
             message["serverContent"] = content
+        if vad is not None:
+            return dumps(message), vad
         return dumps(message) if message else None
 
     def _resumption_update(self, token: str | None) -> str | None:

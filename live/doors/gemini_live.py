@@ -261,6 +261,9 @@ class GeminiLiveDoor(FrontDoor):
         self._effective_setup = dict(setup)
         self._events.transcribe_input = get_field(setup, "inputAudioTranscription") is not None
         self._events.transcribe_output = get_field(setup, "outputAudioTranscription") is not None
+        # Vertex AI's own (an unknown name elsewhere): its VAD signals, from the
+        # model's voice activity; never sent to Google, whose Gemini API refuses it.
+        self._events.vad_signal = self.route.vertex and get_field(setup, "explicitVadSignal") is True
         manual = manual_turns(setup)
         # Only a family that seeds history this way takes `historyConfig`; 2.5
         # answers a completed seed whatever it says (Pipecat seeds it so).
