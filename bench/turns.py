@@ -480,11 +480,13 @@ async def cpu(spoken: SpokenSet, mode: str, sessions: int, duration: float, cond
             async def measure() -> None:
                 await anyio.sleep(5.0)  # every session past its first turn
                 cpu0, _ = tree_usage(server.popen.pid)
+                turns0 = await anyio.to_thread.run_sync(_turn_taking_cpu, server.port)
                 t0, sent0, replied0 = time.monotonic(), frames(), replied()
                 await anyio.sleep(duration)
                 cpu1, rss = tree_usage(server.popen.pid)
+                turns1 = await anyio.to_thread.run_sync(_turn_taking_cpu, server.port)
                 measured.update(cpu=cpu1 - cpu0, seconds=time.monotonic() - t0, rss=rss, frames=frames() - sent0,
-                                replied=replied() - replied0)
+                                replied=replied() - replied0, turns=turns1 - turns0)
                 stop.set()
 
             await _sessions(runs, spoken, 1000, 0, stop, measure)
@@ -508,10 +510,23 @@ async def cpu(spoken: SpokenSet, mode: str, sessions: int, duration: float, cond
         "seconds": round(elapsed, 1),
         "cpu_per_session_minute": round(cpu_s / max(audio_minutes, 1e-9), 4),
         "reply_share": round(reply_minutes / max(audio_minutes, 1e-9), 3),
+        "turn_taking_cpu_per_session_minute": round(measured["turns"] / max(audio_minutes, 1e-9), 4),
         "real_time": round(audio_minutes / (sessions * elapsed / 60), 3),
         "rss_mb": round(rss / 2**20, 1),
         "failed": failed,
     }
+
+
+def _turn_taking_cpu(port: int) -> float:
+    """The server's own count of the CPU its turn-taking spent (`/metrics`)."""
+    import urllib.request
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with direct.open(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("live_turn_taking_cpu_seconds_total{")
+    )
 
 
 # ---------------------------------------------------------------------------- figures
@@ -645,7 +660,9 @@ def table(results: dict[str, dict[str, Any]], cpu_rows: list[dict[str, Any]]) ->
 
 def _cpu(c: dict[str, Any]) -> str:
     late = "" if c["real_time"] >= 0.95 else f", {c['real_time']:.0%} of real time"
-    return f"{c['cpu_per_session_minute']:.3f} (replies {c['reply_share']:.0%} of the time{late})"
+    own = c.get("turn_taking_cpu_per_session_minute") or 0.0
+    turns = f", turn-taking {own:.3f}" if own else ""
+    return f"{c['cpu_per_session_minute']:.3f} (replies {c['reply_share']:.0%} of the time{turns}{late})"
 
 
 def _pp(p: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import time
 from pathlib import Path
 
 import anyio
@@ -342,6 +343,30 @@ async def test_the_server_scores_every_session_in_one_batch_per_tick():
     assert heard[1] == [1.0] * 5 and heard[2] == [1.0] * 5  # the one removed heard nothing more
     assert max(model.batches) == 3 and sum(model.batches) == 15 + 5
     assert all(s.state.max() >= 5 for s in streams[:2])  # each kept its own row of state
+
+
+@pytest.mark.anyio
+async def test_the_detectors_cpu_time_is_counted_model_runs_and_all():
+    class Busy(FakeVad):
+        def run(self, rate, inputs, state):  # 5 ms of CPU per run, on the worker thread
+            until = time.thread_time() + 0.005
+            while time.thread_time() < until:
+                pass
+            return super().run(rate, inputs, state)
+
+    counted: list[float] = []
+    detection = VoiceDetection(model=Busy, tick=0.01, on_cpu=counted.append)
+    stream = VoiceStream(RATE, RATE, floor_dbfs=-200)
+    detection.add(stream, lambda probability: None)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(detection.run)
+        stream.feed(np.concatenate([np.full(512, 100 * 1.7 ** k, "<i2") for k in range(6)]).tobytes())
+        with anyio.fail_after(5):
+            while detection.runs < 6:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert detection.cpu_seconds >= 6 * 0.005
+    assert sum(counted) == pytest.approx(detection.cpu_seconds)
 
 
 @pytest.mark.anyio

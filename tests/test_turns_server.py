@@ -79,6 +79,9 @@ async def test_a_paused_sentence_is_answered_whole_and_mm_hm_does_not_cut_the_re
         async with running(agent, gemini_for(emu)) as (server, url):
             await conversation(url, events)
             [model] = emu.sessions
+            detection_cpu = server.metrics.value("live_turn_taking_cpu_seconds_total", {"part": "voice_detection"})
+    # What the server's turn-taking cost is counted for its operator.
+    assert detection_cpu > 0
     # The model heard one turn: the whole sentence, pause and all.
     assert len(model.user_turns) == 1
     assert detection_off(model.setup)
@@ -104,6 +107,8 @@ async def test_the_same_conversation_with_the_models_own_detection_is_cut_twice(
         async with running(agent, gemini_for(emu)) as (server, url):
             await conversation(url, events, turn_taking="auto")  # the session's choice wins
             [model] = emu.sessions
+            detection_cpu = server.metrics.value("live_turn_taking_cpu_seconds_total", {"part": "voice_detection"})
+    assert detection_cpu == 0  # no session asked the server to listen
     assert len(model.user_turns) >= 2
     assert any(isinstance(e, p.TurnInterrupted) for e in events)
     assert not any(isinstance(e, (p.UserSpeaking, p.UserStopped)) for e in events)

@@ -206,6 +206,14 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.turn_taking_cpu = Counter(
+            "live_turn_taking_cpu_seconds",
+            "CPU time the server's own turn-taking spent (turn_taking server, and conversation "
+            "policies that listen for the user), by part: voice_detection (Silero's runs, the "
+            "batching, each session's handling of its scores), end_of_turn (Smart Turn).",
+            ["part"],
+            registry=r,
+        )
         self.tool_calls = Counter(
             "live_tool_calls",
             "Tool calls answered, by tool, where they ran, and outcome "

@@ -15,13 +15,17 @@ components the server owns and runs in its task group:
   refused at once (`refused`), and that session ends its turn by silence
   timing instead: an answer never holds a turn longer than the silence rule.
 
-Both load their model in a worker thread when the first session needs it.
+Both load their model in a worker thread when the first session needs it,
+and count the CPU time they spend (`cpu_seconds`, and `on_cpu` as it goes:
+the server's `live_turn_taking_cpu_seconds`), so an operator sees what the
+server's own turn-taking costs beside the rest of its work.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,8 +45,17 @@ TICK = 0.032  # one detector window
 class VoiceDetection:
     """Batched voice detection for every session of one server (see the module)."""
 
-    def __init__(self, *, model: Callable[[], Any] = Silero, tick: float = TICK, max_rounds: int = 4) -> None:
+    def __init__(
+        self,
+        *,
+        model: Callable[[], Any] = Silero,
+        tick: float = TICK,
+        max_rounds: int = 4,
+        on_cpu: Callable[[float], None] | None = None,
+    ) -> None:
         self._make_model = model
+        self._on_cpu = on_cpu
+        self.cpu_seconds = 0.0  # the model's runs, the batches' making, each session's handling of its scores
         self._model: Any = None
         self.tick = tick
         self.max_rounds = max_rounds
@@ -89,6 +102,8 @@ class VoiceDetection:
                 await anyio.sleep(max(0.0, due - now))
 
     async def _round(self) -> None:
+        spent = 0.0
+        started = time.thread_time()
         for _ in range(self.max_rounds):
             busy = False
             for rate in RATES:
@@ -98,10 +113,12 @@ class VoiceDetection:
                 busy = True
                 probabilities: Any = ()
                 if batch.streams:
-                    model = self._model
-                    probabilities, state = await anyio.to_thread.run_sync(
-                        model.run, rate, batch.inputs, batch.state, limiter=self._limiter
+                    spent += time.thread_time() - started
+                    probabilities, state, cpu = await anyio.to_thread.run_sync(
+                        self._run_model, rate, batch.inputs, batch.state, limiter=self._limiter
                     )
+                    spent += cpu
+                    started = time.thread_time()
                     batch.done(state)
                     self.runs += 1
                     self.scored += len(batch.streams)
@@ -114,7 +131,18 @@ class VoiceDetection:
                 for stream in batch.quiet:
                     self._deliver(stream, 0.0)
             if not busy:
-                return
+                break
+        self._spent(spent + time.thread_time() - started)
+
+    def _run_model(self, rate: int, inputs: np.ndarray, state: np.ndarray) -> tuple[Any, Any, float]:
+        started = time.thread_time()
+        probabilities, new_state = self._model.run(rate, inputs, state)
+        return probabilities, new_state, time.thread_time() - started
+
+    def _spent(self, seconds: float) -> None:
+        self.cpu_seconds += seconds
+        if self._on_cpu is not None:
+            self._on_cpu(seconds)
 
     def _deliver(self, stream: VoiceStream, probability: float) -> None:
         on_score = self._streams.get(stream)
@@ -136,7 +164,13 @@ class EndOfTurnChecks:
     longer `wanted()` when its turn comes (its pause ended) is skipped.
     """
 
-    def __init__(self, *, model: Callable[[], Any] | None = None, max_waiting: int = 4) -> None:
+    def __init__(
+        self,
+        *,
+        model: Callable[[], Any] | None = None,
+        max_waiting: int = 4,
+        on_cpu: Callable[[float], None] | None = None,
+    ) -> None:
         if model is None:
             from live.engine.turns.smart_turn import SmartTurn
 
@@ -152,6 +186,7 @@ class EndOfTurnChecks:
         self.refused = 0  # questions refused because `max_waiting` were waiting
         self.skipped = 0  # questions whose pause was over before their turn came
         self.cpu_seconds = 0.0
+        self._on_cpu = on_cpu
 
     def ask(
         self, audio: np.ndarray, answer: Callable[[float | None], None], wanted: Callable[[], bool]
@@ -176,6 +211,8 @@ class EndOfTurnChecks:
                         self._model = await anyio.to_thread.run_sync(self._make_model, limiter=self._limiter)
                     probability, cpu = await anyio.to_thread.run_sync(self._complete, audio, limiter=self._limiter)
                     self.cpu_seconds += cpu
+                    if self._on_cpu is not None:
+                        self._on_cpu(cpu)
                 except Exception:
                     log.exception("the end-of-turn model failed; the turn ends by silence timing")
                     probability = None
@@ -187,8 +224,6 @@ class EndOfTurnChecks:
                     log.exception("a session failed on its end-of-turn answer")
 
     def _complete(self, audio: np.ndarray) -> tuple[float, float]:
-        import time
-
         started = time.thread_time()
         probability = self._model.complete(audio)
         return probability, time.thread_time() - started

@@ -164,8 +164,9 @@ class LiveServer(HttpRoutes, SessionAdmission, SessionResumes, Draining):
         self._stop = anyio.Event()
         # The turn models every session that takes its own turns shares
         # (`turn_taking="server"`): run in the server's task group.
-        self.voice_detection = VoiceDetection()
-        self.end_of_turn = EndOfTurnChecks()
+        turn_cpu = self.metrics.turn_taking_cpu
+        self.voice_detection = VoiceDetection(on_cpu=turn_cpu.labels("voice_detection").inc)
+        self.end_of_turn = EndOfTurnChecks(on_cpu=turn_cpu.labels("end_of_turn").inc)
         self._turn_models: dict[bool, str | None] = {}
 
     def turn_models_missing(self, smart: bool) -> str | None:
