@@ -70,10 +70,12 @@ class TurnSettings:
     - `end_of_turn`: `"silence"` (silence timing alone) or `"smart"` (Smart
       Turn v3.2 listens to how the sentence ends at each pause; the
       `smart-turn` extra).
-    - `smart_check_after`, `smart_min_speech`, `smart_threshold`: the model is
-      asked once per pause, after this much silence, in a turn with at least
-      this much speech; a probability at or above the threshold ends the turn
-      at once, below it the turn waits up to `max_pause`.
+    - `smart_check_after`, `smart_min_speech`, `smart_threshold`,
+      `smart_hold_below`: the model is asked once per pause, after this much
+      silence, in a turn with at least this much speech; a probability at or
+      above `smart_threshold` ends the turn at once, one below
+      `smart_hold_below` (the sentence surely goes on) holds it up to
+      `max_pause`, and one between leaves it to `end_silence`.
     - `max_pause`: the longest pause a turn survives, whatever the model says.
     - `max_turn`: the longest turn; it then ends even while the user speaks.
     - `min_speech`: speech that opens a turn while the agent is silent.
@@ -97,6 +99,7 @@ class TurnSettings:
     smart_check_after: float = 0.3
     smart_min_speech: float = 1.0
     smart_threshold: float = 0.5
+    smart_hold_below: float = 0.1
     max_pause: float = 2.5
     max_turn: float = 60.0
     min_speech: float = 0.1
@@ -123,6 +126,8 @@ class TurnSettings:
             raise ValueError("max_pause must be at least end_silence")
         if not 0.2 <= self.threshold <= 0.95 or not 0 < self.smart_threshold < 1:
             raise ValueError("threshold must be within 0.2-0.95 and smart_threshold within 0-1")
+        if not 0 <= self.smart_hold_below <= self.smart_threshold:
+            raise ValueError("smart_hold_below must be within 0 and smart_threshold")
         if self.preroll > 1.0:
             raise ValueError("preroll is at most 1 s")
 

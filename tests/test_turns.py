@@ -116,10 +116,19 @@ def test_end_of_turn_model_ends_a_finished_sentence_early_and_waits_on_an_unfini
     turns = TurnController(settings, input_rate=RATE)
     actions = drive(turns, [(1.2, 0.9, False), (0.32, 0.0, False)])
     (check,) = [a for _, a in actions if isinstance(a, CheckEndOfTurn)]
-    assert turns.verdict(check.pause, 0.1) == []
+    assert turns.verdict(check.pause, 0.03) == []
     later = drive(turns, [(1.7, 0.0, False)])  # past end_silence: the model said wait
     assert kinds(later) == ["EndActivity(max_wait)"]
     assert later[0][0] == pytest.approx(1.2 + 2.0, abs=0.05)
+
+    # Unsure (between smart_hold_below and smart_threshold): silence decides.
+    turns = TurnController(settings, input_rate=RATE)
+    actions = drive(turns, [(1.2, 0.9, False), (0.32, 0.0, False)])
+    (check,) = [a for _, a in actions if isinstance(a, CheckEndOfTurn)]
+    assert turns.verdict(check.pause, 0.3) == []
+    later = drive(turns, [(1.7, 0.0, False)])
+    assert kinds(later) == ["EndActivity(silence)"]
+    assert later[0][0] == pytest.approx(1.2 + 1.0, abs=0.05)
 
 
 def test_without_an_answer_in_time_the_turn_ends_by_silence():

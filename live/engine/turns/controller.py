@@ -18,7 +18,7 @@ Phases: `QUIET -> ONSET -> TURN <-> PAUSE -> QUIET`. Speech opens a turn once
 it lasted `min_speech` while the agent is silent, or `barge_in` (sustained)
 while the agent speaks; shorter speech over a reply is left alone. A turn ends
 after `end_silence` of silence, or sooner when the end-of-turn model says the
-sentence is complete, or after `max_pause` when it says it is not; a turn
+sentence is complete, or after `max_pause` when it is sure it is not; a turn
 always ends (`max_pause`, `max_turn`). Time is the user's audio time, counted
 in detector windows, so a record's audio replays to the same decisions.
 """
@@ -229,7 +229,8 @@ class TurnController:
             return []
         if probability >= self.settings.smart_threshold:
             return self._end("complete")
-        self._incomplete = True
+        # Unsure: the silence rule decides. Sure the sentence goes on: hold.
+        self._incomplete = probability < self.settings.smart_hold_below
         return []
 
     def audio_ended(self) -> list[TurnAction]:
