@@ -25,6 +25,7 @@ from gemini_serving import (
     app_client,
     ca_fixture,  # noqa: F401 (a fixture)
     cert_files_fixture,  # noqa: F401 (a fixture)
+    reply_audio,
     said,
     serving,
     token,
@@ -210,3 +211,50 @@ async def test_H13_the_interaction_status_of_each_turn_reaches_the_app(trusted, 
     assert statuses == [types.InteractionStatus.IN_PROGRESS, types.InteractionStatus.IDLE]
     assert said(messages).endswith("Paris is sunny today.")
     assert said(messages) != "Paris is sunny today."  # the filler came first, in the same receive
+
+
+async def test_H26_the_session_id_an_app_reads_names_its_session_in_the_servers_logs(trusted, cert_files, caplog):
+    """google-genai's LiveServerSetupComplete.session_id ("The session id of
+    the live session."), which `connect()` keeps as `AsyncSession.session_id`:
+    each session has its own, and it is the id the server's logs name that
+    session by, so an app's report of a bad call finds it."""
+    caplog.set_level("INFO", "live.server")
+    script = Script(speed=20, replies=["First answer.", "Second answer."])
+    async with serving(script, **cert_files) as (_, _, url):
+        ids = []
+        for question in ("one", "two"):
+            async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+                await session.send_realtime_input(text=question)
+                await turn(session)
+                ids.append(session.session_id)
+    first, second = ids
+    assert first and second and first != second
+    for session_id in ids:
+        assert f"session {session_id} started" in caplog.text
+
+
+async def test_H28_generation_complete_follows_the_replys_last_audio_and_precedes_its_turn_complete(trusted, cert_files):
+    """google-genai's LiveServerContent.generation_complete: "If true,
+    indicates that the model is done generating. When model is interrupted
+    while generating there will be no generation_complete message in
+    interrupted turn, it will go through interrupted > turn_complete.\""""
+    script = Script(speed=20, replies=["It is half past nine in Paris."], chars_per_second=30)
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it?")
+            whole = await turn(session)
+            # A reply cut by the user's barge-in: no generationComplete in it.
+            await session.send_realtime_input(text="tell me more")
+            with anyio.fail_after(10):
+                async for message in session.receive():
+                    if reply_audio([message]):
+                        break
+            await session.send_realtime_input(text="stop, what day is it?")
+            cut = await turn(session)
+    done = [i for i, m in enumerate(whole) if m.server_content and m.server_content.generation_complete]
+    audio = [i for i, m in enumerate(whole) if reply_audio([m])]
+    assert len(done) == 1 and audio and audio[-1] < done[0]
+    assert whole[-1].server_content.turn_complete and done[0] < len(whole) - 1
+    assert said(whole) == "It is half past nine in Paris."
+    assert any(m.server_content and m.server_content.interrupted for m in cut)
+    assert not any(m.server_content and m.server_content.generation_complete for m in cut)
