@@ -319,6 +319,17 @@ def test_output_transcription_finished_marks_the_fragment_that_ends_the_reply(mo
     assert all("finished" not in p for p in d.content("outputTranscription"))
 
 
+def test_a_script_gives_the_turn_complete_reason_of_the_turns_it_names():
+    d = started(FLASH, fast(replies=["One.", "Two.", "Three."], turn_complete_reasons={2: "NEED_MORE_INPUT"}))
+    for words in ("a", "b", "c"):
+        text(d, words)
+        d.run()
+    ends = [m["serverContent"] for m in d.messages("serverContent") if m["serverContent"].get("turnComplete")]
+    assert [e.get("turnCompleteReason") for e in ends] == [None, "NEED_MORE_INPUT", None]
+    with pytest.raises(ValueError, match="turnCompleteReason"):
+        Script(turn_complete_reasons={1: "need more"})
+
+
 # --- g. gemini-3.1 ---------------------------------------------------------------------------------
 
 

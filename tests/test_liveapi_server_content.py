@@ -35,7 +35,7 @@ from gemini_serving import (
 from google.genai import types
 from PIL import Image as PILImage
 
-from connections.emulator import Script
+from connections.emulator import Fault, Script
 
 pytestmark = pytest.mark.anyio
 
@@ -258,3 +258,36 @@ async def test_H28_generation_complete_follows_the_replys_last_audio_and_precede
     assert said(whole) == "It is half past nine in Paris."
     assert any(m.server_content and m.server_content.interrupted for m in cut)
     assert not any(m.server_content and m.server_content.generation_complete for m in cut)
+
+
+async def test_H30_the_models_turn_complete_reason_reaches_the_app_and_the_servers_own_never_does(trusted, cert_files):
+    """google-genai's LiveServerContent.turn_complete_reason ("Reason for the
+    turn is complete.", a TurnCompleteReason such as NEED_MORE_INPUT: "Needs
+    more input from the user."): the model's reason comes with the turn it
+    ended, and a turn the model gave none has none. A reply the server cut
+    itself, when its connection to the model dropped, ends as the service
+    ends a cut reply, with no reason of the server's."""
+    script = Script(
+        speed=20,
+        replies=["It is half past nine.", "Which city do you mean?"],
+        turn_complete_reasons={2: "NEED_MORE_INPUT"},
+    )
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it?")
+            first = await turn(session)
+            await session.send_realtime_input(text="and the weather there?")
+            second = await turn(session)
+    assert said(second) == "Which city do you mean?"
+    assert first[-1].server_content.turn_complete and first[-1].server_content.turn_complete_reason is None
+    assert second[-1].server_content.turn_complete
+    assert second[-1].server_content.turn_complete_reason == types.TurnCompleteReason.NEED_MORE_INPUT
+
+    cut = Script(speed=20, replies=["It is half past nine in Paris, and sunny."], faults=[Fault("mid_generation", n=2)])
+    async with serving(cut, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it in Paris?")
+            messages = await turn(session)
+    ends = [m.server_content for m in messages if m.server_content and (m.server_content.interrupted or m.server_content.turn_complete)]
+    assert ends[-2].interrupted and ends[-1].turn_complete
+    assert not any(c.turn_complete_reason for c in ends)

@@ -679,7 +679,8 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
             self._late.insert(0, {"serverContent": {"outputTranscription": _transcription(gen.late, gen.late_finished)}})
         if gen.then is not None:
             self._think(gen.then)
-        self._turn_complete(usage)
+        reason = None if gen.filler else self.script.turn_complete_reasons.get(self._model_turns)
+        self._turn_complete(usage, reason)
         self._idle_point()
         if self._phase != "open" or (not gen.filler and self._fault("after_turn", self._model_turns)):
             return
@@ -696,11 +697,14 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
 
         self._at(self._now + self.script.scaled(self.profile.thinking_delay), run, group)
 
-    def _turn_complete(self, usage: dict[str, Any] | None = None) -> None:
-        """turnComplete (with interactionStatus where the family sends it), then
-        the transcripts that arrive after it (the first in its message, where
-        the family bundles)."""
+    def _turn_complete(self, usage: dict[str, Any] | None = None, reason: str | None = None) -> None:
+        """turnComplete (with interactionStatus where the family sends it, and
+        the script's `turnCompleteReason` for the turn), then the transcripts
+        that arrive after it (the first in its message, where the family
+        bundles)."""
         content: dict[str, Any] = {"turnComplete": True}
+        if reason is not None:
+            content["turnCompleteReason"] = reason
         if self.profile.interaction_status:
             self._in_progress = self._more_coming()
             content["interactionStatus"] = "IN_PROGRESS" if self._in_progress else "IDLE"
