@@ -330,6 +330,43 @@ def test_a_script_gives_the_turn_complete_reason_of_the_turns_it_names():
         Script(turn_complete_reasons={1: "need more"})
 
 
+def test_voice_activity_says_where_in_the_audio_the_speech_started_and_ended():
+    overrides = {"voice_activity_messages": True, "voice_activity_audio_offset": True}
+    d = started(FLASH, fast(profile_overrides=overrides, user_says=["what time is it"]))
+    d.audio(silence(0.5) + tone(0.4) + silence(1.1))
+    d.run()
+    [start, end] = [m["voiceActivity"] for m in d.messages("voiceActivity")]
+    assert (start["type"], end["type"]) == ("ACTIVITY_START", "ACTIVITY_END")
+    # Audio time, in the service's duration form: the tone starts at 0.5 s and ends at 0.9 s.
+    assert start["audioOffset"].endswith("s") and abs(float(start["audioOffset"][:-1]) - 0.5) <= 0.05
+    assert abs(float(end["audioOffset"][:-1]) - 0.9) <= 0.05
+    # Off, by default: the messages alone.
+    d = started(FLASH, fast(profile_overrides={"voice_activity_messages": True}))
+    d.audio(tone(0.4) + silence(1.1))
+    d.run()
+    assert all("audioOffset" not in m["voiceActivity"] for m in d.messages("voiceActivity"))
+
+
+def test_interim_transcripts_grow_while_the_user_speaks_for_a_client_that_asked_for_transcripts():
+    says = "I would like to know what time it is"
+    script = fast(profile_overrides={"interim_input_transcription": True, "late_transcripts": False}, user_says=[says] * 2)
+    d = started(FLASH, script, inputAudioTranscription={})
+    d.audio(tone(1.0) + silence(1.1))
+    d.run()
+    interim = [c["text"] for c in d.content("interimInputTranscription")]
+    assert len(interim) > 2 and interim[-1] == says
+    assert all(says.startswith(t) and len(t) < len(u) for t, u in zip(interim, interim[1:]))
+    first_interim = next(i for i, m in enumerate(d.messages("serverContent")) if "interimInputTranscription" in m["serverContent"])
+    first_final = next(i for i, m in enumerate(d.messages("serverContent")) if "inputTranscription" in m["serverContent"])
+    assert first_interim < first_final
+    assert "".join(p["text"] for p in d.content("inputTranscription")) == says
+    # None for a client that did not ask for transcripts.
+    d = started(FLASH, script)
+    d.audio(tone(1.0) + silence(1.1))
+    d.run()
+    assert d.content("interimInputTranscription") == []
+
+
 # --- g. gemini-3.1 ---------------------------------------------------------------------------------
 
 

@@ -291,3 +291,58 @@ async def test_H30_the_models_turn_complete_reason_reaches_the_app_and_the_serve
     ends = [m.server_content for m in messages if m.server_content and (m.server_content.interrupted or m.server_content.turn_complete)]
     assert ends[-2].interrupted and ends[-1].turn_complete
     assert not any(c.turn_complete_reason for c in ends)
+
+
+async def speak(session, speech: bytes) -> None:
+    for i in range(0, len(speech), 3200):
+        await session.send_realtime_input(audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000"))
+
+
+@pytest.mark.parametrize("asked", [True, False])
+async def test_H31_interim_transcripts_reach_an_app_that_asked_for_input_transcription(trusted, cert_files, asked):
+    """google-genai's LiveServerContent.interim_input_transcription: "Low
+    latency transcription updated while the user is speaking." The model's
+    (the emulator's `interim_input_transcription`) reach the app as they came,
+    before the turn's `inputTranscription`, and only an app that asked for
+    input transcription gets either."""
+    question = "I would like to know what time it is"
+    script = Script(speed=20, user_says=[question], replies=["Half past nine."],
+                    profile_overrides={"interim_input_transcription": True})
+    config = CONFIG if asked else CONFIG.model_copy(update={"input_audio_transcription": None})
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=config) as session:
+            await speak(session, tone(1.0) + silence(1.2))
+            messages = await turn(session)
+    assert said(messages) == "Half past nine."
+    contents = [m.server_content for m in messages if m.server_content]
+    interim = [c.interim_input_transcription.text for c in contents if c.interim_input_transcription]
+    heard = [c.input_transcription.text for c in contents if c.input_transcription]
+    if not asked:
+        assert interim == [] and heard == []
+        return
+    assert len(interim) > 2 and interim[-1] == question
+    assert all(question.startswith(t) for t in interim)
+    assert "".join(heard) == question  # the turn's own transcript, as before: the interim ones are not in it
+    first_interim = next(i for i, c in enumerate(contents) if c.interim_input_transcription)
+    first_heard = next(i for i, c in enumerate(contents) if c.input_transcription)
+    assert first_interim < first_heard
+
+
+async def test_H35_voice_activity_says_where_in_the_apps_audio_the_speech_started_and_ended(trusted, cert_files):
+    """google-genai's VoiceActivity.audio_offset: "The time voice activity
+    detected in audio time, relative to the start of the audio stream." The
+    app's audio reaches the model as it was sent, so the model's offsets (the
+    emulator's `voice_activity_audio_offset`) are the app's own audio time."""
+    script = Script(speed=20, user_says=["what time is it"], replies=["Half past nine."],
+                    profile_overrides={"voice_activity_messages": True, "voice_activity_audio_offset": True})
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await speak(session, silence(0.6) + tone(0.4) + silence(1.0))
+            messages = await turn(session)
+    assert said(messages) == "Half past nine."
+    [start, end] = [m.voice_activity for m in messages if m.voice_activity]
+    assert start.voice_activity_type == types.VoiceActivityType.ACTIVITY_START
+    assert end.voice_activity_type == types.VoiceActivityType.ACTIVITY_END
+    # The tone starts 0.6 s into the app's audio and ends at 1.0 s: duration strings, as on the wire.
+    assert abs(float(start.audio_offset.removesuffix("s")) - 0.6) <= 0.05
+    assert abs(float(end.audio_offset.removesuffix("s")) - 1.0) <= 0.05

@@ -211,6 +211,8 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         self._voiced_ms = 0.0
         self._silence_ms = 0.0
         self._turn_audio_ms = 0.0
+        self._stream_ms = 0.0  # audio heard on this connection, in audio time
+        self._interim_words = 0  # words of the user's turn in interim transcripts so far
         self._manual_active = False
         self._waiting: collections.deque[tuple[str, bool, bool]] = collections.deque()
         self._call_ids = itertools.count(1)

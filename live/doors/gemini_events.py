@@ -190,7 +190,8 @@ class LiveApiEvents:
                 content["waitingForInput"] = True
             elif name == "url_context_metadata":
                 content["urlContextMetadata"] = _wire(value)
-            elif name == "interim_input_transcription":
+            elif name == "interim_input_transcription" and self.transcribe_input:
+                # A transcription as the others are: for an app that asked for them.
                 content["interimInputTranscription"] = _wire(value)
         if content:
             message["serverContent"] = content
