@@ -367,6 +367,16 @@ def test_interim_transcripts_grow_while_the_user_speaks_for_a_client_that_asked_
     assert d.content("interimInputTranscription") == []
 
 
+def test_a_script_adds_its_usage_fields_to_each_turns_usage():
+    extra = {"thoughtsTokenCount": 12, "cachedContentTokenCount": 40, "serviceTier": "priority"}
+    d = started(FLASH, fast(usage=extra))
+    text(d, "hello")
+    d.run()
+    [usage] = [m["usageMetadata"] for m in d.messages("usageMetadata")]
+    assert usage["thoughtsTokenCount"] == 12 and usage["serviceTier"] == "priority"
+    assert usage["totalTokenCount"] == usage["promptTokenCount"] + usage["responseTokenCount"] + 12
+
+
 # --- g. gemini-3.1 ---------------------------------------------------------------------------------
 
 

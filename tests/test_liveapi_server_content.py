@@ -346,3 +346,35 @@ async def test_H35_voice_activity_says_where_in_the_apps_audio_the_speech_starte
     # The tone starts 0.6 s into the app's audio and ends at 1.0 s: duration strings, as on the wire.
     assert abs(float(start.audio_offset.removesuffix("s")) - 0.6) <= 0.05
     assert abs(float(end.audio_offset.removesuffix("s")) - 1.0) <= 0.05
+
+
+USAGE_EXTRA = {
+    "cachedContentTokenCount": 40,
+    "cacheTokensDetails": [{"modality": "TEXT", "tokenCount": 40}],
+    "thoughtsTokenCount": 12,
+    "toolUsePromptTokenCount": 9,
+    "toolUsePromptTokensDetails": [{"modality": "TEXT", "tokenCount": 9}],
+    "serviceTier": "priority",
+}
+
+
+async def test_H33_an_app_reads_the_whole_usage_the_model_reported_for_its_turn(trusted, cert_files):
+    """google-genai's UsageMetadata: `prompt_token_count`, `cached_content_token_count`,
+    `tool_use_prompt_token_count`, `thoughts_token_count`, their per-modality
+    details, and `service_tier` ("Service tier of the request. This field is
+    not supported in Vertex AI."): what the model reported for the turn (the
+    emulator's `Script.usage`) is what the app reads with the turn's end."""
+    script = Script(speed=20, replies=["Half past nine."], usage=USAGE_EXTRA)
+    async with serving(script, **cert_files) as (emu, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it?")
+            messages = await turn(session)
+        [upstream] = emu.sessions
+    [sent] = [m["usageMetadata"] for m in upstream.sent if "usageMetadata" in m]
+    [usage] = [m.usage_metadata for m in messages if m.usage_metadata]
+    assert messages[-1].usage_metadata is usage
+    assert usage == types.UsageMetadata.model_validate(sent)  # every field, as the model reported it
+    assert usage.prompt_token_count > 0 and usage.prompt_tokens_details
+    assert usage.cached_content_token_count == 40 and usage.thoughts_token_count == 12
+    assert usage.tool_use_prompt_tokens_details[0].token_count == 9
+    assert usage.service_tier == types.ServiceTier.PRIORITY

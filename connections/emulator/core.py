@@ -671,7 +671,7 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         modality = "AUDIO" if self._modality == "AUDIO" else "TEXT"
         if modality == "TEXT":
             response_tokens = token_count(gen.text)
-        usage = usage_metadata(self._ctx_tokens, modality, response_tokens)
+        usage = usage_metadata(self._ctx_tokens, modality, response_tokens, self.script.usage)
         self._ctx_tokens[modality] = self._ctx_tokens.get(modality, 0) + response_tokens
         self._history.append({"role": "model", "parts": [{"text": gen.text}]})
         self.record.model_turns.append(gen.text)

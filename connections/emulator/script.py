@@ -209,6 +209,11 @@ class Script:
       counted) -> the `turnCompleteReason` its `turnComplete` carries, a
       google-genai `TurnCompleteReason` name (`"NEED_MORE_INPUT"`,
       `"GENERATED_CONTENT_SAFETY"`...); the other turns carry none.
+    - `usage`: fields added to each turn's `usageMetadata`, as the service
+      writes them (`cachedContentTokenCount`, `thoughtsTokenCount`,
+      `toolUsePromptTokenCount`, their `...TokensDetails`, `serviceTier`...);
+      `thoughtsTokenCount` and `toolUsePromptTokenCount` count in
+      `totalTokenCount`, as google-genai's UsageMetadata says.
     - `fault_rates`: random faults at rates (`FaultRates.realistic()`), drawn
       from a generator seeded with `seed` and shared by all connections, so a
       run with the same traffic replays.
@@ -237,6 +242,7 @@ class Script:
     seed: int = 0
     extras: Sequence[Mapping[str, Any]] = ()
     turn_complete_reasons: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    usage: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.profile not in (None, "auto", *FAMILIES):

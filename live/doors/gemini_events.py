@@ -225,6 +225,8 @@ class LiveApiEvents:
             names = _DETAILS.get(kind)
             if names is not None:
                 out[names[self.vertex]] = [{"modality": m, "tokenCount": n} for m, n in modalities.items()]
+        if usage.service_tier is not None and not self.vertex:
+            out["serviceTier"] = usage.service_tier  # the Gemini API's field, not Vertex AI's
         return out
 
 
