@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import math
 import random
 
@@ -355,7 +356,7 @@ def test_interim_transcripts_grow_while_the_user_speaks_for_a_client_that_asked_
     d.run()
     interim = [c["text"] for c in d.content("interimInputTranscription")]
     assert len(interim) > 2 and interim[-1] == says
-    assert all(says.startswith(t) and len(t) < len(u) for t, u in zip(interim, interim[1:]))
+    assert all(says.startswith(t) and len(t) < len(u) for t, u in itertools.pairwise(interim))
     first_interim = next(i for i, m in enumerate(d.messages("serverContent")) if "interimInputTranscription" in m["serverContent"])
     first_final = next(i for i, m in enumerate(d.messages("serverContent")) if "inputTranscription" in m["serverContent"])
     assert first_interim < first_final
