@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import math
 import random
 
@@ -317,6 +318,64 @@ def test_output_transcription_finished_marks_the_fragment_that_ends_the_reply(mo
     text(d, "hello there")
     d.run()
     assert all("finished" not in p for p in d.content("outputTranscription"))
+
+
+def test_a_script_gives_the_turn_complete_reason_of_the_turns_it_names():
+    d = started(FLASH, fast(replies=["One.", "Two.", "Three."], turn_complete_reasons={2: "NEED_MORE_INPUT"}))
+    for words in ("a", "b", "c"):
+        text(d, words)
+        d.run()
+    ends = [m["serverContent"] for m in d.messages("serverContent") if m["serverContent"].get("turnComplete")]
+    assert [e.get("turnCompleteReason") for e in ends] == [None, "NEED_MORE_INPUT", None]
+    with pytest.raises(ValueError, match="turnCompleteReason"):
+        Script(turn_complete_reasons={1: "need more"})
+
+
+def test_voice_activity_says_where_in_the_audio_the_speech_started_and_ended():
+    overrides = {"voice_activity_messages": True, "voice_activity_audio_offset": True}
+    d = started(FLASH, fast(profile_overrides=overrides, user_says=["what time is it"]))
+    d.audio(silence(0.5) + tone(0.4) + silence(1.1))
+    d.run()
+    [start, end] = [m["voiceActivity"] for m in d.messages("voiceActivity")]
+    assert (start["type"], end["type"]) == ("ACTIVITY_START", "ACTIVITY_END")
+    # Audio time, in the service's duration form: the tone starts at 0.5 s and ends at 0.9 s.
+    assert start["audioOffset"].endswith("s") and abs(float(start["audioOffset"][:-1]) - 0.5) <= 0.05
+    assert abs(float(end["audioOffset"][:-1]) - 0.9) <= 0.05
+    # Off, by default: the messages alone.
+    d = started(FLASH, fast(profile_overrides={"voice_activity_messages": True}))
+    d.audio(tone(0.4) + silence(1.1))
+    d.run()
+    assert all("audioOffset" not in m["voiceActivity"] for m in d.messages("voiceActivity"))
+
+
+def test_interim_transcripts_grow_while_the_user_speaks_for_a_client_that_asked_for_transcripts():
+    says = "I would like to know what time it is"
+    script = fast(profile_overrides={"interim_input_transcription": True, "late_transcripts": False}, user_says=[says] * 2)
+    d = started(FLASH, script, inputAudioTranscription={})
+    d.audio(tone(1.0) + silence(1.1))
+    d.run()
+    interim = [c["text"] for c in d.content("interimInputTranscription")]
+    assert len(interim) > 2 and interim[-1] == says
+    assert all(says.startswith(t) and len(t) < len(u) for t, u in itertools.pairwise(interim))
+    first_interim = next(i for i, m in enumerate(d.messages("serverContent")) if "interimInputTranscription" in m["serverContent"])
+    first_final = next(i for i, m in enumerate(d.messages("serverContent")) if "inputTranscription" in m["serverContent"])
+    assert first_interim < first_final
+    assert "".join(p["text"] for p in d.content("inputTranscription")) == says
+    # None for a client that did not ask for transcripts.
+    d = started(FLASH, script)
+    d.audio(tone(1.0) + silence(1.1))
+    d.run()
+    assert d.content("interimInputTranscription") == []
+
+
+def test_a_script_adds_its_usage_fields_to_each_turns_usage():
+    extra = {"thoughtsTokenCount": 12, "cachedContentTokenCount": 40, "serviceTier": "priority"}
+    d = started(FLASH, fast(usage=extra))
+    text(d, "hello")
+    d.run()
+    [usage] = [m["usageMetadata"] for m in d.messages("usageMetadata")]
+    assert usage["thoughtsTokenCount"] == 12 and usage["serviceTier"] == "priority"
+    assert usage["totalTokenCount"] == usage["promptTokenCount"] + usage["responseTokenCount"] + 12
 
 
 # --- g. gemini-3.1 ---------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from gemini_serving import (
     app_client,
     ca_fixture,  # noqa: F401 (a fixture)
     cert_files_fixture,  # noqa: F401 (a fixture)
+    reply_audio,
     said,
     serving,
     token,
@@ -34,7 +35,7 @@ from gemini_serving import (
 from google.genai import types
 from PIL import Image as PILImage
 
-from connections.emulator import Script
+from connections.emulator import Fault, Script
 
 pytestmark = pytest.mark.anyio
 
@@ -210,3 +211,170 @@ async def test_H13_the_interaction_status_of_each_turn_reaches_the_app(trusted, 
     assert statuses == [types.InteractionStatus.IN_PROGRESS, types.InteractionStatus.IDLE]
     assert said(messages).endswith("Paris is sunny today.")
     assert said(messages) != "Paris is sunny today."  # the filler came first, in the same receive
+
+
+async def test_H26_the_session_id_an_app_reads_names_its_session_in_the_servers_logs(trusted, cert_files, caplog):
+    """google-genai's LiveServerSetupComplete.session_id ("The session id of
+    the live session."), which `connect()` keeps as `AsyncSession.session_id`:
+    each session has its own, and it is the id the server's logs name that
+    session by, so an app's report of a bad call finds it."""
+    caplog.set_level("INFO", "live.server")
+    script = Script(speed=20, replies=["First answer.", "Second answer."])
+    async with serving(script, **cert_files) as (_, _, url):
+        ids = []
+        for question in ("one", "two"):
+            async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+                await session.send_realtime_input(text=question)
+                await turn(session)
+                ids.append(session.session_id)
+    first, second = ids
+    assert first and second and first != second
+    for session_id in ids:
+        assert f"session {session_id} started" in caplog.text
+
+
+async def test_H28_generation_complete_follows_the_replys_last_audio_and_precedes_its_turn_complete(trusted, cert_files):
+    """google-genai's LiveServerContent.generation_complete: "If true,
+    indicates that the model is done generating. When model is interrupted
+    while generating there will be no generation_complete message in
+    interrupted turn, it will go through interrupted > turn_complete.\""""
+    script = Script(speed=20, replies=["It is half past nine in Paris."], chars_per_second=30)
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it?")
+            whole = await turn(session)
+            # A reply cut by the user's barge-in: no generationComplete in it.
+            await session.send_realtime_input(text="tell me more")
+            with anyio.fail_after(10):
+                async for message in session.receive():
+                    if reply_audio([message]):
+                        break
+            await session.send_realtime_input(text="stop, what day is it?")
+            cut = await turn(session)
+    done = [i for i, m in enumerate(whole) if m.server_content and m.server_content.generation_complete]
+    audio = [i for i, m in enumerate(whole) if reply_audio([m])]
+    assert len(done) == 1 and audio and audio[-1] < done[0]
+    assert whole[-1].server_content.turn_complete and done[0] < len(whole) - 1
+    assert said(whole) == "It is half past nine in Paris."
+    assert any(m.server_content and m.server_content.interrupted for m in cut)
+    assert not any(m.server_content and m.server_content.generation_complete for m in cut)
+
+
+async def test_H30_the_models_turn_complete_reason_reaches_the_app_and_the_servers_own_never_does(trusted, cert_files):
+    """google-genai's LiveServerContent.turn_complete_reason ("Reason for the
+    turn is complete.", a TurnCompleteReason such as NEED_MORE_INPUT: "Needs
+    more input from the user."): the model's reason comes with the turn it
+    ended, and a turn the model gave none has none. A reply the server cut
+    itself, when its connection to the model dropped, ends as the service
+    ends a cut reply, with no reason of the server's."""
+    script = Script(
+        speed=20,
+        replies=["It is half past nine.", "Which city do you mean?"],
+        turn_complete_reasons={2: "NEED_MORE_INPUT"},
+    )
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it?")
+            first = await turn(session)
+            await session.send_realtime_input(text="and the weather there?")
+            second = await turn(session)
+    assert said(second) == "Which city do you mean?"
+    assert first[-1].server_content.turn_complete and first[-1].server_content.turn_complete_reason is None
+    assert second[-1].server_content.turn_complete
+    assert second[-1].server_content.turn_complete_reason == types.TurnCompleteReason.NEED_MORE_INPUT
+
+    cut = Script(speed=20, replies=["It is half past nine in Paris, and sunny."], faults=[Fault("mid_generation", n=2)])
+    async with serving(cut, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it in Paris?")
+            messages = await turn(session)
+    ends = [m.server_content for m in messages if m.server_content and (m.server_content.interrupted or m.server_content.turn_complete)]
+    assert ends[-2].interrupted and ends[-1].turn_complete
+    assert not any(c.turn_complete_reason for c in ends)
+
+
+async def speak(session, speech: bytes) -> None:
+    for i in range(0, len(speech), 3200):
+        await session.send_realtime_input(audio=types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000"))
+
+
+@pytest.mark.parametrize("asked", [True, False])
+async def test_H31_interim_transcripts_reach_an_app_that_asked_for_input_transcription(trusted, cert_files, asked):
+    """google-genai's LiveServerContent.interim_input_transcription: "Low
+    latency transcription updated while the user is speaking." The model's
+    (the emulator's `interim_input_transcription`) reach the app as they came,
+    before the turn's `inputTranscription`, and only an app that asked for
+    input transcription gets either."""
+    question = "I would like to know what time it is"
+    script = Script(speed=20, user_says=[question], replies=["Half past nine."],
+                    profile_overrides={"interim_input_transcription": True})
+    config = CONFIG if asked else CONFIG.model_copy(update={"input_audio_transcription": None})
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=config) as session:
+            await speak(session, tone(1.0) + silence(1.2))
+            messages = await turn(session)
+    assert said(messages) == "Half past nine."
+    contents = [m.server_content for m in messages if m.server_content]
+    interim = [c.interim_input_transcription.text for c in contents if c.interim_input_transcription]
+    heard = [c.input_transcription.text for c in contents if c.input_transcription]
+    if not asked:
+        assert interim == [] and heard == []
+        return
+    assert len(interim) > 2 and interim[-1] == question
+    assert all(question.startswith(t) for t in interim)
+    assert "".join(heard) == question  # the turn's own transcript, as before: the interim ones are not in it
+    first_interim = next(i for i, c in enumerate(contents) if c.interim_input_transcription)
+    first_heard = next(i for i, c in enumerate(contents) if c.input_transcription)
+    assert first_interim < first_heard
+
+
+async def test_H35_voice_activity_says_where_in_the_apps_audio_the_speech_started_and_ended(trusted, cert_files):
+    """google-genai's VoiceActivity.audio_offset: "The time voice activity
+    detected in audio time, relative to the start of the audio stream." The
+    app's audio reaches the model as it was sent, so the model's offsets (the
+    emulator's `voice_activity_audio_offset`) are the app's own audio time."""
+    script = Script(speed=20, user_says=["what time is it"], replies=["Half past nine."],
+                    profile_overrides={"voice_activity_messages": True, "voice_activity_audio_offset": True})
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await speak(session, silence(0.6) + tone(0.4) + silence(1.0))
+            messages = await turn(session)
+    assert said(messages) == "Half past nine."
+    [start, end] = [m.voice_activity for m in messages if m.voice_activity]
+    assert start.voice_activity_type == types.VoiceActivityType.ACTIVITY_START
+    assert end.voice_activity_type == types.VoiceActivityType.ACTIVITY_END
+    # The tone starts 0.6 s into the app's audio and ends at 1.0 s: duration strings, as on the wire.
+    assert abs(float(start.audio_offset.removesuffix("s")) - 0.6) <= 0.05
+    assert abs(float(end.audio_offset.removesuffix("s")) - 1.0) <= 0.05
+
+
+USAGE_EXTRA = {
+    "cachedContentTokenCount": 40,
+    "cacheTokensDetails": [{"modality": "TEXT", "tokenCount": 40}],
+    "thoughtsTokenCount": 12,
+    "toolUsePromptTokenCount": 9,
+    "toolUsePromptTokensDetails": [{"modality": "TEXT", "tokenCount": 9}],
+    "serviceTier": "priority",
+}
+
+
+async def test_H33_an_app_reads_the_whole_usage_the_model_reported_for_its_turn(trusted, cert_files):
+    """google-genai's UsageMetadata: `prompt_token_count`, `cached_content_token_count`,
+    `tool_use_prompt_token_count`, `thoughts_token_count`, their per-modality
+    details, and `service_tier` ("Service tier of the request. This field is
+    not supported in Vertex AI."): what the model reported for the turn (the
+    emulator's `Script.usage`) is what the app reads with the turn's end."""
+    script = Script(speed=20, replies=["Half past nine."], usage=USAGE_EXTRA)
+    async with serving(script, **cert_files) as (emu, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it?")
+            messages = await turn(session)
+        [upstream] = emu.sessions
+    [sent] = [m["usageMetadata"] for m in upstream.sent if "usageMetadata" in m]
+    [usage] = [m.usage_metadata for m in messages if m.usage_metadata]
+    assert messages[-1].usage_metadata is usage
+    assert usage == types.UsageMetadata.model_validate(sent)  # every field, as the model reported it
+    assert usage.prompt_token_count > 0 and usage.prompt_tokens_details
+    assert usage.cached_content_token_count == 40 and usage.thoughts_token_count == 12
+    assert usage.tool_use_prompt_tokens_details[0].token_count == 9
+    assert usage.service_tier == types.ServiceTier.PRIORITY

@@ -211,6 +211,8 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         self._voiced_ms = 0.0
         self._silence_ms = 0.0
         self._turn_audio_ms = 0.0
+        self._stream_ms = 0.0  # audio heard on this connection, in audio time
+        self._interim_words = 0  # words of the user's turn in interim transcripts so far
         self._manual_active = False
         self._waiting: collections.deque[tuple[str, bool, bool]] = collections.deque()
         self._call_ids = itertools.count(1)
@@ -669,7 +671,7 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         modality = "AUDIO" if self._modality == "AUDIO" else "TEXT"
         if modality == "TEXT":
             response_tokens = token_count(gen.text)
-        usage = usage_metadata(self._ctx_tokens, modality, response_tokens)
+        usage = usage_metadata(self._ctx_tokens, modality, response_tokens, self.script.usage)
         self._ctx_tokens[modality] = self._ctx_tokens.get(modality, 0) + response_tokens
         self._history.append({"role": "model", "parts": [{"text": gen.text}]})
         self.record.model_turns.append(gen.text)
@@ -679,7 +681,8 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
             self._late.insert(0, {"serverContent": {"outputTranscription": _transcription(gen.late, gen.late_finished)}})
         if gen.then is not None:
             self._think(gen.then)
-        self._turn_complete(usage)
+        reason = None if gen.filler else self.script.turn_complete_reasons.get(self._model_turns)
+        self._turn_complete(usage, reason)
         self._idle_point()
         if self._phase != "open" or (not gen.filler and self._fault("after_turn", self._model_turns)):
             return
@@ -696,11 +699,14 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
 
         self._at(self._now + self.script.scaled(self.profile.thinking_delay), run, group)
 
-    def _turn_complete(self, usage: dict[str, Any] | None = None) -> None:
-        """turnComplete (with interactionStatus where the family sends it), then
-        the transcripts that arrive after it (the first in its message, where
-        the family bundles)."""
+    def _turn_complete(self, usage: dict[str, Any] | None = None, reason: str | None = None) -> None:
+        """turnComplete (with interactionStatus where the family sends it, and
+        the script's `turnCompleteReason` for the turn), then the transcripts
+        that arrive after it (the first in its message, where the family
+        bundles)."""
         content: dict[str, Any] = {"turnComplete": True}
+        if reason is not None:
+            content["turnCompleteReason"] = reason
         if self.profile.interaction_status:
             self._in_progress = self._more_coming()
             content["interactionStatus"] = "IN_PROGRESS" if self._in_progress else "IDLE"

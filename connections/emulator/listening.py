@@ -46,6 +46,7 @@ _SNAKE_TO_CAMEL = {
 FLOOR_RISE_S = 5.0
 ABOVE_FLOOR = 1.4  # about 3 dB
 KIND_PREFIX_MS = 300.0  # speech needed to start a turn when not every sound barges in
+INTERIM_MS = 200.0  # speech per word of an interim transcript
 
 
 class Listening:
@@ -248,6 +249,7 @@ class Listening:
         prefix_ms = self._prefix_ms if profile.barge_in_on_any_sound else max(self._prefix_ms, KIND_PREFIX_MS)
         floor = self._floor_rms
         for rms, ms in synth.frame_rms(pcm, rate):
+            self._stream_ms += ms
             loud = rms >= self._threshold and rms >= ABOVE_FLOOR * floor
             floor = rms if rms < floor else floor + (rms - floor) * min(1.0, ms / (FLOOR_RISE_S * 1000))
             self._floor_rms = floor
@@ -258,22 +260,48 @@ class Listening:
                         self._speaking = True
                         self._silence_ms = 0.0
                         self._turn_audio_ms = self._voiced_ms
-                        if self.profile.voice_activity_messages:
-                            self._send({"voiceActivity": {"type": "ACTIVITY_START"}})
+                        self._interim_words = 0
+                        self._voice_activity("ACTIVITY_START", self._stream_ms - self._voiced_ms)
                         self._barge_in()
+                        self._interim()
                 else:
                     self._voiced_ms = 0.0
                 continue
             self._turn_audio_ms += ms
             self._silence_ms = 0.0 if loud else self._silence_ms + ms
+            if loud:
+                self._interim()
             if self._silence_ms >= end_ms:
                 self._speaking = False
                 self._voiced_ms = 0.0
-                if self.profile.voice_activity_messages:
-                    self._send({"voiceActivity": {"type": "ACTIVITY_END"}})
+                self._voice_activity("ACTIVITY_END", self._stream_ms - self._silence_ms)
+                self._interim(whole=True)
                 self._end_spoken_turn()
                 if self._phase != "open":
                     return
+
+    def _voice_activity(self, kind: str, at_ms: float) -> None:
+        """A `voiceActivity` message, where the profile sends them; with the
+        audio time it happened at (`audioOffset`) where the profile says."""
+        if not self.profile.voice_activity_messages:
+            return
+        activity: dict[str, Any] = {"type": kind}
+        if self.profile.voice_activity_audio_offset:
+            activity["audioOffset"] = f"{max(0.0, at_ms) / 1000:.3f}s"
+        self._send({"voiceActivity": activity})
+
+    def _interim(self, whole: bool = False) -> None:
+        """While the user speaks, one more word of the turn in an
+        `interimInputTranscription` every INTERIM_MS of speech (all of them
+        once the speech ends: `whole`), where the profile sends them and the
+        client asked for input transcription."""
+        if not (self.profile.interim_input_transcription and self._input_transcription):
+            return
+        words = self.script.transcript_for(self._turn + 1, self._spoken_turns).split()
+        due = len(words) if whole else min(len(words), 1 + int(self._turn_audio_ms // INTERIM_MS))
+        if due > self._interim_words:
+            self._interim_words = due
+            self._send({"serverContent": {"interimInputTranscription": {"text": " ".join(words[:due])}}})
 
     def _end_spoken_turn(self) -> None:
         text = self.script.transcript_for(self._turn + 1, self._spoken_turns)

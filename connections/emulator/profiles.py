@@ -237,6 +237,22 @@ class Profile:
     LiveServerMessage.voice_activity). Off by default: no report says which
     models send them unasked."""
 
+    voice_activity_audio_offset: bool = False
+    """`voiceActivity` messages carry `audioOffset`, where the speech started
+    or ended in the connection's audio as a duration (`"0.520s"`; google-genai
+    VoiceActivity.audio_offset: "The time voice activity detected in audio
+    time, relative to the start of the audio stream."). Off by default: no
+    report says which models send it."""
+
+    interim_input_transcription: bool = False
+    """While the user speaks, `serverContent.interimInputTranscription` with
+    the words heard so far, one more every 200 ms of speech (all of them
+    when the speech ends), for a client that
+    asked for input transcription (google-genai
+    LiveServerContent.interim_input_transcription: "Low latency transcription
+    updated while the user is speaking."); the turn's `inputTranscription`
+    follows as usual. Off by default: no report says which models send it."""
+
 
 FAMILIES = (
     "gemini-2.5",

@@ -205,6 +205,15 @@ class Script:
     - `extras`: messages the model sends before each reply's first chunk, as
       the service writes them (grounding metadata, code it wrote and ran, a
       file it made, URL context, an interim transcript...).
+    - `turn_complete_reasons`: model turn number (1-based, fillers not
+      counted) -> the `turnCompleteReason` its `turnComplete` carries, a
+      google-genai `TurnCompleteReason` name (`"NEED_MORE_INPUT"`,
+      `"GENERATED_CONTENT_SAFETY"`...); the other turns carry none.
+    - `usage`: fields added to each turn's `usageMetadata`, as the service
+      writes them (`cachedContentTokenCount`, `thoughtsTokenCount`,
+      `toolUsePromptTokenCount`, their `...TokensDetails`, `serviceTier`...);
+      `thoughtsTokenCount` and `toolUsePromptTokenCount` count in
+      `totalTokenCount`, as google-genai's UsageMetadata says.
     - `fault_rates`: random faults at rates (`FaultRates.realistic()`), drawn
       from a generator seeded with `seed` and shared by all connections, so a
       run with the same traffic replays.
@@ -232,6 +241,8 @@ class Script:
     fault_rates: FaultRates = dataclasses.field(default_factory=FaultRates)
     seed: int = 0
     extras: Sequence[Mapping[str, Any]] = ()
+    turn_complete_reasons: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    usage: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.profile not in (None, "auto", *FAMILIES):
@@ -241,6 +252,9 @@ class Script:
             raise ValueError(f"audio_keys must be 'camel' or 'snake', not {self.audio_keys!r}")
         if self.audio_base64 not in ("standard", "urlsafe"):
             raise ValueError(f"audio_base64 must be 'standard' or 'urlsafe', not {self.audio_base64!r}")
+        for turn, reason in self.turn_complete_reasons.items():
+            if not isinstance(reason, str) or not reason.isupper():
+                raise ValueError(f"turn {turn}: a turnCompleteReason is a name such as 'NEED_MORE_INPUT', not {reason!r}")
 
     def scaled(self, seconds: float) -> float:
         """Real seconds to wait for `seconds` of service time."""

@@ -304,15 +304,21 @@ def credential_error(handshake: Handshake, route: Route | None, settings: Settin
     return None
 
 
-def usage_metadata(context: Mapping[str, int], modality: str, response_tokens: int) -> dict[str, Any]:
-    """The usageMetadata of a completed turn: the context so far in, the reply out."""
+def usage_metadata(
+    context: Mapping[str, int], modality: str, response_tokens: int, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The usageMetadata of a completed turn: the context so far in, the reply
+    out, and `extra` fields as given (the thoughts' and the tools' tokens count
+    in the total, as google-genai's UsageMetadata.total_token_count says)."""
     prompt = sum(context.values())
-    return {
+    usage: dict[str, Any] = {
         "promptTokenCount": prompt,
         "responseTokenCount": response_tokens,
         "totalTokenCount": prompt + response_tokens,
         "promptTokensDetails": [{"modality": m, "tokenCount": c} for m, c in sorted(context.items())],
         "responseTokensDetails": [{"modality": modality, "tokenCount": response_tokens}],
     }
-
-
+    if extra:
+        usage.update(copy.deepcopy(dict(extra)))
+        usage["totalTokenCount"] += sum(int(extra.get(k) or 0) for k in ("thoughtsTokenCount", "toolUsePromptTokenCount"))
+    return usage

@@ -190,7 +190,8 @@ class LiveApiEvents:
                 content["waitingForInput"] = True
             elif name == "url_context_metadata":
                 content["urlContextMetadata"] = _wire(value)
-            elif name == "interim_input_transcription":
+            elif name == "interim_input_transcription" and self.transcribe_input:
+                # A transcription as the others are: for an app that asked for them.
                 content["interimInputTranscription"] = _wire(value)
         if content:
             message["serverContent"] = content
@@ -224,6 +225,8 @@ class LiveApiEvents:
             names = _DETAILS.get(kind)
             if names is not None:
                 out[names[self.vertex]] = [{"modality": m, "tokenCount": n} for m, n in modalities.items()]
+        if usage.service_tier is not None and not self.vertex:
+            out["serviceTier"] = usage.service_tier  # the Gemini API's field, not Vertex AI's
         return out
 
 

@@ -144,6 +144,7 @@ def _usage_event(usage: types.UsageMetadata) -> Usage:
         thoughts_tokens=usage.thoughts_token_count,
         tool_use_prompt_tokens=usage.tool_use_prompt_token_count,
         by_modality=by_modality or None,
+        service_tier=usage.service_tier.value if usage.service_tier is not None else None,
     )
 
 

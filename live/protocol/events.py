@@ -267,6 +267,9 @@ class Usage:
     """Per kind ("prompt", "response", "cached", "tool_use_prompt"), tokens per
     modality ("AUDIO", "TEXT", ...) where the model reports them: audio and text
     are priced differently."""
+    service_tier: str | None = None
+    """The service tier the model's service priced the turn at ("standard",
+    "flex", "priority"), where it says."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
