@@ -380,7 +380,16 @@ _VERTEX_ONLY = frozenset(
         "context_update.tools.tools.enterprise_web_search",
     }
 )
-_GEMINI_ONLY = frozenset({"setup.tools.file_search", "setup.history_config"})
+_GEMINI_ONLY = frozenset(
+    {
+        "setup.tools.file_search",
+        "setup.history_config",
+        # A cloned voice's consent, and a result part's media processing.
+        "setup.generation_config.speech_config.voice_config.replicated_voice_config.consent_audio",
+        "setup.generation_config.speech_config.voice_config.replicated_voice_config.voice_consent_signature",
+        "tool_response.function_responses.parts.media_processing",
+    }
+)
 _ALPHA_ONLY = frozenset({"setup.proactivity", "setup.generation_config.enable_affective_dialog"})
 
 

@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qs
 
+from google.genai import types
+
 from live.access.auth import Grant
 from live.doors.base import Capabilities, FrontDoor, Input, Opening
 from live.doors.gemini_events import LiveApiEvents, dumps
@@ -273,6 +275,13 @@ class GeminiLiveDoor(FrontDoor):
         config = client_config(setup, self.policy)
         if config is not None and not seeding and config.history_config is not None:
             config = config.model_copy(update={"history_config": None})
+        if config is None or config.realtime_input_config is None:
+            # How the model hears the app is the app's to say; said nothing,
+            # it is the service's default (detection on, its own tuning),
+            # never the server's own realtimeInputConfig.
+            config = (config or types.LiveConnectConfig()).model_copy(
+                update={"realtime_input_config": types.RealtimeInputConfig()}
+            )
         return SessionStart(
             token=self.credential(),
             input_rate=DEFAULT_INPUT_RATE,

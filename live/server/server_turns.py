@@ -72,8 +72,12 @@ class ServerTurns:
         False (the session ends) when this server cannot take them itself."""
         agent = self.server.agent
         mode = start.turn_taking or agent.turn_taking
-        if mode == "auto" and self.server.agent_manual_activity:
-            mode = "manual"  # the agent's own config turned the model's detection off
+        own_detection = start.config is not None and start.config.realtime_input_config is not None
+        if mode == "auto" and self.server.agent_manual_activity and not own_detection:
+            # The agent's own config turned the model's detection off. Not for
+            # a client whose own realtimeInputConfig replaces the agent's: the
+            # model hears it as that says.
+            mode = "manual"
         if mode == "server":
             missing = self.server.turn_models_missing(agent.turns.end_of_turn == "smart")
             if missing is not None:
