@@ -357,6 +357,9 @@ def _message_types() -> dict[str, Any]:
         # Fields the service's setup has that google-genai's type leaves out,
         # and lists google-genai types loosely (a validator makes the Tools).
         _EXTRA["setup"] = {"realtime_input_config": types.RealtimeInputConfig}
+        # Vertex AI's name for google-genai's `model_selection_config` (its
+        # converter writes `modelConfig`; pydantic keeps that name for itself).
+        _EXTRA["setup.generation_config"] = {"model_config": types.ModelSelectionConfig}
         _OVERRIDES.update({"setup.tools": ("list", types.Tool), "context_update.tools.tools": ("list", types.Tool)})
     return _MESSAGES
 
@@ -372,12 +375,22 @@ _VERTEX_ONLY = frozenset(
         "setup.explicit_vad_signal",
         "setup.session_resumption.transparent",
         "setup.generation_config.audio_transcription_config",
+        # "model_selection_config parameter is only supported in Gemini
+        # Enterprise Agent Platform mode" (google-genai's generateContent
+        # converter), where it is written `modelConfig`; ResponseFormat: "This
+        # data type is not supported in Gemini API"; HarmBlockMethod: "This
+        # enum is not supported in Gemini API".
+        "setup.generation_config.model_config",
+        "setup.generation_config.response_format",
+        "setup.safety_settings.method",
         "setup.tools.retrieval",
         "setup.tools.enterprise_web_search",
         "setup.tools.parallel_ai_search",
         "setup.tools.exa_ai_search",
         "context_update.tools.tools.retrieval",
         "context_update.tools.tools.enterprise_web_search",
+        "context_update.tools.tools.parallel_ai_search",
+        "context_update.tools.tools.exa_ai_search",
     }
 )
 _GEMINI_ONLY = frozenset(
@@ -388,8 +401,14 @@ _GEMINI_ONLY = frozenset(
         "setup.generation_config.speech_config.voice_config.replicated_voice_config.consent_audio",
         "setup.generation_config.speech_config.voice_config.replicated_voice_config.voice_consent_signature",
         "tool_response.function_responses.parts.media_processing",
+        # "enable_enhanced_civic_answers parameter is only supported in Gemini
+        # Developer API mode" (google-genai's Vertex AI converter).
+        "setup.generation_config.enable_enhanced_civic_answers",
     }
 )
+# google-genai's names that neither backend's wire has: `model_selection_config`
+# is `modelConfig` on Vertex AI's and absent from the Gemini API's.
+_NOWHERE = frozenset({"setup.generation_config.model_selection_config"})
 _ALPHA_ONLY = frozenset({"setup.proactivity", "setup.generation_config.enable_affective_dialog"})
 
 
@@ -413,6 +432,7 @@ def _unknown(model: Any, body: Mapping[str, Any], path: str, where: str, route: 
         field = f"{where}.{name}"
         if (
             name not in names
+            or field in _NOWHERE
             or (field in _VERTEX_ONLY and not route.vertex)
             or (field in _GEMINI_ONLY and route.vertex)
             or (field in _ALPHA_ONLY and (route.vertex or route.api_version != "v1alpha"))

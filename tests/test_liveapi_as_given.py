@@ -395,3 +395,46 @@ async def test_F9_media_processing_on_vertex_ais_path_is_its_1007_unknown_name(c
         "'tool_response.function_responses[0].parts[0]': Cannot find field."
     )
     assert reason == words.encode()[:123].decode()  # a close frame's 123 bytes
+
+
+# What google-genai sends on one backend only, sent by hand on the other's path:
+# the service's unknown name there, the endpoint's and the emulator's alike.
+# enable_enhanced_civic_answers: "This field is not supported in Vertex AI";
+# model_selection_config is written `modelConfig` on Vertex AI's wire (its
+# converter), so google-genai's own name is Vertex AI's unknown name too;
+# HarmBlockMethod: "This enum is not supported in Gemini API".
+GEMINI_PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+OTHER_BACKENDS = {
+    "enableEnhancedCivicAnswers": (
+        VERTEX_PATH,
+        {"setup": {"model": VERTEX_MODEL, "generationConfig": {"enableEnhancedCivicAnswers": True}}},
+        "setup.generation_config",
+    ),
+    "modelSelectionConfig": (
+        VERTEX_PATH,
+        {"setup": {"model": VERTEX_MODEL, "generationConfig": {"modelSelectionConfig": {"featureSelectionPreference": "BALANCED"}}}},
+        "setup.generation_config",
+    ),
+    "method": (
+        GEMINI_PATH,
+        {"setup": {"model": f"models/{MODEL}", "safetySettings": [
+            {"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_ONLY_HIGH", "method": "SEVERITY"}]}},
+        "setup.safety_settings[0]",
+    ),
+}
+
+
+@pytest.mark.parametrize(("name", "case"), OTHER_BACKENDS.items(), ids=OTHER_BACKENDS.keys())
+async def test_C41_C43_one_backends_field_on_the_others_path_is_its_1007_unknown_name(ca, cert_files, name, case):
+    path, setup, where = case
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        target, ours, headers = endpoint_at(url, ca)
+        if path == GEMINI_PATH:
+            target, headers = target.replace(VERTEX_PATH, GEMINI_PATH), {"x-goog-api-key": token()}
+        endpoint = await closed_by(target, ours, headers, [setup])
+        host = emu.base_url.removeprefix("https://")
+        service = await closed_by(f"wss://{host}{path}", emu.ssl_context(), {"x-goog-api-key": emu.api_key}, [setup])
+        assert len(emu.sessions) == 1  # the service's own: nothing of the endpoint's reached Google
+    assert endpoint == service
+    words = f"Invalid JSON payload received. Unknown name \"{name}\" at '{where}': Cannot find field."
+    assert endpoint == (1007, words.encode()[:123].decode())  # a close frame's 123 bytes

@@ -36,6 +36,7 @@ from google.genai import types
 from PIL import Image as PILImage
 
 from connections.emulator import Fault, Script
+from live.liveapi import get_field
 
 pytestmark = pytest.mark.anyio
 
@@ -147,6 +148,29 @@ async def test_H24_the_models_voice_activity_reaches_the_app(trusted, cert_files
     assert said(messages) == "Half past nine."
     kinds = [m.voice_activity.voice_activity_type for m in messages if m.voice_activity]
     assert kinds == [types.VoiceActivityType.ACTIVITY_START, types.VoiceActivityType.ACTIVITY_END]
+
+
+async def test_H27_every_model_turn_says_it_is_the_models_so_an_app_can_keep_it_as_history(trusted, cert_files):
+    """google-genai's Content.role: "Optional. The producer of the content. Must
+    be either 'user' or 'model'." The reference's modelTurn is "the content that
+    the model has generated"; whether the service names its producer is not
+    said: the strictest reading, `model` on every one. An app that keeps the
+    reply's text as history sends it back as the model's turn, unchanged."""
+    script = Script(speed=20, replies=["Half past nine.", "Then it is ten to ten."])
+    async with serving(script, **cert_files) as (emu, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await session.send_realtime_input(text="what time is it?")
+            messages = await turn(session)
+            turns = [m.server_content.model_turn for m in messages if m.server_content and m.server_content.model_turn]
+            assert turns and all(t.role == "model" for t in turns)
+            kept = types.Content(role=turns[0].role, parts=[types.Part(text=said(messages))])
+            await session.send_client_content(
+                turns=[kept, types.Content(role="user", parts=[types.Part(text="and in twenty minutes?")])]
+            )
+            assert said(await turn(session)) == "Then it is ten to ten."
+    [upstream] = emu.sessions
+    [content] = [get_field(f, "clientContent") for f in upstream.frames if get_field(f, "clientContent")]
+    assert [get_field(t, "role") for t in get_field(content, "turns")] == ["model", "user"]
 
 
 G31 = "gemini-3.1-flash-live-preview"

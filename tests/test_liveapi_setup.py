@@ -251,3 +251,46 @@ async def test_C34_labels_reach_the_model(trusted, cert_files):
         assert await answered(app_client(url, token()), MODEL, config) == "Hello."
     [upstream] = emu.sessions
     assert get_field(upstream.setup, "labels") == {"team": "support", "app": "kiosk"}
+
+
+# --- C41: generationConfig's fields of one backend -----------------------------------
+# google-genai's GenerationConfig.enable_enhanced_civic_answers: "This field is
+# not supported in Vertex AI" (the Gemini API's, and the Live reference's list
+# of unsupported fields does not name it: carried). model_selection_config: its
+# generateContent converter raises "model_selection_config parameter is only
+# supported in Gemini Enterprise Agent Platform mode, not in Gemini Developer
+# API mode"; ResponseFormat: "This data type is not supported in Gemini API".
+# Its Live converter sends the app's GenerationConfig to the Gemini API as
+# given, so an app there sends both: the service's unknown name (strictest).
+
+
+async def test_C41_enhanced_civic_answers_reach_the_model(trusted, cert_files):
+    config = with_generation(enable_enhanced_civic_answers=True)
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        assert await answered(app_client(url, token()), MODEL, config) == "Hello."
+    [upstream] = emu.sessions
+    assert get_field(get_field(upstream.setup, "generationConfig"), "enableEnhancedCivicAnswers") is True
+
+
+VERTEX_ONLY_GENERATION = {
+    "model_selection_config": {
+        "model_selection_config": types.ModelSelectionConfig(
+            feature_selection_preference=types.FeatureSelectionPreference.PRIORITIZE_QUALITY
+        )
+    },
+    "response_format": {
+        "response_format": [types.ResponseFormat(audio=types.AudioResponseFormat(mime_type="audio/mpeg"))]
+    },
+}
+
+
+@pytest.mark.parametrize(("name", "fields"), VERTEX_ONLY_GENERATION.items(), ids=VERTEX_ONLY_GENERATION.keys())
+async def test_C41_vertex_ais_generation_fields_on_the_gemini_api_are_the_services_1007_unknown_name(
+    trusted, cert_files, name, fields
+):
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        endpoint, service = await both_close(emu, url, MODEL, with_generation(**fields))
+        upstream = len(emu.sessions) - 1  # the service's own connection above is the one
+    words = f"Invalid JSON payload received. Unknown name \"{name}\" at 'setup.generation_config': Cannot find field."
+    assert endpoint == service == (1007, words)
+    assert upstream == 0  # refused before anything reached Google

@@ -280,3 +280,111 @@ async def test_C45_transparent_resumption_needs_no_resending_and_updates_carry_n
         )
         [upstream] = emu.sessions  # the same conversation, on the same connection to Google
         assert json.dumps(upstream.frames).count("My name is Ada.") == 1
+
+
+# --- C41, C43: Vertex AI's own settings, which the Gemini API does not have ------------
+# google-genai raises "... parameter is only supported in Gemini Enterprise
+# Agent Platform mode, not in Gemini Developer API mode" for each on the Gemini
+# API; on Vertex AI it sends them. The server's own connection to the model is
+# the Gemini API's: what that does alike is carried, the rest refused in words
+# that say why, before anything reaches Google.
+
+
+async def answered_on_vertex(url: str, config: types.LiveConnectConfig) -> str:
+    async with vertex_app(url, token()).aio.live.connect(model=MODEL, config=config) as session:
+        await session.send_realtime_input(text="hello")
+        return said(await turn(session))
+
+
+async def test_C43_safety_by_probability_reaches_the_model_as_the_gemini_apis_threshold(trusted, cert_files):
+    """HarmBlockMethod.PROBABILITY: "The harm block method uses the probability
+    score" (and unset: "the default behavior is to use the probability score");
+    the Gemini API's HarmBlockThreshold: "Block at and beyond a specified harm
+    probability". The same setting, so the model gets the threshold alone."""
+    safety = types.SafetySetting(
+        category=types.HarmCategory.HARM_CATEGORY_HARASSMENT,
+        threshold=types.HarmBlockThreshold.BLOCK_ONLY_HIGH,
+        method=types.HarmBlockMethod.PROBABILITY,
+    )
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        assert await answered_on_vertex(url, CONFIG.model_copy(update={"safety_settings": [safety]})) == "Hello."
+    [upstream] = emu.sessions
+    assert upstream.setup["safetySettings"] == [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_ONLY_HIGH"}]
+
+
+async def test_C41_a_vertex_ai_apps_model_selection_is_taken_and_the_servers_model_answers(trusted, cert_files):
+    """ModelSelectionConfig (on Vertex AI's wire `generationConfig.modelConfig`,
+    google-genai's converter) chooses among models: the session runs on the
+    server's model whatever the app asks (C2), so it is taken and not sent on."""
+    preference = types.ModelSelectionConfig(feature_selection_preference=types.FeatureSelectionPreference.PRIORITIZE_COST)
+    config = CONFIG.model_copy(update={"generation_config": types.GenerationConfig(model_selection_config=preference)})
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        assert await answered_on_vertex(url, config) == "Hello."
+    [upstream] = emu.sessions
+    assert upstream.setup["model"] == f"models/{MODEL}"
+    assert set(upstream.setup["generationConfig"]) == {"responseModalities"}
+
+
+NOT_HERE = {
+    "responseFormat": {
+        "generation_config": types.GenerationConfig(
+            response_format=[types.ResponseFormat(audio=types.AudioResponseFormat(mime_type="audio/mpeg", bit_rate=64_000))]
+        )
+    },
+    "audioTranscriptionConfig": {
+        "generation_config": types.GenerationConfig(audio_transcription_config=types.AudioTranscriptionConfig())
+    },
+    "SEVERITY": {
+        "safety_settings": [
+            types.SafetySetting(
+                category=types.HarmCategory.HARM_CATEGORY_HARASSMENT,
+                threshold=types.HarmBlockThreshold.BLOCK_ONLY_HIGH,
+                method=types.HarmBlockMethod.SEVERITY,
+            )
+        ]
+    },
+    "retrieval": {
+        "tools": [
+            types.Tool(
+                retrieval=types.Retrieval(
+                    vertex_ai_search=types.VertexAISearch(datastore="projects/p/locations/global/collections/c/dataStores/d")
+                )
+            )
+        ]
+    },
+    "enterpriseWebSearch": {"tools": [types.Tool(enterprise_web_search=types.EnterpriseWebSearch())]},
+}
+
+
+@pytest.mark.parametrize(("named", "fields"), NOT_HERE.items(), ids=NOT_HERE.keys())
+async def test_C41_C43_what_the_gemini_api_cannot_do_for_a_vertex_ai_app_is_refused_saying_why(
+    trusted, cert_files, named, fields
+):
+    """An app that asked for MP3 replies, severity-based blocking or its own
+    data store would otherwise get what it did not ask for without a word."""
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        client = vertex_app(url, token())
+        with pytest.raises(errors.APIError) as caught:
+            with anyio.fail_after(10):
+                async with client.aio.live.connect(model=MODEL, config=CONFIG.model_copy(update=fields)) as session:
+                    await session.send_realtime_input(text="hello")
+                    await turn(session)
+        assert emu.sessions == []  # nothing of it reached Google
+    assert caught.value.code == 1007
+    assert named in caught.value.details and "not supported by this server" in caught.value.details
+    assert "Gemini API" in caught.value.details
+
+
+async def test_C43_a_vertex_ai_tool_kind_in_a_context_update_is_refused_saying_why(trusted, cert_files):
+    """On 3.8, which takes `contextUpdate` (G1, G2), Vertex AI's own tool kind
+    mid-session is refused as in setup, and never reaches Google."""
+    g38 = "gemini-3.8-live"
+    async with serving(Script(speed=20, replies=["Hello."]), model=g38, **cert_files) as (emu, _, url):
+        with pytest.raises(errors.APIError) as caught:
+            with anyio.fail_after(10):
+                async with vertex_app(url, token()).aio.live.connect(model=g38, config=CONFIG) as session:
+                    await session.send_context_update(tools=[types.Tool(exa_ai_search=types.ToolExaAiSearch())])
+                    await turn(session)
+        [upstream] = emu.sessions
+    assert caught.value.code == 1007 and "The exaAiSearch tool is not supported by this server" in caught.value.details
+    assert not any("context_update" in frame or "contextUpdate" in frame for frame in upstream.frames)

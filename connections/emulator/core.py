@@ -641,7 +641,7 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
             else:
                 part = {"text": chunk}
                 gen.spoken.append(chunk)
-            content: dict[str, Any] = {"modelTurn": {"parts": [part]}}
+            content: dict[str, Any] = {"modelTurn": {"role": "model", "parts": [part]}}
             gen.spoken.extend(frags)
             if self._bundle:
                 if frags:

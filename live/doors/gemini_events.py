@@ -245,7 +245,9 @@ def _content(body: dict[str, Any]) -> str:
 
 
 def _parts(*parts: dict[str, Any]) -> str:
-    return dumps({"serverContent": {"modelTurn": {"parts": list(parts)}}})
+    # The model's content, with its producer named as a Content names it
+    # ("Must be either 'user' or 'model'"): an app may append it to a history as is.
+    return dumps({"serverContent": {"modelTurn": {"role": "model", "parts": list(parts)}}})
 
 
 def _wire(value: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from google.genai import types
 
 from live.doors.base import Input
 from live.doors.gemini_policy import GeminiPolicy
-from live.doors.gemini_setup import app_tools, invalid, repeated
+from live.doors.gemini_setup import app_tools, invalid, repeated, tool_kinds_refusal
 from live.families import ModelFamily
 from live.images import IMAGE_TYPES, InvalidImage, inspect_image
 from live.liveapi import (
@@ -240,7 +240,10 @@ class LiveApiInputs:
         """A new system instruction or new tools, on a family that takes them."""
         if not self.family.context_update:
             raise invalid('Invalid JSON payload received. Unknown name "contextUpdate": Cannot find field.')
-        refused = tools_refusal(get_field(get_field(body, "tools"), "tools"), self.family.service_tools)
+        tools = get_field(get_field(body, "tools"), "tools")
+        refused = (tool_kinds_refusal(tools) if self.route.vertex else None) or tools_refusal(
+            tools, self.family.service_tools
+        )
         if refused is not None:
             raise invalid(refused)
         fields: dict[str, Any] = {}

@@ -43,7 +43,14 @@ from live.doors.base import Capabilities, FrontDoor, Input, Opening
 from live.doors.gemini_events import LiveApiEvents, dumps
 from live.doors.gemini_inputs import LiveApiInputs
 from live.doors.gemini_policy import GeminiPolicy
-from live.doors.gemini_setup import client_config, initial_history, invalid, manual_turns, setup_refusal
+from live.doors.gemini_setup import (
+    client_config,
+    initial_history,
+    invalid,
+    manual_turns,
+    setup_refusal,
+    vertex_refusal,
+)
 from live.doors.gemini_tokens import camel_name, constrained_setup
 from live.families import DEFAULT, ModelFamily, family_of
 from live.liveapi import (
@@ -256,7 +263,9 @@ class GeminiLiveDoor(FrontDoor):
             shown = repr(name[:100])
             hint = f"the app asked for model {shown}: allow it with --gemini-model {shown} (or the policy's models)"
             raise ProtocolError("model_not_found", self._not_found(model), fatal=True, hint=hint)
-        refused = setup_refusal(setup, self.family, f"models/{name}")
+        refused = (vertex_refusal(setup) if self.route.vertex else None) or setup_refusal(
+            setup, self.family, f"models/{name}"
+        )
         if refused is not None:
             raise invalid(refused)
         self.model = str(model)

@@ -41,6 +41,8 @@ __all__ = [
     "repeated",
     "setup_refusal",
     "snake",
+    "tool_kinds_refusal",
+    "vertex_refusal",
 ]
 
 
@@ -91,6 +93,45 @@ def setup_refusal(setup: Mapping[str, Any], family: ModelFamily, model: str) -> 
         return AFFECTIVE_REFUSED
     if not family.proactive_audio_off and get_field(get_field(setup, "proactivity"), "proactiveAudio") is False:
         return PROACTIVE_OFF_REFUSED
+    return None
+
+
+# Vertex AI's own tool kinds: the service runs them on Vertex AI only.
+VERTEX_TOOL_KINDS = ("retrieval", "enterpriseWebSearch", "parallelAiSearch", "exaAiSearch")
+
+
+def _not_here(what: str) -> str:
+    # Within a close frame's 123 bytes.
+    return f"{what} is not supported by this server: its model is on the Gemini API, which lacks it."
+
+
+def vertex_refusal(setup: Mapping[str, Any]) -> str | None:
+    """Why this server refuses a Vertex AI app's own setting that the service
+    would carry there (a 1007 reason, in words of its own), or None: the
+    server's connection to the model is the Gemini API's, which has none of
+    them (google-genai raises "... only supported in Gemini Enterprise Agent
+    Platform mode" for each on the Gemini API). An app that asked for MP3
+    replies (`responseFormat`), a transcription of its own
+    (`audioTranscriptionConfig`) or blocking by severity would otherwise get
+    what it did not ask for."""
+    generation = get_field(setup, "generationConfig")
+    for name in ("responseFormat", "audioTranscriptionConfig"):
+        if get_field(generation, name) is not None:
+            return _not_here(f"generationConfig.{name}")
+    safety = get_field(setup, "safetySettings")
+    for item in safety if isinstance(safety, list) else ():
+        if str(get_field(item, "method") or "").upper() == "SEVERITY":
+            return _not_here("safetySettings[].method SEVERITY")
+    return tool_kinds_refusal(get_field(setup, "tools"))
+
+
+def tool_kinds_refusal(tools: Any) -> str | None:
+    """Why this server refuses a Vertex AI app's own tool kind (setup's tools,
+    or a contextUpdate's), in words of its own, or None."""
+    for tool in tools if isinstance(tools, list) else ():
+        for kind in VERTEX_TOOL_KINDS:
+            if get_field(tool, kind) is not None:
+                return _not_here(f"The {kind} tool")
     return None
 
 
@@ -166,7 +207,13 @@ def client_config(setup: Mapping[str, Any], policy: GeminiPolicy) -> types.LiveC
                 fields[name] = value if kind is None else kind.model_validate(value)
         safety = get_field(setup, "safetySettings")
         if safety is not None:
-            fields["safety_settings"] = [types.SafetySetting.model_validate(item) for item in repeated(safety)]
+            # Vertex AI's `method` (its path only): by probability, unset or
+            # said, is how the Gemini API's threshold blocks ("Block at and
+            # beyond a specified harm probability"), so it is not sent on;
+            # by severity is refused (`vertex_refusal`).
+            fields["safety_settings"] = [
+                types.SafetySetting.model_validate(item).model_copy(update={"method": None}) for item in repeated(safety)
+            ]
         config = types.LiveConnectConfig(**fields) if fields else None
     except (pydantic.ValidationError, ValueError, TypeError, AttributeError):
         raise invalid(INVALID) from None
@@ -203,7 +250,7 @@ def app_tools(value: Any, policy: GeminiPolicy) -> list[types.Tool]:
 # generationConfig's fields an app may set for its session, as they are.
 SAMPLING = ("temperature", "topP", "topK", "maxOutputTokens", "seed", "mediaResolution")
 # Those the session's config carries inside its generationConfig only.
-GENERATION_ONLY = ("candidateCount", "presencePenalty", "frequencyPenalty")
+GENERATION_ONLY = ("candidateCount", "presencePenalty", "frequencyPenalty", "enableEnhancedCivicAnswers")
 
 
 def snake(name: str) -> str:
