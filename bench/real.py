@@ -230,6 +230,20 @@ def endpoint_peer(base: Peer, credentials: EndpointCredentials) -> Peer:
     )
 
 
+# Whether a checkout's tokens can open more than one session (`uses`), asked of its own code
+# (the token module was live/auth.py before it was live/access/auth.py).
+_TOKEN_USES = """
+import importlib, inspect
+for name in ("live.access.auth", "live.auth"):
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError:
+        continue
+    print("uses" in inspect.signature(module.mint_token).parameters)
+    break
+"""
+
+
 def endpoint_unsupported(base: Peer) -> str | None:
     """Why `base`'s code cannot serve the endpoint as `endpoint_peer` runs it, or None."""
     assert base.command is not None
@@ -240,11 +254,8 @@ def endpoint_unsupported(base: Peer) -> str | None:
             [*base.command[: base.command.index("serve") + 1], "--help"],
             cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
         )
-        uses = subprocess.run(
-            [sys.executable, "-c",
-             "import inspect, live.access.auth as a; print('uses' in inspect.signature(a.mint_token).parameters)"],
-            cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
-        )
+        uses = subprocess.run([sys.executable, "-c", _TOKEN_USES], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"cannot ask its `live serve` what it accepts: {exc}"
     if shown.returncode != 0:
@@ -252,9 +263,9 @@ def endpoint_unsupported(base: Peer) -> str | None:
     missing = [flag for flag in ENDPOINT_FLAGS if flag not in shown.stdout]
     if missing:
         return f"its `live serve` has no {', '.join(missing)}"
-    if uses.returncode != 0:
-        return f"cannot read how its tokens are minted: {uses.stderr.strip()[-300:]}"
-    if uses.stdout.strip() != "True":
+    if uses.returncode != 0 or uses.stdout.strip() not in ("True", "False"):
+        return f"cannot read how its tokens are minted: {(uses.stderr or uses.stdout).strip()[-300:] or 'no mint_token'}"
+    if uses.stdout.strip() == "False":
         return "its tokens open one session each (no `uses`), and every simulated user holds the same token"
     return None
 
