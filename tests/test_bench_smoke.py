@@ -58,11 +58,17 @@ def test_store_benchmark_reports_its_figures(tmp_path: Path) -> None:
     assert all(value > 0 for value in report["failure"].values())
 
 
+def _worktrees() -> set[str]:
+    """The repository's worktrees by path (other worktrees' commits come and go meanwhile)."""
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], capture_output=True, text=True, check=True)
+    return {line.split(" ", 1)[1] for line in listed.stdout.splitlines() if line.startswith("worktree ")}
+
+
 def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_figure(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "real.json"
-    worktrees_before = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, check=True)
+    worktrees_before = _worktrees()
     report = relay.main(
         # The load script's first turn is cut after about 1.1 s and its session
         # starts within the first 2.2 s (a fixed seed: here 0.3 s): in the window.
@@ -76,8 +82,7 @@ def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_f
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
     # Ours, ours as of the baseline commit, and the verbatim floor relay on both socket layers, beside the direct run.
     assert {"direct", "live", f"live@{head.stdout.strip()}", "floor", "floor-websockets"} <= set(row["runs"])
-    worktrees = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, check=True)
-    assert worktrees.stdout == worktrees_before.stdout  # the baseline's checkout is gone
+    assert _worktrees() == worktrees_before  # the baseline's checkout is gone
     for name, result in row["runs"].items():
         assert result["sessions"] == 1
         assert result["connected"] == 1 and result["failed"] == [], result["failed"]
