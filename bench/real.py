@@ -7,6 +7,7 @@
     python -m bench.relay --real --baseline main   # and `live serve` as of main, beside
     python -m bench.relay --real --sessions 50 --repeat 3   # medians and ranges over 3 runs
     python -m bench.relay --real --workers 2   # `live serve --workers 2`
+    python -m bench.relay --real --gemini-endpoint   # and the Live API's endpoint, beside /live
 
 For every N, the same load through each peer, one run after another (never
 together: the machine has two cores), each run with a fresh upstream:
@@ -24,8 +25,19 @@ together: the machine has two cores), each run with a fresh upstream:
   (a subprocess started as a user starts it: GOOGLE_API_KEY,
   GOOGLE_GEMINI_BASE_URL and SSL_CERT_FILE point at the emulator; the
   google-genai SDK and TLS in the loop) -> the emulator;
+- **live-endpoint** (with `--gemini-endpoint`): the same `live serve` with
+  `--gemini-endpoint`, over TLS with a certificate made for the run (its own
+  CA) and a token of the server's (`--token-secret`) as the clients' key: N
+  clients speak the Live protocol to it exactly as `direct` speaks it to the
+  emulator (the `gemini` adapter, with the token in GOOGLE_API_KEY and the
+  run's CA in SSL_CERT_FILE), and it speaks it on to the emulator;
 - every **reference peer** that is installed here (see below), e.g. ADK's
   `/run_live`, the same way.
+
+With `--baseline REF`, `live@REF` runs beside them (`live serve` as of git
+REF), and with `--gemini-endpoint` also `live-endpoint@REF`, unless REF's
+`live serve` cannot serve it as this run does (a flag it lacks, tokens that
+open one session each): then why is printed, and the rest of the run goes on.
 
 "Added" latency is a peer's minus direct's, per direction and for
 interruptions (the model's `interrupted` to the client's). CPU and RSS are the
@@ -149,6 +161,113 @@ LIVE = Peer(
 
 # The same server on google-genai's own wire path: what the lean path saves (--sdk-wire).
 LIVE_SDK_WIRE = dataclasses.replace(LIVE, name="live-sdk", env={"LIVE_GEMINI_WIRE": "sdk"})
+
+ENDPOINT_PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+# The run's one token opens every session of the run (`uses=0`), so it is
+# minted once and must outlive the longest run (the server refuses a token
+# valid for longer than its --max-token-lifetime, 1 h by default).
+ENDPOINT_TOKEN_LIFETIME_S = 24 * 3600
+# What `live serve` must accept to serve the endpoint as this run does.
+ENDPOINT_FLAGS = ("--gemini-endpoint", "--certfile", "--keyfile", "--token-secret", "--max-token-lifetime")
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointCredentials:
+    """What `live serve --gemini-endpoint` is served with for a run, and what its clients hold."""
+
+    certfile: str
+    keyfile: str
+    ca_file: str
+    secret: str
+    token: str
+
+
+@contextlib.contextmanager
+def endpoint_credentials() -> Iterator[EndpointCredentials]:
+    """A CA and a certificate for 127.0.0.1 made for the run, a token secret,
+    and a token of it that opens any number of sessions; the files are removed afterwards."""
+    import secrets
+
+    import trustme
+
+    from live.access.auth import mint_token
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-endpoint-"))
+    try:
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        certfile, keyfile, ca_file = folder / "cert.pem", folder / "key.pem", folder / "ca.pem"
+        for i, pem in enumerate(cert.cert_chain_pems):
+            pem.write_to_path(str(certfile), append=i > 0)
+        cert.private_key_pem.write_to_path(str(keyfile))
+        ca.cert_pem.write_to_path(str(ca_file))
+        secret = secrets.token_hex(32)
+        token = mint_token(secret, ttl=ENDPOINT_TOKEN_LIFETIME_S, uses=0, subject="bench")
+        yield EndpointCredentials(str(certfile), str(keyfile), str(ca_file), secret, token)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def endpoint_peer(base: Peer, credentials: EndpointCredentials) -> Peer:
+    """`base` (a `live serve` peer) serving the Live API's endpoint over TLS,
+    driven by the `gemini` adapter with the run's token as its key: `live` ->
+    `live-endpoint`, `live@REF` -> `live-endpoint@REF`."""
+    assert base.command is not None
+    return dataclasses.replace(
+        base,
+        name="live-endpoint" + base.name.removeprefix("live"),
+        command=[
+            *base.command,
+            "--gemini-endpoint",
+            "--certfile", credentials.certfile,
+            "--keyfile", credentials.keyfile,
+            "--token-secret", credentials.secret,  # made for the run, on loopback: no secret of anyone's
+            "--max-token-lifetime", str(ENDPOINT_TOKEN_LIFETIME_S),
+        ],
+        url="wss://127.0.0.1:{port}" + ENDPOINT_PATH,
+        client_protocol="gemini",
+        client_env={**base.client_env, "GOOGLE_API_KEY": credentials.token, "SSL_CERT_FILE": credentials.ca_file},
+    )
+
+
+# Whether a checkout's tokens can open more than one session (`uses`), asked of its own code
+# (the token module was live/auth.py before it was live/access/auth.py).
+_TOKEN_USES = """
+import importlib, inspect
+for name in ("live.access.auth", "live.auth"):
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError:
+        continue
+    print("uses" in inspect.signature(module.mint_token).parameters)
+    break
+"""
+
+
+def endpoint_unsupported(base: Peer) -> str | None:
+    """Why `base`'s code cannot serve the endpoint as `endpoint_peer` runs it, or None."""
+    assert base.command is not None
+    env = dict(os.environ, **base.env)
+    cwd = base.cwd or ROOT
+    try:
+        shown = subprocess.run(
+            [*base.command[: base.command.index("serve") + 1], "--help"],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        uses = subprocess.run([sys.executable, "-c", _TOKEN_USES], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot ask its `live serve` what it accepts: {exc}"
+    if shown.returncode != 0:
+        return f"`live serve --help` failed ({shown.returncode}): {shown.stderr.strip()[-300:]}"
+    missing = [flag for flag in ENDPOINT_FLAGS if flag not in shown.stdout]
+    if missing:
+        return f"its `live serve` has no {', '.join(missing)}"
+    if uses.returncode != 0 or uses.stdout.strip() not in ("True", "False"):
+        return f"cannot read how its tokens are minted: {(uses.stderr or uses.stdout).strip()[-300:] or 'no mint_token'}"
+    if uses.stdout.strip() == "False":
+        return "its tokens open one session each (no `uses`), and every simulated user holds the same token"
+    return None
 
 
 # ---------------------------------------------------------------------------- processes
@@ -611,6 +730,7 @@ def main(
     baseline: str | Sequence[str] | None = None,
     repeat: int = 1,
     workers: int = 1,
+    gemini_endpoint: bool = False,
 ) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
@@ -620,9 +740,21 @@ def main(
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
             stack.callback(signal.signal, signal.SIGTERM, signal.SIG_DFL)
         extra = [LIVE_SDK_WIRE] if sdk_wire else []
+        credentials = stack.enter_context(endpoint_credentials()) if gemini_endpoint else None
+        if credentials is not None:
+            extra.append(endpoint_peer(LIVE, credentials))
+        unable: dict[str, str] = {}
         for ref in [baseline] if isinstance(baseline, str) else baseline or ():
-            extra.append(stack.enter_context(baseline_peer(ref)))
-        return _main(sizes, duration, warmup, quick, json_path, extra, profile, repeat, workers)
+            base = stack.enter_context(baseline_peer(ref))
+            extra.append(base)
+            if credentials is not None:
+                peer = endpoint_peer(base, credentials)
+                why = endpoint_unsupported(base)
+                if why is None:
+                    extra.append(peer)
+                else:
+                    unable[peer.name] = why
+        return _main(sizes, duration, warmup, quick, json_path, extra, profile, repeat, workers, unable)
 
 
 @contextlib.contextmanager
@@ -662,6 +794,7 @@ def _main(
     profile: bool,
     repeat: int = 1,
     workers: int = 1,
+    unable: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     # Repeats are interleaved (every N once, then again), so a slow spell of
     # the machine touches every peer and size alike.
@@ -669,6 +802,7 @@ def _main(
     duration = duration or (QUICK_DURATION_S if quick else DURATION_S)
     warmup = warmup if warmup is not None else (QUICK_WARMUP_S if quick else WARMUP_S)
     peers, skipped = reference_peers()
+    skipped = {**(unable or {}), **skipped}
     ours = [LIVE, *extra]
     if workers > 1:  # every `live serve` of the run, as `live serve --workers N`
         ours = [dataclasses.replace(p, command=[*p.command, "--workers", str(workers)]) for p in ours]
@@ -680,7 +814,8 @@ def _main(
         flush=True,
     )
     for module_name, why in skipped.items():
-        print(f"  reference peer {module_name} cannot run here: {why}", flush=True)
+        what = "peer" if unable and module_name in unable else "reference peer"
+        print(f"  {what} {module_name} cannot run here: {why}", flush=True)
     stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
     rows = []
     probes: list[float] = []

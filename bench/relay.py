@@ -603,6 +603,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "beside the lean one, in the same run",
     )
     parser.add_argument(
+        "--gemini-endpoint",
+        action="store_true",
+        help="with --real, also run `live serve --gemini-endpoint` (TLS, a token as the clients' key) "
+        "with the load spoken to it in the Live API's own protocol, beside /live; with --baseline, "
+        "the endpoint as of REF too",
+    )
+    parser.add_argument(
         "--baseline",
         metavar="REF",
         action="append",
@@ -637,6 +644,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             baseline=args.baseline,
             repeat=args.repeat,
             workers=args.workers,
+            gemini_endpoint=args.gemini_endpoint,
         )
     sizes = [int(s) for s in (args.sessions or ("1,20" if args.quick else "1,50,200")).split(",")]
     duration = args.duration or (4.0 if args.quick else 15.0)

@@ -58,11 +58,17 @@ def test_store_benchmark_reports_its_figures(tmp_path: Path) -> None:
     assert all(value > 0 for value in report["failure"].values())
 
 
+def _worktrees() -> set[str]:
+    """The repository's worktrees by path (other worktrees' commits come and go meanwhile)."""
+    listed = subprocess.run(["git", "worktree", "list", "--porcelain"], capture_output=True, text=True, check=True)
+    return {line.split(" ", 1)[1] for line in listed.stdout.splitlines() if line.startswith("worktree ")}
+
+
 def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_figure(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "real.json"
-    worktrees_before = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, check=True)
+    worktrees_before = _worktrees()
     report = relay.main(
         # The load script's first turn is cut after about 1.1 s and its session
         # starts within the first 2.2 s (a fixed seed: here 0.3 s): in the window.
@@ -76,8 +82,7 @@ def test_real_path_benchmark_relays_audio_through_live_serve_and_reports_every_f
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
     # Ours, ours as of the baseline commit, and the verbatim floor relay on both socket layers, beside the direct run.
     assert {"direct", "live", f"live@{head.stdout.strip()}", "floor", "floor-websockets"} <= set(row["runs"])
-    worktrees = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, check=True)
-    assert worktrees.stdout == worktrees_before.stdout  # the baseline's checkout is gone
+    assert _worktrees() == worktrees_before  # the baseline's checkout is gone
     for name, result in row["runs"].items():
         assert result["sessions"] == 1
         assert result["connected"] == 1 and result["failed"] == [], result["failed"]
@@ -147,3 +152,65 @@ def test_gemini_endpoint_benchmark_prints_each_paths_figures_and_what_the_endpoi
     assert set(report["added"]["endpoint-unpaced"]) == set(gemini_endpoint.MEASURES)
     assert "text_done" not in report["added"]["endpoint"]  # decided by the pacing, not comparable
     assert json.loads(json.dumps(report)) == report  # what --json writes
+
+
+def test_real_path_benchmark_serves_the_live_api_endpoint_beside_live(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from bench import real
+
+    monkeypatch.setattr(real, "REFERENCE_PEERS", ())  # direct, live and the endpoint alone
+    out = tmp_path / "real.json"
+    report = relay.main(
+        ["--real", "--gemini-endpoint", "--sessions", "1", "--duration", "3", "--warmup", "1",
+         "--json", str(out)]
+    )
+    printed = capsys.readouterr().out
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert report["peers"] == ["direct", "live", "live-endpoint"]
+    (row,) = report["rows"]
+    assert row["failed"] == []
+    endpoint = row["runs"]["live-endpoint"]
+    # The clients spoke the Live API's protocol to `live serve --gemini-endpoint`
+    # over TLS with the run's token as their key, and it relayed their audio
+    # both ways to the emulator and the model's interruption back.
+    assert endpoint["connected"] == 1 and endpoint["alive"] == 1 and endpoint["failed"] == []
+    assert endpoint["errors"] == {}
+    assert endpoint["upstream_sessions_open"] == 1 and endpoint["upstream_closes"] == []
+    assert endpoint["up_frames_received"] > 0 and endpoint["up"]["n"] == endpoint["up_frames_received"]
+    assert endpoint["down_chunks_received"] > 0 and endpoint["down"]["n"] == endpoint["down_chunks_received"]
+    assert endpoint["interrupt"]["n"] >= 1 and endpoint["interrupts_unmatched"] == 0
+    assert endpoint["dropped"] == 0
+    # Its own figures: the server process's CPU and memory, and what it adds to direct's latency.
+    assert endpoint["cpu_s_per_session_minute"] > 0
+    assert endpoint["rss_bytes"] > 0 and endpoint["rss_per_session_bytes"] is not None
+    for key in ("up", "down", "interrupt"):
+        assert None not in row["added"]["live-endpoint"][key].values()
+    # Real time is judged as for every path, and the table has the endpoint's row.
+    assert isinstance(endpoint["realtime"], bool)
+    (line,) = [line for line in printed.splitlines() if line.startswith("| 1 | live-endpoint |")]
+    assert f"| {endpoint['cpu_s_per_session_minute']:.3f} |" in line
+
+
+def _commit_before(text: str, path: str) -> str:
+    """The parent of the commit that first added `text` to `path`."""
+    found = subprocess.run(
+        ["git", "log", "--reverse", "--format=%H", f"-S{text}", "--", path],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()
+    return f"{found[0]}^"
+
+
+def test_an_endpoint_baseline_that_cannot_serve_as_the_run_does_says_why() -> None:
+    from bench import real
+
+    # Before `live serve` had --gemini-endpoint; then with it, but with tokens
+    # that each open one session (every simulated user holds the same token).
+    for ref, why in (
+        (_commit_before("--gemini-endpoint", "live/"), "--gemini-endpoint"),
+        (_commit_before("uses: int = 1", "live/"), "one session each"),
+        ("HEAD", None),
+    ):
+        with real.baseline_peer(ref) as base:
+            said = real.endpoint_unsupported(base)
+        assert (said is None) if why is None else (why in (said or "")), (ref, said)
