@@ -14,6 +14,12 @@ proto):
   model; and of automatic activity detection: "If enabled (the default),
   detected voice and text input count as activity", so text, like speech,
   cuts the reply in progress (`START_OF_ACTIVITY_INTERRUPTS`, the default).
+
+And row E11, a blob's `displayName`, of which google-genai's `Blob` says:
+"Optional. The display name of the blob. Used to provide a label or filename
+to distinguish blobs. [...] It is used in the Gemini calls only when
+server-side tools (`code_execution`, `google_search`, and `url_context`) are
+enabled."
 """
 
 from __future__ import annotations
@@ -153,3 +159,47 @@ async def test_E6_realtime_text_on_2_5_is_answered_and_cuts_the_reply_in_progres
         [upstream] = emu.sessions
         # As realtime text, as the app sent it: not made into client content.
         assert realtime_texts(upstream.frames) == ["tell me a story", "what time is it?"]
+
+
+def video_names(frames: list) -> list[str | None]:
+    """The `displayName` of each realtime video frame the model received, in order."""
+    out = []
+    for frame in frames:
+        body = get_field(frame, "realtimeInput") if isinstance(frame, dict) else None
+        video = get_field(body, "video") if isinstance(body, dict) else None
+        if isinstance(video, dict):
+            out.append(get_field(video, "displayName"))
+    return out
+
+
+async def test_E11_a_frames_display_name_reaches_the_model(trusted, cert_files):
+    """An app with search on labels what its camera and its screen show: each
+    frame reaches the model with its label, sent as `video` or as a deprecated
+    image chunk, and a frame without one has none. A labelled microphone
+    chunk is heard as any other. (One frame a turn, and the server's own frame
+    rate raised: a newer frame replaces one still waiting, and that is not
+    what is asked here.)"""
+    config = CONFIG.model_copy(update={"tools": [types.Tool(google_search=types.GoogleSearch())]})
+    script = Script(speed=20, replies=["A blue square."] * 3 + ["Half past nine."], user_says=["what time is it"])
+    frames = [
+        {"video": types.Blob(data=photo(), mime_type="image/png", display_name="front camera")},
+        {"input": {"data": photo(), "mime_type": "image/png", "display_name": "shared screen"}},
+        {"video": types.Blob(data=photo(), mime_type="image/png")},
+    ]
+    speech = tone(0.4) + silence(0.8)
+    async with serving(script, max_image_rate=10.0, **cert_files) as (emu, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=config) as session:
+            for frame in frames:
+                if "input" in frame:
+                    await session.send(**frame)
+                else:
+                    await session.send_realtime_input(**frame)
+                await session.send_realtime_input(text="what do you see?")
+                assert said(await turn(session)) == "A blue square."
+            for i in range(0, len(speech), 3200):
+                mic = types.Blob(data=speech[i : i + 3200], mime_type="audio/pcm;rate=16000", display_name="microphone")
+                await session.send_realtime_input(audio=mic)
+            assert said(await turn(session)) == "Half past nine."
+        [upstream] = emu.sessions
+        assert video_names(upstream.frames) == ["front camera", "shared screen", None]
+        assert bytes(upstream.audio) == speech

@@ -284,8 +284,13 @@ def _pcm(chunk: Any) -> tuple[bytes, int]:
 
 def image(blob: Any) -> Image:
     """A camera or screen frame, as the service reads `realtimeInput.video`:
-    a JPEG or PNG the session sends the model (within its image limits)."""
+    a JPEG or PNG the session sends the model (within its image limits), with
+    its `displayName` (google-genai: the model reads it when server-side tools
+    are on)."""
     mime = get_field(blob, "mimeType")
+    name = get_field(blob, "displayName")
+    if name is not None and not isinstance(name, str):
+        raise invalid(INVALID)
     if mime not in IMAGE_TYPES:
         raise invalid(f"Unsupported MIME type for realtimeInput.video: {str(mime)[:60]!r} (send {' or '.join(IMAGE_TYPES)}).")
     try:
@@ -296,4 +301,4 @@ def image(blob: Any) -> Image:
         info = inspect_image(data, mime)
     except InvalidImage as exc:
         raise invalid(f"Invalid image in realtimeInput.video: {exc}.") from None
-    return Image(mime_type=mime, data=data, info=info)
+    return Image(mime_type=mime, data=data, info=info, display_name=name)

@@ -423,7 +423,7 @@ class SessionCore(Handover, ToolRules):
                     )
                 )
             )
-        blob = types.Blob(data=image.data, mime_type=image.mime_type)
+        blob = types.Blob(data=image.data, mime_type=image.mime_type, display_name=image.display_name)
         actions.append(ImageUpstream(blob))
         return actions
 

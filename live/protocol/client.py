@@ -236,12 +236,15 @@ class Image:
 
     On the wire `data` is standard base64 in a JSON text frame; here it is the
     image's bytes, already checked to be what `mime_type` says (`info`).
+    `display_name` is the frame's label for the model (the Live API's blob
+    `displayName`); this protocol's own `image` message has none.
     """
 
     type: ClassVar[str] = "image"
     mime_type: str
     data: bytes = dataclasses.field(repr=False)
     info: ImageInfo | None = None
+    display_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
