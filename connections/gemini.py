@@ -336,6 +336,14 @@ class GeminiLlmConnection(BaseLlmConnection):
         return self._model
 
     @property
+    def voice_consent_signature(self) -> str | None:
+        """`setupComplete.voiceConsentSignature.signature`, as google-genai kept
+        it (`AsyncSession.setup_complete`)."""
+        ready = getattr(self._session, "setup_complete", None)
+        signature = getattr(ready, "voice_consent_signature", None)
+        return getattr(signature, "signature", None)
+
+    @property
     def closed(self) -> bool:
         """True once `close()` was called or the model ended the connection."""
         return self._closed or self._ended

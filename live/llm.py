@@ -280,6 +280,14 @@ class BaseLlmConnection(abc.ABC):
         """
         return False
 
+    @property
+    def voice_consent_signature(self) -> str | None:
+        """The signature the model returned when it opened this connection, for
+        a cloned voice whose consent audio it verified (None: none returned, or
+        a model without cloned voices). A later setup may send it in place of
+        the consent audio."""
+        return None
+
     @abc.abstractmethod
     def receive(self) -> AsyncIterator[LlmResponse]:
         """Every response of the connection's life, in order (one receiver only)."""

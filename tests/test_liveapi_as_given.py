@@ -247,6 +247,40 @@ async def test_C39_a_voice_named_by_its_speaker_id_reaches_the_model(trusted, ce
     assert at(setup, "generationConfig", "speechConfig", "voiceConfig", "prebuiltVoiceConfig") is None
 
 
+def cloned_voice(**consent) -> types.LiveConnectConfig:
+    voice = types.ReplicatedVoiceConfig(mime_type="audio/pcm;rate=24000", voice_sample_audio=VOICE_SAMPLE, **consent)
+    return CONFIG.model_copy(
+        update={"speech_config": types.SpeechConfig(voice_config=types.VoiceConfig(replicated_voice_config=voice))}
+    )
+
+
+async def test_H38_the_signature_the_model_returns_for_a_cloned_voices_consent_reaches_the_app(trusted, cert_files):
+    """google-genai, `LiveServerSetupComplete.voice_consent_signature`:
+    "Signature of the verified consent audio. This is populated when the
+    request has a ReplicatedVoiceConfig with consent_audio set, if the consent
+    verification was successful. This may be used in a subsequent request
+    instead of the consent_audio to verify the same consent." The app reads
+    it where google-genai keeps it (`session.setup_complete`): the model's
+    own. Its next session sends the signature in place of the audio, which
+    reaches the model, and gets no new signature."""
+    async with serving(Script(speed=20, replies=["Hello."]), **cert_files) as (emu, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=cloned_voice(consent_audio=CONSENT)) as session:
+            signature = session.setup_complete.voice_consent_signature
+            await session.send_realtime_input(text="hello")
+            assert said(await turn(session)) == "Hello."
+        again = cloned_voice(voice_consent_signature=signature)
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=again) as session:
+            assert session.setup_complete.voice_consent_signature is None
+            await session.send_realtime_input(text="hello")
+            assert said(await turn(session)) == "Hello."
+    first, second = emu.sessions
+    [model_ready] = [m["setupComplete"] for m in first.sent if "setupComplete" in m]
+    assert signature is not None and signature.signature == at(model_ready, "voiceConsentSignature", "signature")
+    voice = at(second.setup, "generationConfig", "speechConfig", "voiceConfig", "replicatedVoiceConfig")
+    assert at(voice, "voiceConsentSignature", "signature") == signature.signature
+    assert at(voice, "consentAudio") is None
+
+
 async def test_C40_proactive_video_on_v1alpha_reaches_the_model(trusted, cert_files):
     config = CONFIG.model_copy(update={"proactivity": types.ProactivityConfig(proactive_video=True)})
     setup = await upstream_setup(cert_files, config, api_version="v1alpha", model=NATIVE_AUDIO)

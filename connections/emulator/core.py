@@ -61,6 +61,7 @@ from connections.emulator.wire import (
     Shared,
     api_key_of,
     credential_error,
+    setup_complete,
     text_of,
     token_count,
     usage_metadata,
@@ -433,7 +434,7 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         self._counted = True
         self.shared.open_connections.add(self._key)
         self._phase = "open"
-        self._send({"setupComplete": {}})
+        self._send({"setupComplete": setup_complete(setup)})
         self._early = self._dice.early_drop()
         if self._early is not None and self._early.at_setup:
             self._handle()  # the drop drawn for this connection, right after setup

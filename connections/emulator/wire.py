@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import hashlib
 import itertools
 import random
 import time
@@ -248,6 +249,21 @@ class SessionRecord:
 
 
 # --- helpers -----------------------------------------------------------------
+
+def setup_complete(setup: Mapping[str, Any]) -> dict[str, Any]:
+    """The `setupComplete` body for `setup`. Its `voiceConsentSignature` is
+    "populated when the request has a ReplicatedVoiceConfig with consent_audio
+    set, if the consent verification was successful" (google-genai,
+    `LiveServerSetupComplete`): here every consent is verified, and the
+    signature, opaque as the service's, is drawn from the consent audio."""
+    voice: Any = setup
+    for name in ("generationConfig", "speechConfig", "voiceConfig", "replicatedVoiceConfig"):
+        voice = get_field(voice, name) if isinstance(voice, Mapping) else None
+    consent = get_field(voice, "consentAudio") if isinstance(voice, Mapping) else None
+    if not isinstance(consent, str) or not consent:
+        return {}
+    return {"voiceConsentSignature": {"signature": "vcs-" + hashlib.sha256(consent.encode()).hexdigest()[:32]}}
+
 
 def without_video_data(frame: Any) -> Any:
     """A client frame to keep, with any video data replaced by its length (memory)."""

@@ -140,7 +140,11 @@ class LiveApiEvents:
             return _parts({"inlineData": {"mimeType": event.mime_type, "data": event.data}})  # type: ignore[union-attr]
         if kind is SessionStarted or kind is SessionReattached:
             self.session_id = event.session_id  # type: ignore[union-attr]
-            ready = dumps({"setupComplete": {"sessionId": event.session_id}})  # type: ignore[union-attr]
+            complete: dict[str, Any] = {"sessionId": event.session_id}  # type: ignore[union-attr]
+            signature = getattr(event, "voice_consent_signature", None)  # a reattach has none: H38
+            if signature is not None:
+                complete["voiceConsentSignature"] = {"signature": signature}
+            ready = dumps({"setupComplete": complete})
             token = event.resume_token  # type: ignore[union-attr]
             if token is None or not self.resumption:
                 return ready

@@ -66,6 +66,10 @@ class WrappedConnection(BaseLlmConnection):
     def send_realtime_nowait(self, input: RealtimeInput) -> bool:
         return self.inner.send_realtime_nowait(input)
 
+    @property
+    def voice_consent_signature(self) -> str | None:
+        return self.inner.voice_consent_signature
+
     def receive(self) -> AsyncIterator[LlmResponse]:
         return self.inner.receive()
 

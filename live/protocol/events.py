@@ -56,7 +56,9 @@ class SessionStarted:
     """The session is ready. `resume_token` lets a client reattach to it after its
     socket drops (`session.resume`); it is a credential: keep it like one.
     `max_image_bytes` and `max_image_rate` are the server's limits on `image`
-    frames, so a client can size its frames to fit."""
+    frames, so a client can size its frames to fit. `voice_consent_signature`
+    is what the model returned for a cloned voice's consent audio (the Live
+    API door writes it in `setupComplete`; this protocol has no field for it)."""
 
     type: ClassVar[str] = "session.started"
     session_id: str
@@ -66,6 +68,7 @@ class SessionStarted:
     resume_token: str | None = None
     max_image_bytes: int | None = None
     max_image_rate: float | None = None
+    voice_consent_signature: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -484,6 +484,7 @@ class SessionRunner(ClientInput, ServerTurns, HeardReplies, FleetHandover):
                     resume_token=resume_token,
                     max_image_bytes=self.image_limit,
                     max_image_rate=self.config.max_image_rate,
+                    voice_consent_signature=link.conn.voice_consent_signature,
                 )
             )
             link.ready.set()
