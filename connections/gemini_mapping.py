@@ -264,7 +264,7 @@ class ServerMessageMapper:
                     late = sc.output_transcription
                     if late.text:
                         # The tail of the turn that completed: on its own, out of the next one.
-                        body.output_transcription = types.Transcription(text=late.text, finished=False)
+                        body.output_transcription = late.model_copy(update={"finished": False})
                         body.late_transcription = True
                         has_body = True
                 else:

@@ -352,6 +352,47 @@ async def test_H31_interim_transcripts_reach_an_app_that_asked_for_input_transcr
     assert first_interim < first_heard
 
 
+HEARD_FIELDS = {
+    "languageCode": "en-US",
+    "speakerLabel": "spk_1",
+    "words": [{"word": "what", "startOffset": "0.100s", "endOffset": "0.300s"}],
+    "startOffset": "0.100s",
+    "endOffset": "0.900s",
+}
+SAID_FIELDS = {**HEARD_FIELDS, "languageCode": "en-GB", "speakerLabel": "spk_0", "startOffset": "0s"}
+
+
+@pytest.mark.parametrize("bundle", [False, True], ids=["alone", "with-audio"])
+async def test_H29_each_transcription_fragment_reaches_the_app_with_its_language_speaker_words_and_offsets(
+    trusted, cert_files, bundle
+):
+    """google-genai's Transcription: `language_code` ("The BCP-47 language code
+    of the transcription"), `speaker_label` ("the speaker of the
+    transcription"), `words` ("Word-level timing information") and the
+    fragment's `start_offset` / `end_offset`. Each fragment the model sends
+    (the emulator's `transcription_fields`) reaches the app with them as it
+    came, the one it marked `finished` too, fragments alone or with audio."""
+    question = "I would like to know what time it is"
+    script = Script(speed=20, user_says=[question], replies=["Half past nine, and a little more."], bundle=bundle,
+                    transcription_fields={"inputTranscription": HEARD_FIELDS, "outputTranscription": SAID_FIELDS},
+                    profile_overrides={"output_transcription_finished": True})
+    async with serving(script, **cert_files) as (_, _, url):
+        async with app_client(url, token()).aio.live.connect(model=MODEL, config=CONFIG) as session:
+            await speak(session, tone(1.0) + silence(1.2))
+            messages = await turn(session)
+    assert said(messages) == "Half past nine, and a little more."
+    contents = [m.server_content for m in messages if m.server_content]
+    heard = [c.input_transcription for c in contents if c.input_transcription]
+    spoken = [c.output_transcription for c in contents if c.output_transcription]
+    assert "".join(t.text or "" for t in heard) == question
+    assert "".join(t.text or "" for t in spoken) == "Half past nine, and a little more."
+    assert [t.finished for t in spoken][-1]  # the fragment the model marked finished, with its fields too
+    for fragments, fields in ((heard, HEARD_FIELDS), (spoken, SAID_FIELDS)):
+        for t in fragments:
+            extra = t.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"text", "finished"})
+            assert extra == fields, t
+
+
 async def test_H35_voice_activity_says_where_in_the_apps_audio_the_speech_started_and_ended(trusted, cert_files):
     """google-genai's VoiceActivity.audio_offset: "The time voice activity
     detected in audio time, relative to the start of the audio stream." The

@@ -120,9 +120,11 @@ class _Generation:
     fail_at: int | None = None
 
 
-def _transcription(text: str, finished: bool) -> dict[str, Any]:
-    """A transcription fragment; `finished` on the one that ends its transcript."""
-    return {"text": text, "finished": True} if finished else {"text": text}
+def _transcription(text: str, finished: bool, fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A transcription fragment; `finished` on the one that ends its transcript;
+    `fields` the script's other fields of the kind (`Script.transcription_fields`)."""
+    piece = {"text": text, "finished": True} if finished else {"text": text}
+    return {**fields, **piece} if fields else piece
 
 
 # --- the session ---------------------------------------------------------------
@@ -228,6 +230,10 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
     @property
     def stalled(self) -> bool:
         return self._phase == "stalled"
+
+    @property
+    def _output_fields(self) -> Mapping[str, Any] | None:
+        return self.script.transcription_fields.get("outputTranscription")
 
     def next_deadline(self) -> float | None:
         """When `poll` has something to do next, or None when only input matters."""
@@ -646,14 +652,14 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
             gen.spoken.extend(frags)
             if self._bundle:
                 if frags:
-                    content["outputTranscription"] = _transcription("".join(frags), ends_transcript)
+                    content["outputTranscription"] = _transcription("".join(frags), ends_transcript, self._output_fields)
                 if last:
                     content["generationComplete"] = True
                 self._send({"serverContent": content})
             else:
                 self._send({"serverContent": content})
                 for k, frag in enumerate(frags):
-                    piece = _transcription(frag, ends_transcript and k == len(frags) - 1)
+                    piece = _transcription(frag, ends_transcript and k == len(frags) - 1, self._output_fields)
                     self._send({"serverContent": {"outputTranscription": piece}})
             gen.chunks_sent += 1
             if gen.chunks_sent == gen.fail_at:
@@ -679,7 +685,7 @@ class EmulatorSession(Listening, FunctionCalls, Resumption):
         if not gen.filler:
             self._model_turns += 1
         if gen.late:
-            self._late.insert(0, {"serverContent": {"outputTranscription": _transcription(gen.late, gen.late_finished)}})
+            self._late.insert(0, {"serverContent": {"outputTranscription": _transcription(gen.late, gen.late_finished, self._output_fields)}})
         if gen.then is not None:
             self._think(gen.then)
         reason = None if gen.filler else self.script.turn_complete_reasons.get(self._model_turns)

@@ -307,7 +307,8 @@ class Listening:
         text = self.script.transcript_for(self._turn + 1, self._spoken_turns)
         self._spoken_turns += 1
         if self._input_transcription:
-            pieces: list[dict[str, Any]] = [{"text": t} for t in synth.fragments(text, size=64)]
+            fields = self.script.transcription_fields.get("inputTranscription", {})
+            pieces: list[dict[str, Any]] = [{**fields, "text": t} for t in synth.fragments(text, size=64)]
             late = pieces.pop() if pieces and self.profile.late_transcripts else None
             first = pieces[0] if pieces else late
             if first is not None and self.profile.input_transcription_finished_first:

@@ -214,6 +214,10 @@ class Script:
       `toolUsePromptTokenCount`, their `...TokensDetails`, `serviceTier`...);
       `thoughtsTokenCount` and `toolUsePromptTokenCount` count in
       `totalTokenCount`, as google-genai's UsageMetadata says.
+    - `transcription_fields`: fields added to every transcription fragment
+      the model sends, by kind (`inputTranscription`, `outputTranscription`),
+      as the service writes them (`languageCode`, `speakerLabel`, `words`,
+      `startOffset`, `endOffset`).
     - `fault_rates`: random faults at rates (`FaultRates.realistic()`), drawn
       from a generator seeded with `seed` and shared by all connections, so a
       run with the same traffic replays.
@@ -243,6 +247,7 @@ class Script:
     extras: Sequence[Mapping[str, Any]] = ()
     turn_complete_reasons: Mapping[int, str] = dataclasses.field(default_factory=dict)
     usage: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    transcription_fields: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.profile not in (None, "auto", *FAMILIES):

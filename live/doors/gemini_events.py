@@ -237,11 +237,12 @@ class LiveApiEvents:
 def _transcription(field: str, event: TranscriptInput | TranscriptOutput) -> str | None:
     """A transcription fragment as the service sent it: the fragments, and the
     one it marked `finished` (never a final put together here)."""
+    other = event.fields or {}
     if not event.final:
-        return _content({field: {"text": event.text}})
+        return _content({field: {"text": event.text, **other}})
     if event.fragment is None:
         return None
-    return _content({field: {"text": event.fragment, "finished": True}})
+    return _content({field: {"text": event.fragment, "finished": True, **other}})
 
 
 def _content(body: dict[str, Any]) -> str:

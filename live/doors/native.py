@@ -57,8 +57,10 @@ class NativeDoor(FrontDoor):
             return None  # another service's own messages: not on this protocol's wire
         if type(event) is TextEvent and event.thought:
             return None
-        if (type(event) is TranscriptInput or type(event) is TranscriptOutput) and event.fragment is not None:
-            event = dataclasses.replace(event, fragment=None)  # another service's own message: not on this wire
+        if (type(event) is TranscriptInput or type(event) is TranscriptOutput) and (
+            event.fragment is not None or event.fields is not None
+        ):
+            event = dataclasses.replace(event, fragment=None, fields=None)  # another service's own message: not on this wire
         return encode(event)
 
     def audio(self, pcm: bytes) -> Sequence[bytes]:

@@ -148,6 +148,19 @@ def _usage_event(usage: types.UsageMetadata) -> Usage:
     )
 
 
+_TEXT_AND_FINISHED = frozenset({"text", "finished"})
+
+
+def _other_fields(t: types.Transcription) -> dict[str, Any] | None:
+    """A transcription fragment's fields besides its text and `finished`
+    (`languageCode`, `speakerLabel`, `words`, offsets), as the model wrote
+    them; None when it wrote none (nearly every fragment: no dump then)."""
+    if t.model_fields_set <= _TEXT_AND_FINISHED:
+        return None
+    other = t.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=set(_TEXT_AND_FINISHED))
+    return other or None
+
+
 def _signal_of(response: LlmResponse) -> dict[str, Any]:
     """What of a model response the session passes on as it came (`ModelSignal`)."""
     signal: dict[str, Any] = {}
@@ -490,7 +503,8 @@ class SessionCore(Handover, ToolRules):
             if t.text or t.finished:
                 sent = response.input_transcription_sent if t.finished else None
                 fragment = None if sent is None else sent.text or ""
-                actions.append(SendEvent(TranscriptInput(t.text or "", bool(t.finished), fragment)))
+                fields = _other_fields(t if sent is None else sent)
+                actions.append(SendEvent(TranscriptInput(t.text or "", bool(t.finished), fragment, fields)))
             if t.finished:
                 self._heard = []
                 if t.text:
@@ -503,7 +517,10 @@ class SessionCore(Handover, ToolRules):
             if t.text or t.finished:
                 sent = response.output_transcription_sent if t.finished else None
                 fragment = None if sent is None else sent.text or ""
-                actions.append(SendEvent(TranscriptOutput(t.text or "", bool(t.finished), fragment=fragment)))
+                fields = _other_fields(t if sent is None else sent)
+                actions.append(
+                    SendEvent(TranscriptOutput(t.text or "", bool(t.finished), fragment=fragment, fields=fields))
+                )
             if t.text and not t.finished:
                 self._reply_said.append(t.text)  # what the client heard of the reply so far
             if t.finished and t.text:
@@ -573,7 +590,7 @@ class SessionCore(Handover, ToolRules):
                 )
             )
         if tail is not None and tail.text:
-            self._late_tail(tail.text, actions)
+            self._late_tail(tail.text, actions, _other_fields(tail))
         return actions
 
     def _handle_issued(self, handle: str) -> None:
@@ -637,10 +654,10 @@ class SessionCore(Handover, ToolRules):
             # that passes it on; no part of the reply or the transcript.
             actions.append(SendEvent(TextEvent(part.text, partial, thought=True)))
 
-    def _late_tail(self, text: str, actions: list[Action]) -> None:
+    def _late_tail(self, text: str, actions: list[Action], fields: dict[str, Any] | None = None) -> None:
         """The tail of a reply's transcript after the reply ended: it belongs to
         that reply (its text and the transcript), and starts no new one."""
-        actions.append(SendEvent(TranscriptOutput(text, False, late=True)))
+        actions.append(SendEvent(TranscriptOutput(text, False, late=True, fields=fields)))
         self.transcript.model_tail(text)
 
     def _reply_ended(self) -> None:

@@ -126,12 +126,15 @@ class TranscriptInput:
     `fragment`: on a final the model marked finished itself, the text of its
     own message as it came (None on a final put together here); for a door
     that passes the model's fragments on as they came, never on this
-    protocol's wire."""
+    protocol's wire. `fields`: the fragment's other fields as the model wrote
+    them (`languageCode`, `speakerLabel`, `words`, `startOffset`,
+    `endOffset`), for such a door too."""
 
     type: ClassVar[str] = "transcript.input"
     text: str
     final: bool
     fragment: str | None = None
+    fields: Mapping[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -143,7 +146,7 @@ class TranscriptOutput:
     seconds into the reply. `late` true: the tail of the reply that already
     ended (its final and `turn.complete` came first; Gemini does not order
     transcripts with turns): append it to that reply, not to a new one.
-    `fragment`: as for `TranscriptInput`.
+    `fragment`, `fields`: as for `TranscriptInput`.
     """
 
     type: ClassVar[str] = "transcript.output"
@@ -153,6 +156,7 @@ class TranscriptOutput:
     played: float | None = None
     late: bool | None = None
     fragment: str | None = None
+    fields: Mapping[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
