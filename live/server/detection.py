@@ -106,8 +106,9 @@ class VoiceDetection:
         started = time.thread_time()
         for _ in range(self.max_rounds):
             busy = False
+            streams = list(self._streams)
             for rate in RATES:
-                batch = next_batch(list(self._streams), rate)
+                batch = next_batch(streams, rate)
                 if batch is None:
                     continue
                 busy = True

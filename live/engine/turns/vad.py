@@ -100,18 +100,17 @@ class VoiceStream:
         """Whole windows waiting for the detector."""
         return len(self._pending) // self._window_bytes
 
-    def take(self) -> np.ndarray:
-        """The next window, as float samples (call only when `ready`)."""
+    def take(self) -> bytes:
+        """The next window, PCM16 at `rate` (call only when `ready`)."""
         size = self._window_bytes
-        samples = np.frombuffer(self._pending, "<i2", count=self.window).astype(np.float32)
+        window = bytes(self._pending[:size])
         del self._pending[:size]
-        samples *= 1 / 32768
-        return samples
+        return window
 
-    def is_quiet(self, window: np.ndarray) -> bool:
+    def is_quiet(self, power: float) -> bool:
         """Below the energy floor, or no louder than the background: not speech,
-        whatever the model would say. Tracks the background as it goes."""
-        power = float(np.dot(window, window)) / window.size
+        whatever the model would say. `power` is the window's mean square
+        (full scale 1). Tracks the background as it goes."""
         if power < self._floor_power:
             return True
         level = 10 * math.log10(power)
@@ -151,26 +150,35 @@ class Batch:
     quiet: list[VoiceStream]
 
     def done(self, state: np.ndarray) -> None:
-        """The model ran: each stream keeps its row of the new state and its context."""
+        """The model ran: each stream keeps its row of the new state and its context
+        (views of the batch's arrays: nothing writes to them, the next batch stacks them)."""
+        inputs = self.inputs
         for i, stream in enumerate(self.streams):
-            stream.state = state[:, i, :].copy()
-            stream.context = self.inputs[i, -stream.context_size :].copy()
+            stream.state = state[:, i, :]
+            stream.context = inputs[i, -stream.context_size :]
             stream.scored += 1
         for stream in self.quiet:
             stream.scored += 1
 
 
 def next_batch(streams: Iterable[VoiceStream], rate: int) -> Batch | None:
-    """The next window of every stream at `rate` that has one; None when none has."""
+    """The next window of every stream at `rate` that has one; None when none has.
+
+    The windows are converted and their energy measured together, as one
+    array: per stream, only the floor's bookkeeping is Python's."""
     window, context = RATES[rate]
+    ready = [stream for stream in streams if stream.rate == rate and stream.ready]
+    if not ready:
+        return None
+    samples = np.frombuffer(b"".join([stream.take() for stream in ready]), "<i2").reshape(len(ready), window)
+    samples = samples.astype(np.float32)
+    samples *= 1 / 32768
+    powers = (np.einsum("ij,ij->i", samples, samples) / window).tolist()
     scored: list[VoiceStream] = []
-    rows: list[np.ndarray] = []
+    rows: list[int] = []
     quiet: list[VoiceStream] = []
-    for stream in streams:
-        if stream.rate != rate or not stream.ready:
-            continue
-        samples = stream.take()
-        if stream.is_quiet(samples):
+    for i, stream in enumerate(ready):
+        if stream.is_quiet(powers[i]):
             stream.quiet += 1
             quiet.append(stream)
             continue
@@ -178,14 +186,13 @@ def next_batch(streams: Iterable[VoiceStream], rate: int) -> Batch | None:
             stream.restart()
         stream.quiet = 0
         scored.append(stream)
-        rows.append(np.concatenate((stream.context, samples)))
-    if not scored and not quiet:
-        return None
+        rows.append(i)
+    inputs = np.empty((len(scored), context + window), np.float32)
     if scored:
-        inputs = np.stack(rows)
-        state = np.stack([s.state for s in scored], axis=1)
+        inputs[:, context:] = samples[rows]
+        inputs[:, :context] = np.stack([stream.context for stream in scored])
+        state = np.stack([stream.state for stream in scored], axis=1)
     else:
-        inputs = np.zeros((0, context + window), np.float32)
         state = np.zeros((2, 0, 128), np.float32)
     return Batch(rate, scored, inputs, state, quiet)
 
