@@ -62,7 +62,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from bench.real import Peer, _free_port, _live_command, _Relay, tree_usage
+from bench.real import Peer, _free_port, _live_command, _Relay, baseline_peer, tree_usage
 from bench.relay import RESULTS, _git, _Proc
 from bench.turns_speech import RATE, SpokenSet, load, mix_at_snr, noise
 from clients.client import AudioFrame, LiveClient
@@ -365,13 +365,16 @@ async def _emulator() -> AsyncIterator[Emulator]:
         yield running
 
 
-def _server(emulator: Any, args: list[str]) -> _Relay:
+def _server(emulator: Any, args: list[str], code: Peer | None = None) -> _Relay:
+    """`live serve` against the emulator; `code`: the server of another commit (`--baseline`)."""
     peer = Peer(
         "live",
         [*_live_command(), "serve", "--model", MODEL, "--port", "{port}", "--max-sessions", "300",
          "--max-sessions-per-ip", "300", "--max-pending", "300", "--log-level", "WARNING", *args],
         "ws://127.0.0.1:{port}/live",
         "live",
+        env=code.env if code else {},
+        cwd=code.cwd if code else None,
     )
     relay = _Relay(peer, {"port": _free_port()}, emulator.environment())
     relay.wait_listening()
@@ -452,12 +455,16 @@ async def _serve_emulator() -> None:
         await anyio.to_thread.run_sync(sys.stdin.readline)
 
 
-async def cpu(spoken: SpokenSet, mode: str, sessions: int, duration: float, condition: str | None = None) -> dict[str, Any]:
+async def cpu(
+    spoken: SpokenSet, mode: str, sessions: int, duration: float, condition: str | None = None, code: Peer | None = None
+) -> dict[str, Any]:
     """`live serve`'s CPU per session-minute with `sessions` users in one mode,
     talking all along; `condition`: every user in that background (default:
     the test set's mix). In a quiet room the users do not speak over replies,
     so both modes relay the same replies and do the same work; in the test
-    set's backgrounds they do, and the model's detector cuts more replies."""
+    set's backgrounds they do, and the model's detector cuts more replies.
+    `code`: `live serve` of another commit (`--baseline`), for the mode named
+    after it."""
     voices = spoken.voices
     runs = [SessionRun(mode, voices[i % len(voices)], condition or CONDITIONS[(i // len(voices)) % len(CONDITIONS)],
                        turn_taking="auto" if mode == "auto" else "server", over_reply=condition != "quiet")
@@ -465,7 +472,7 @@ async def cpu(spoken: SpokenSet, mode: str, sessions: int, duration: float, cond
     measured: dict[str, float] = {}
     emulator = _EmulatorProcess()
     try:
-        server = _server(emulator, ["--end-of-turn", "smart"] if mode == "smart" else [])
+        server = _server(emulator, ["--end-of-turn", "smart"] if mode == "smart" else [], code)
         try:
             for run in runs:
                 run.url = f"ws://127.0.0.1:{server.port}/live"
@@ -515,6 +522,19 @@ async def cpu(spoken: SpokenSet, mode: str, sessions: int, duration: float, cond
         "rss_mb": round(rss / 2**20, 1),
         "failed": failed,
     }
+
+
+def cpu_median(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's repeated CPU runs as one row: the medians, the spread of the
+    CPU figure (`cpu_range`), and every run as it came (`runs`)."""
+    figures = [r["cpu_per_session_minute"] for r in rows]
+    merged = dict(rows[0])
+    for key in ("cpu_per_session_minute", "turn_taking_cpu_per_session_minute", "reply_share", "real_time", "rss_mb"):
+        merged[key] = round(statistics.median(r[key] for r in rows), 4)
+    merged["cpu_range"] = [min(figures), max(figures)]
+    merged["failed"] = [f for r in rows for f in r["failed"]]
+    merged["runs"] = rows
+    return merged
 
 
 def _turn_taking_cpu(port: int) -> float:
@@ -630,13 +650,13 @@ def _rate(n: int, of: int) -> str:
 
 
 def table(results: dict[str, dict[str, Any]], cpu_rows: list[dict[str, Any]]) -> str:
-    modes = list(results) or list(dict.fromkeys(c["mode"] for c in cpu_rows))
+    modes = list(dict.fromkeys([*results, *(c["mode"] for c in cpu_rows)]))
     head = "| | " + " | ".join(f"`{m}`" for m in modes) + " |"
     lines = [head, "|---|" + "---|" * len(modes)]
 
     def row(label: str, cell: Any) -> None:
         if results:
-            lines.append(f"| {label} | " + " | ".join(cell(results[m]) for m in modes) + " |")
+            lines.append(f"| {label} | " + " | ".join(cell(results[m]) if m in results else "—" for m in modes) + " |")
 
     row("sentences cut early (paused mid-sentence)", lambda r: _rate(r["cut_early"], r["paused_sentences"]))
     row("replies cut by a backchannel or a noise burst", lambda r: _rate(r["false_barge_ins"], r["over_reply"]))
@@ -662,7 +682,9 @@ def _cpu(c: dict[str, Any]) -> str:
     late = "" if c["real_time"] >= 0.95 else f", {c['real_time']:.0%} of real time"
     own = c.get("turn_taking_cpu_per_session_minute") or 0.0
     turns = f", turn-taking {own:.3f}" if own else ""
-    return f"{c['cpu_per_session_minute']:.3f} (replies {c['reply_share']:.0%} of the time{turns}{late})"
+    low, high = c.get("cpu_range") or (None, None)
+    spread = f" [{low:.3f}–{high:.3f}]" if low is not None and len(c.get("runs", ())) > 1 else ""
+    return f"{c['cpu_per_session_minute']:.3f}{spread} (replies {c['reply_share']:.0%} of the time{turns}{late})"
 
 
 def _pp(p: dict[str, Any]) -> str:
@@ -684,6 +706,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "'server, 1.6 s=--end-silence 1.6' (repeatable)")
     parser.add_argument("--cpu-sessions", default=None, help="comma-separated N for the CPU runs (default 10,50; 0 skips)")
     parser.add_argument("--cpu-duration", type=float, default=60.0, help="measured seconds per CPU run (default 60)")
+    parser.add_argument("--cpu-repeat", type=int, default=3,
+                        help="CPU runs per mode and size, interleaved across the modes; the table gives the median "
+                             "and the spread (default 3)")
+    parser.add_argument("--baseline", default=None, metavar="REF",
+                        help="a CPU column for the server's turns as of git REF, beside this checkout's")
     parser.add_argument("--json", default=None, help="where to write the run (default bench/results/)")
     parser.add_argument("--emulator", action="store_true", help=argparse.SUPPRESS)  # the emulator's own process
     args = parser.parse_args(argv)
@@ -701,11 +728,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     plans = anyio.run(quality, spoken, per_mode, args.wave, args.steps, columns) if per_mode else {}
     results = {mode: figures(runs) for mode, runs in plans.items()}
     cpu_rows = []
-    for n in cpu_sizes:
-        for background in ("quiet", None):
-            for mode in ["auto", "server"] + (["smart"] if args.smart and n <= 10 else []):
-                print(f"cpu: {n} sessions, {mode}, background {background or 'as the test set'}", file=sys.stderr)
-                cpu_rows.append(anyio.run(cpu, spoken, mode, n, args.cpu_duration, background))
+    with contextlib.ExitStack() as stack:
+        baseline = stack.enter_context(baseline_peer(args.baseline)) if args.baseline else None
+        for n in cpu_sizes:
+            for background in ("quiet", None):
+                modes = ["auto", "server"] + (["smart"] if args.smart and n <= 10 else [])
+                codes: dict[str, Peer | None] = dict.fromkeys(modes)
+                if baseline is not None:
+                    codes[f"server@{baseline.name.partition('@')[2]}"] = baseline
+                # Interleaved: a slow spell of the machine touches every mode alike.
+                runs: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+                for attempt in range(max(1, args.cpu_repeat)):
+                    for mode, code in codes.items():
+                        print(f"cpu: {n} sessions, {mode}, background {background or 'as the test set'}, "
+                              f"run {attempt + 1}", file=sys.stderr)
+                        row = anyio.run(cpu, spoken, "server" if code else mode, n, args.cpu_duration, background, code)
+                        runs[mode].append(row | {"mode": mode})
+                cpu_rows.extend(cpu_median(rows) for rows in runs.values())
     out = {
         "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git": _git(),

@@ -214,3 +214,26 @@ def test_an_endpoint_baseline_that_cannot_serve_as_the_run_does_says_why() -> No
         with real.baseline_peer(ref) as base:
             said = real.endpoint_unsupported(base)
         assert (said is None) if why is None else (why in (said or "")), (ref, said)
+
+
+def test_turn_taking_cpu_runs_end_as_each_modes_median_and_spread() -> None:
+    from bench import turns
+
+    def run(mode: str, cpu: float, own: float = 0.0) -> dict:
+        return {"mode": mode, "background": "quiet", "sessions": 50, "cpu_per_session_minute": cpu,
+                "turn_taking_cpu_per_session_minute": own, "reply_share": 0.57, "real_time": 1.0,
+                "rss_mb": 90.0, "failed": []}
+
+    auto = turns.cpu_median([run("auto", 0.12), run("auto", 0.15), run("auto", 0.11)])
+    server = turns.cpu_median([run("server", 0.13, 0.03), run("server", 0.12, 0.02), run("server", 0.18, 0.04)])
+    base = turns.cpu_median([run("server@abc1234", 0.16, 0.04)])
+    assert (auto["cpu_per_session_minute"], auto["cpu_range"], len(auto["runs"])) == (0.12, [0.11, 0.15], 3)
+    assert server["turn_taking_cpu_per_session_minute"] == 0.03
+    lines = turns.table({}, [auto, server, base]).splitlines()
+    assert lines[0] == "| | `auto` | `server` | `server@abc1234` |"
+    assert lines[2] == (
+        "| CPU s per session-minute, 50 sessions, quiet, no one speaking over replies "
+        "| 0.120 [0.110–0.150] (replies 57% of the time) "
+        "| 0.130 [0.120–0.180] (replies 57% of the time, turn-taking 0.030) "
+        "| 0.160 (replies 57% of the time, turn-taking 0.040) |"
+    )
