@@ -310,6 +310,35 @@ def test_smart_turn_features_are_whispers():
     assert np.abs(ours - theirs).max() < 1e-5
 
 
+def test_smart_turn_computes_its_features_on_one_blas_thread_and_leaves_the_process_as_it_was(monkeypatch):
+    """OpenBLAS's idle threads spin for milliseconds after each matrix product:
+    on two cores that doubled each answer's CPU, unseen by the count of the
+    thread that asked. The product runs on the caller's thread alone, for the
+    call only."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from live.engine.turns import smart_turn
+
+    def blas_threads() -> list[int]:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+    features = smart_turn.log_mel
+
+    def log_mel(audio):
+        seen.append(blas_threads())
+        return features(audio)
+
+    monkeypatch.setattr(smart_turn, "log_mel", log_mel)
+    audio = np.frombuffer(speak("I'd like to book a flight."), "<i2").astype(np.float32) / 32768
+    with threadpool_limits(limits=2, user_api="blas"):  # a process whose BLAS has threads
+        assert blas_threads() and set(blas_threads()) == {2}
+        probability = smart_turn.SmartTurn().complete(audio)
+        assert set(blas_threads()) == {2}
+    assert seen == [[1] * len(blas_threads())]
+    assert 0.0 <= probability <= 1.0
+
+
 # ---------------------------------------------------------------------------- the server's components
 
 

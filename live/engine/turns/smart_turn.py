@@ -4,8 +4,13 @@ An audio end-of-turn model (Daily, BSD-2-Clause): a Whisper-tiny encoder and
 a classifier, int8, about 8.7 MB, in the `pipecat-ai` wheel. It takes the
 turn's last 8 s at 16 kHz (shorter turns padded with silence in front) as
 Whisper log-mel features and answers a probability that the turn is complete.
-Every call costs the same (the input is always 8 s), about 130 ms of CPU on
+Every call costs the same (the input is always 8 s), about 30 ms of CPU on
 the machine behind docs/performance.md, so the server asks it once per pause.
+
+The features' one matrix product runs on one BLAS thread (threadpoolctl,
+for the call only): OpenBLAS's own threads would spin for milliseconds after
+each product, CPU that doubles the call's cost on two cores and that no
+count of the caller's thread sees.
 
 The features are computed here with numpy (no `transformers`): Whisper's
 log-mel as `transformers.WhisperFeatureExtractor(chunk_length=8)` computes it
@@ -88,6 +93,13 @@ def last_seconds(audio: np.ndarray) -> np.ndarray:
     return audio
 
 
+@functools.cache
+def _blas() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 class SmartTurn:
     """Smart Turn v3.2 run by onnxruntime. `complete(audio)` only computes: it
     may run in a worker thread."""
@@ -101,5 +113,6 @@ class SmartTurn:
 
     def complete(self, audio: np.ndarray) -> float:
         """The probability that a turn (16 kHz float audio, from its onset to now) is finished."""
-        features = log_mel(last_seconds(audio))[None]
+        with _blas().limit(limits=1, user_api="blas"):
+            features = log_mel(last_seconds(audio))[None]
         return float(self.session.run(None, {"input_features": features})[0].reshape(-1)[0])
