@@ -62,7 +62,14 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from bench.real import Peer, _free_port, _live_command, _Relay, baseline_peer, tree_usage
+from bench.real import (
+    Peer,
+    _free_port,
+    _live_command,
+    _Relay,
+    baseline_peer,
+    tree_usage,
+)
 from bench.relay import RESULTS, _git, _Proc
 from bench.turns_speech import RATE, SpokenSet, load, mix_at_snr, noise
 from clients.client import AudioFrame, LiveClient
@@ -385,6 +392,7 @@ def _server(emulator: Any, args: list[str], code: Peer | None = None) -> _Relay:
 # of its server (sessions of columns with the same flags share one server).
 AUTO = ("auto", "auto", ())
 SERVER = ("server", "server", ())
+SMART = ("server + Smart Turn", "server", ("--end-of-turn", "smart"))
 
 
 def variant(spec: str) -> tuple[str, str, tuple[str, ...]]:
@@ -724,7 +732,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"quality: {per_mode} sessions per mode, {args.steps} exchanges each", file=sys.stderr)
     columns = [AUTO, SERVER, *(variant(v) for v in args.variant)]
     if args.smart:
-        columns.append(("server + Smart Turn", "server", ("--end-of-turn", "smart")))
+        columns.append(SMART)
     plans = anyio.run(quality, spoken, per_mode, args.wave, args.steps, columns) if per_mode else {}
     results = {mode: figures(runs) for mode, runs in plans.items()}
     cpu_rows = []
@@ -734,6 +742,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for background in ("quiet", None):
                 modes = ["auto", "server"] + (["smart"] if args.smart and n <= 10 else [])
                 codes: dict[str, Peer | None] = dict.fromkeys(modes)
+                labels = {"smart": SMART[0]}  # the quality column's name
                 if baseline is not None:
                     codes[f"server@{baseline.name.partition('@')[2]}"] = baseline
                 # Interleaved: a slow spell of the machine touches every mode alike.
@@ -743,7 +752,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         print(f"cpu: {n} sessions, {mode}, background {background or 'as the test set'}, "
                               f"run {attempt + 1}", file=sys.stderr)
                         row = anyio.run(cpu, spoken, "server" if code else mode, n, args.cpu_duration, background, code)
-                        runs[mode].append(row | {"mode": mode})
+                        runs[mode].append(row | {"mode": labels.get(mode, mode)})
                 cpu_rows.extend(cpu_median(rows) for rows in runs.values())
     out = {
         "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
