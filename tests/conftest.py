@@ -10,7 +10,9 @@ import pytest
 _loopback = "127.0.0.1,localhost"
 os.environ["NO_PROXY"] = f"{_loopback},{os.environ['NO_PROXY']}" if os.environ.get("NO_PROXY") else _loopback
 
-pytest_plugins = ["connections.emulator.pytest_plugin"]
+# The emulator's fixtures, and the TLS ones every test of the Live API endpoint
+# uses (`ca`, `cert_files`, `trusted`: tests/gemini_serving.py).
+pytest_plugins = ["connections.emulator.pytest_plugin", "gemini_serving"]
 
 
 @pytest.fixture

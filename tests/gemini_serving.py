@@ -31,7 +31,7 @@ STOCK = types.FunctionDeclaration(
 AGENT = Agent(name="shop", model=MODEL, client_tools=[STOCK])
 
 
-# Fixtures, imported by the modules that use them (registered under their names).
+# Fixtures for every test module (a plugin of tests/conftest.py).
 @pytest.fixture(scope="module", name="ca")
 def ca_fixture() -> trustme.CA:
     return trustme.CA()

@@ -23,8 +23,6 @@ from gemini_serving import (
     AGENT,
     CONFIG,
     SECRET,
-    ca_fixture,  # noqa: F401 (a fixture)
-    cert_files_fixture,  # noqa: F401 (a fixture)
     refused,
     reply_audio,
     said,

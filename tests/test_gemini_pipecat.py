@@ -15,8 +15,6 @@ import anyio
 import pytest
 from emulated import MODEL
 from gemini_serving import (
-    ca_fixture,  # noqa: F401 (a fixture)
-    cert_files_fixture,  # noqa: F401 (a fixture)
     serving,
     token,
 )

@@ -21,8 +21,6 @@ from emulated import MODEL
 from gemini_serving import (
     CONFIG,
     SECRET,
-    ca_fixture,  # noqa: F401 (a fixture)
-    cert_files_fixture,  # noqa: F401 (a fixture)
     refused,
     said,
     sdk_client,

@@ -33,12 +33,9 @@ from gemini_serving import (
     AGENT,
     CONFIG,
     app_client,
-    ca_fixture,  # noqa: F401 (a fixture)
-    cert_files_fixture,  # noqa: F401 (a fixture)
     said,
     serving,
     token,
-    trusted_fixture,  # noqa: F401 (a fixture)
     turn,
 )
 from google.genai import types

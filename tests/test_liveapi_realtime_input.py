@@ -34,13 +34,10 @@ from emulated import MODEL
 from gemini_serving import (
     CONFIG,
     app_client,
-    ca_fixture,  # noqa: F401 (a fixture)
-    cert_files_fixture,  # noqa: F401 (a fixture)
     reply_audio,
     said,
     serving,
     token,
-    trusted_fixture,  # noqa: F401 (a fixture)
     turn,
 )
 from google.genai import errors, types

@@ -29,8 +29,6 @@ import pytest
 from emulated import MODEL
 from gemini_serving import (
     CONFIG,
-    ca_fixture,  # noqa: F401 (a fixture)
-    cert_files_fixture,  # noqa: F401 (a fixture)
     said,
     sdk_client,
     serving,

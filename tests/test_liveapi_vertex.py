@@ -39,13 +39,10 @@ from gemini_serving import (
     AGENT,
     CONFIG,
     SECRET,
-    ca_fixture,  # noqa: F401 (a fixture)
-    cert_files_fixture,  # noqa: F401 (a fixture)
     reply_audio,
     said,
     serving,
     token,
-    trusted_fixture,  # noqa: F401 (a fixture)
     turn,
 )
 from google import genai
