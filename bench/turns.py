@@ -4,6 +4,7 @@
     python -m bench.turns --quick            # a seventh of the set, CPU at 10 sessions
     python -m bench.turns --smart            # and a third column: the server with Smart Turn
     python -m bench.turns --sessions-per-mode 14 --cpu-sessions 10,50 --cpu-duration 60
+    python -m bench.turns --sessions-per-mode 0 --baseline main   # CPU only, beside main's server
 
 `live serve --model gemini-3.1-flash-live-preview` (a subprocess, as a user
 runs it) against the Live emulator, whose detector plays the service's as
@@ -36,7 +37,10 @@ It reports, per mode:
   frame where the speech began;
 - turns with no one speaking: turns the model took that no sentence,
   backchannel, burst or interruption explains (noise taken for speech);
-- CPU per session-minute of `live serve` with N sessions all in one mode.
+- CPU per session-minute of `live serve` with N sessions all in one mode,
+  each mode run `--cpu-repeat` times (3), interleaved so a slow spell of the
+  machine touches every mode alike: the median, and the spread in brackets.
+  With `--baseline REF`, the server's turns as of git REF run beside them.
 
 Writes bench/results/turns-<timestamp>.json and prints the table.
 """

@@ -173,7 +173,9 @@ def next_batch(streams: Iterable[VoiceStream], rate: int) -> Batch | None:
     samples = np.frombuffer(b"".join([stream.take() for stream in ready]), "<i2").reshape(len(ready), window)
     samples = samples.astype(np.float32)
     samples *= 1 / 32768
-    powers = (np.einsum("ij,ij->i", samples, samples) / window).tolist()
+    # Not einsum or a matrix product: those may call OpenBLAS, whose idle
+    # threads then spin for a millisecond at every tick.
+    powers = (np.square(samples).sum(axis=1) / window).tolist()
     scored: list[VoiceStream] = []
     rows: list[int] = []
     quiet: list[VoiceStream] = []
